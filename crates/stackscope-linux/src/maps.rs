@@ -1,0 +1,209 @@
+//! What each profiled process has mapped where: the executable mappings that turn a code
+//! address into (file, file offset), kept up to date from the kernel's mmap records and
+//! seeded from `/proc/PID/maps` for processes that were running before sampling began.
+
+use std::io;
+use std::sync::Arc;
+
+/// One executable mapping of a file (or a pseudo-file such as `[vdso]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address.
+    pub end: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    pub offset: u64,
+    /// Path of the mapped file as the kernel reports it, e.g. `/usr/lib/x86_64-linux-gnu/libc.so.6`,
+    /// `[vdso]`, or `//anon` for anonymous executable memory (JIT code).
+    pub path: Arc<str>,
+    /// GNU build-id, when the kernel reported one.
+    pub build_id: Option<Arc<[u8]>>,
+}
+
+impl Mapping {
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// Offset in the mapped file of the byte at `addr`.
+    pub fn file_offset(&self, addr: u64) -> u64 {
+        addr - self.start + self.offset
+    }
+
+    /// True for mappings backed by a regular file we can open and read ELF from.
+    pub fn is_file(&self) -> bool {
+        self.path.starts_with('/') && !self.path.starts_with("//anon")
+    }
+}
+
+/// The executable mappings of one process, sorted by address and never overlapping.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessMaps {
+    maps: Vec<Mapping>,
+    /// Bumped on every change, so caches built from the maps know when to rebuild.
+    generation: u64,
+}
+
+impl ProcessMaps {
+    /// Reads the executable mappings of a live process from `/proc/PID/maps`.
+    pub fn from_proc(pid: u32) -> io::Result<Self> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        Ok(Self::parse_proc_maps(&text))
+    }
+
+    /// Parses the text of a `/proc/PID/maps` file, keeping executable mappings.
+    pub fn parse_proc_maps(text: &str) -> Self {
+        let mut maps = ProcessMaps::default();
+        for line in text.lines() {
+            if let Some(m) = parse_maps_line(line) {
+                maps.insert(m);
+            }
+        }
+        maps
+    }
+
+    /// Adds a mapping; whatever it overlaps is unmapped first, as mmap does.
+    pub fn insert(&mut self, m: Mapping) {
+        if m.start >= m.end {
+            return;
+        }
+        let mut kept = Vec::with_capacity(self.maps.len() + 2);
+        for old in self.maps.drain(..) {
+            if old.end <= m.start || old.start >= m.end {
+                kept.push(old);
+                continue;
+            }
+            if old.start < m.start {
+                kept.push(Mapping {
+                    end: m.start,
+                    ..old.clone()
+                });
+            }
+            if old.end > m.end {
+                kept.push(Mapping {
+                    start: m.end,
+                    offset: old.offset + (m.end - old.start),
+                    ..old
+                });
+            }
+        }
+        let at = kept.partition_point(|x| x.start < m.start);
+        kept.insert(at, m);
+        self.maps = kept;
+        self.generation += 1;
+    }
+
+    /// Forgets every mapping (the process called exec).
+    pub fn clear(&mut self) {
+        self.maps.clear();
+        self.generation += 1;
+    }
+
+    /// The mapping holding `addr`.
+    pub fn find(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        m.contains(addr).then_some(m)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
+        self.maps.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.maps.is_empty()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+}
+
+/// `start-end perms offset dev inode path`; only executable mappings.
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let mut fields = line.split_ascii_whitespace();
+    let range = fields.next()?;
+    let perms = fields.next()?;
+    let offset = fields.next()?;
+    let _dev = fields.next()?;
+    let _inode = fields.next()?;
+    // The path may contain spaces; it is the rest of the line after the inode.
+    let path = line
+        .splitn(6, |c: char| c.is_ascii_whitespace())
+        .nth(5)
+        .map(str::trim_start)
+        .unwrap_or("");
+    if !perms.contains('x') {
+        return None;
+    }
+    let (start, end) = range.split_once('-')?;
+    Some(Mapping {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        path: if path.is_empty() { "//anon" } else { path }.into(),
+        build_id: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c7a00000-55d0c7a02000 r--p 00000000 fe:01 1234 /usr/bin/my prog
+55d0c7a02000-55d0c7a08000 r-xp 00002000 fe:01 1234 /usr/bin/my prog
+7f1e3c028000-7f1e3c1bd000 r-xp 00028000 fe:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1e3c400000-7f1e3c401000 rwxp 00000000 00:00 0
+7ffd1a5f2000-7ffd1a5f4000 r-xp 00000000 00:00 0                          [vdso]
+";
+
+    #[test]
+    fn parses_executable_mappings_with_spaces_in_paths() {
+        let maps = ProcessMaps::parse_proc_maps(MAPS);
+        let paths: Vec<&str> = maps.iter().map(|m| &*m.path).collect();
+        assert_eq!(
+            paths,
+            [
+                "/usr/bin/my prog",
+                "/usr/lib/x86_64-linux-gnu/libc.so.6",
+                "//anon",
+                "[vdso]"
+            ]
+        );
+        let libc = maps.find(0x7f1e3c028010).unwrap();
+        assert_eq!(libc.file_offset(0x7f1e3c028010), 0x28010);
+        assert!(maps.find(0x55d0c7a00010).is_none(), "not executable");
+        assert!(maps.find(0x7f1e3c1bd000).is_none(), "end is exclusive");
+    }
+
+    #[test]
+    fn insert_splits_overlapped_mappings() {
+        let mut maps = ProcessMaps::default();
+        let m = |start, end, offset, path: &str| Mapping {
+            start,
+            end,
+            offset,
+            path: path.into(),
+            build_id: None,
+        };
+        maps.insert(m(0x1000, 0x5000, 0, "/a"));
+        maps.insert(m(0x2000, 0x3000, 0, "/b"));
+        let got: Vec<(u64, u64, u64, &str)> = maps
+            .iter()
+            .map(|m| (m.start, m.end, m.offset, &*m.path))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x1000, 0x2000, 0, "/a"),
+                (0x2000, 0x3000, 0, "/b"),
+                (0x3000, 0x5000, 0x2000, "/a")
+            ]
+        );
+        assert_eq!(&*maps.find(0x3500).unwrap().path, "/a");
+        maps.clear();
+        assert!(maps.find(0x3500).is_none());
+    }
+}

@@ -1,0 +1,249 @@
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Index of a frame in [`Profile::frames`].
+pub type FrameId = u32;
+/// Index of a stack in [`Profile::stacks`].
+pub type StackId = u32;
+/// Index of a thread in [`Profile::threads`].
+pub type ThreadId = u32;
+
+/// What kind of code a frame stands for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum FrameKind {
+    /// User-space code.
+    #[default]
+    User,
+    /// Kernel code.
+    Kernel,
+    /// Not code: a marker the profiler inserted, such as `[unknown]`, `[truncated]` or
+    /// `[Missed User Stack]`.
+    Marker,
+}
+
+/// One frame of a call stack, as shown to the user.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Frame {
+    /// Demangled function name, or a marker such as `[unknown]`.
+    pub name: String,
+    /// File name of the module (executable, library, `[kernel.kallsyms]`) the code lives in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    /// Source file, when debug info had it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// Source line, when debug info had it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// True when this function was inlined into its caller (the next frame toward the root
+    /// shares its machine address).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub inlined: bool,
+    #[serde(default)]
+    pub kind: FrameKind,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Frame {
+    /// A frame that stands for nothing but a name, e.g. `[unknown]`.
+    pub fn marker(name: impl Into<String>) -> Self {
+        Frame {
+            name: name.into(),
+            kind: FrameKind::Marker,
+            ..Frame::default()
+        }
+    }
+
+    pub fn is_kernel(&self) -> bool {
+        self.kind == FrameKind::Kernel
+    }
+}
+
+/// A call stack: frame indices, root (outermost caller) first, leaf last.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Stack {
+    pub frames: Vec<FrameId>,
+}
+
+/// A thread that samples belong to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub struct Thread {
+    /// Process id (thread group id); 0 for the idle task.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The thread's command name (`comm`), as bcc and perf show it.
+    pub comm: String,
+    /// The process's command name (the main thread's `comm`).
+    #[serde(default)]
+    pub process_name: String,
+}
+
+/// How many times one stack was seen on one thread (and CPU, where known).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sample {
+    pub thread: ThreadId,
+    pub stack: StackId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<u32>,
+    pub count: u64,
+}
+
+/// How whole the stacks came out. All figures count samples, not unique stacks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct UnwindStats {
+    /// Samples that had a user stack to unwind.
+    pub user_stacks: u64,
+    /// User stacks that unwound to their root (the end of the call chain, e.g. `_start`).
+    pub complete: u64,
+    /// User stacks that hold at least one frame whose function is unknown.
+    pub with_unknown: u64,
+    /// User stacks cut short because the copied stack memory ended.
+    pub truncated: u64,
+}
+
+/// How a profile was taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Metadata {
+    /// What produced the samples, e.g. `perf_event`.
+    pub source: String,
+    /// The sampled event, e.g. `cpu-clock`.
+    pub event: String,
+    /// Samples per second per CPU, when sampling by frequency.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frequency_hz: Option<u64>,
+    /// Events per sample, when sampling by period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
+    /// Wall-clock time sampled, in seconds.
+    pub duration_secs: f64,
+    /// Samples the kernel could not hand over (ring buffer full).
+    pub lost_samples: u64,
+    #[serde(default)]
+    pub unwind: UnwindStats,
+    /// The profiled command line, when stackscope launched it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// One-line explanations of broken stacks and how to fix them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hints: Vec<String>,
+}
+
+/// The profile: everything a writer needs, nothing a source needs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct Profile {
+    pub frames: Vec<Frame>,
+    pub stacks: Vec<Stack>,
+    pub threads: Vec<Thread>,
+    pub samples: Vec<Sample>,
+    pub meta: Metadata,
+}
+
+impl Profile {
+    pub fn frame(&self, id: FrameId) -> &Frame {
+        &self.frames[id as usize]
+    }
+
+    pub fn stack(&self, id: StackId) -> &Stack {
+        &self.stacks[id as usize]
+    }
+
+    pub fn thread(&self, id: ThreadId) -> &Thread {
+        &self.threads[id as usize]
+    }
+
+    /// The sum of all sample counts.
+    pub fn total_samples(&self) -> u64 {
+        self.samples.iter().map(|s| s.count).sum()
+    }
+
+    /// The frames of a sample's stack, root first.
+    pub fn stack_frames(&self, id: StackId) -> impl DoubleEndedIterator<Item = &Frame> + '_ {
+        self.stack(id).frames.iter().map(|&f| self.frame(f))
+    }
+}
+
+/// Builds a [`Profile`], interning frames, stacks and threads so each is stored once, and
+/// merging samples of the same (thread, stack, cpu).
+#[derive(Default)]
+pub struct ProfileBuilder {
+    profile: Profile,
+    frame_ids: HashMap<Frame, FrameId>,
+    stack_ids: HashMap<Vec<FrameId>, StackId>,
+    thread_ids: HashMap<Thread, ThreadId>,
+    sample_ids: HashMap<(ThreadId, StackId, Option<u32>), usize>,
+}
+
+impl ProfileBuilder {
+    pub fn new(meta: Metadata) -> Self {
+        ProfileBuilder {
+            profile: Profile {
+                meta,
+                ..Profile::default()
+            },
+            ..ProfileBuilder::default()
+        }
+    }
+
+    pub fn frame(&mut self, frame: Frame) -> FrameId {
+        if let Some(&id) = self.frame_ids.get(&frame) {
+            return id;
+        }
+        let id = self.profile.frames.len() as FrameId;
+        self.profile.frames.push(frame.clone());
+        self.frame_ids.insert(frame, id);
+        id
+    }
+
+    /// Interns a stack given root first.
+    pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
+        if let Some(&id) = self.stack_ids.get(frames) {
+            return id;
+        }
+        let id = self.profile.stacks.len() as StackId;
+        self.profile.stacks.push(Stack {
+            frames: frames.to_vec(),
+        });
+        self.stack_ids.insert(frames.to_vec(), id);
+        id
+    }
+
+    pub fn thread(&mut self, thread: Thread) -> ThreadId {
+        if let Some(&id) = self.thread_ids.get(&thread) {
+            return id;
+        }
+        let id = self.profile.threads.len() as ThreadId;
+        self.profile.threads.push(thread.clone());
+        self.thread_ids.insert(thread, id);
+        id
+    }
+
+    /// Adds `count` samples of `stack` on `thread`; merges with an earlier equal key.
+    pub fn add(&mut self, thread: ThreadId, stack: StackId, cpu: Option<u32>, count: u64) {
+        match self.sample_ids.get(&(thread, stack, cpu)) {
+            Some(&i) => self.profile.samples[i].count += count,
+            None => {
+                self.sample_ids
+                    .insert((thread, stack, cpu), self.profile.samples.len());
+                self.profile.samples.push(Sample {
+                    thread,
+                    stack,
+                    cpu,
+                    count,
+                });
+            }
+        }
+    }
+
+    pub fn meta_mut(&mut self) -> &mut Metadata {
+        &mut self.profile.meta
+    }
+
+    pub fn finish(self) -> Profile {
+        self.profile
+    }
+}
