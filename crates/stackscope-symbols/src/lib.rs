@@ -1,4 +1,25 @@
 //! Turns code addresses into named frames: functions in ELF files (with inlined functions and
 //! demangled names, separate debug files found by build-id), kernel functions from
-//! `/proc/kallsyms`, and JIT code from `/tmp/perf-PID.map`. Addresses are resolved in batches,
-//! each unique address once.
+//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, and the vDSO. Addresses are resolved in
+//! batches, each unique address once.
+
+mod elf_info;
+mod error;
+mod perf_map;
+mod symbolizer;
+
+pub use error::SymbolError;
+pub use symbolizer::Symbolizer;
+
+/// One named frame for one address. An address inside inlined code gives several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SymFrame {
+    /// Demangled name (Rust legacy without the `::h<hash>` suffix, Rust v0, C++).
+    pub name: String,
+    /// Source file path, when debug info has it.
+    pub file: Option<String>,
+    /// Source line, when debug info has it.
+    pub line: Option<u32>,
+    /// True for every frame but the outermost real function.
+    pub inlined: bool,
+}

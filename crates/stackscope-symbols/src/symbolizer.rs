@@ -1,0 +1,319 @@
+//! The [`Symbolizer`]: blazesym plus the lookups it does not do the way stackscope needs
+//! (build-id debug files for binaries without a debug link, perf maps from a configurable
+//! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
+use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
+use blazesym::{MaybeDefault, Pid};
+
+use crate::elf_info::{self, ElfInfo};
+use crate::perf_map::PerfMap;
+use crate::{SymFrame, SymbolError};
+
+const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+const DEFAULT_PERF_MAP_DIR: &str = "/tmp";
+const KALLSYMS: &str = "/proc/kallsyms";
+
+/// Resolves addresses to frames, caching parsed files across calls. Not `Send`: blazesym's
+/// caches are single-threaded, so keep one per thread.
+pub struct Symbolizer {
+    inner: blazesym::symbolize::Symbolizer,
+    debug_dirs: Vec<PathBuf>,
+    perf_map_dir: PathBuf,
+    elf_infos: HashMap<PathBuf, Rc<ElfInfo>>,
+    perf_maps: HashMap<u32, PerfMap>,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Symbolizer {
+    /// Inlined functions, demangling and source locations on; separate debug files are
+    /// looked up in `/usr/lib/debug` (by build-id and by debug link).
+    pub fn new() -> Self {
+        Self::with_debug_dirs(vec![PathBuf::from(DEFAULT_DEBUG_DIR)])
+    }
+
+    /// Like [`Symbolizer::new`], looking up separate debug files in `debug_dirs` instead.
+    pub fn with_debug_dirs(debug_dirs: Vec<PathBuf>) -> Self {
+        let inner = blazesym::symbolize::Symbolizer::builder()
+            .enable_code_info(true)
+            .enable_inlined_fns(true)
+            .enable_demangling(true)
+            .set_debug_dirs(Some(&debug_dirs))
+            .build();
+        Self {
+            inner,
+            debug_dirs,
+            perf_map_dir: PathBuf::from(DEFAULT_PERF_MAP_DIR),
+            elf_infos: HashMap::new(),
+            perf_maps: HashMap::new(),
+        }
+    }
+
+    /// Reads perf maps as `dir/perf-PID.map` instead of from `/tmp`.
+    pub fn with_perf_map_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.perf_map_dir = dir.into();
+        self.perf_maps.clear();
+        self
+    }
+
+    /// `offsets` are FILE OFFSETS into the ELF file at `path` (what you get from a mapping:
+    /// addr - mapping.start + mapping.offset). Returns, for each offset, its frames OUTERMOST
+    /// FIRST: the real function containing the address, then the functions inlined into it,
+    /// the innermost last. An empty Vec means unknown. Errors only when the file cannot be
+    /// read at all (missing/unreadable/not ELF), with the path in the message.
+    /// `build_id`, when given, is used to find a separate debug file
+    /// (`<debug dir>/.build-id/xx/yyyy.debug`) if the file itself has no DWARF; without it the
+    /// file's own build-id note is used.
+    pub fn symbolize_file(
+        &mut self,
+        path: &Path,
+        build_id: Option<&[u8]>,
+        offsets: &[u64],
+    ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
+        let info = self.elf_info(path)?;
+        let mut out = vec![Vec::new(); offsets.len()];
+        if offsets.is_empty() {
+            return Ok(out);
+        }
+
+        let debug_file = if info.has_dwarf {
+            None
+        } else {
+            build_id
+                .or(info.build_id.as_deref())
+                .and_then(|id| elf_info::find_debug_file(&self.debug_dirs, id))
+        };
+        if let Some(debug_file) = debug_file {
+            // A debug file has no loadable contents, so it is addressed by virtual address,
+            // which only the original file's program headers can give.
+            let (indices, vaddrs): (Vec<usize>, Vec<u64>) = offsets
+                .iter()
+                .enumerate()
+                .filter_map(|(i, &off)| info.file_offset_to_vaddr(off).map(|v| (i, v)))
+                .unzip();
+            let source = Source::Elf(Elf::new(debug_file));
+            // A broken debug file must not cost the symbols the binary itself has.
+            if let Ok(syms) = self.inner.symbolize(&source, Input::VirtOffset(&vaddrs)) {
+                for (i, sym) in indices.into_iter().zip(syms) {
+                    out[i] = frames(sym);
+                }
+            }
+        }
+
+        let (indices, remaining): (Vec<usize>, Vec<u64>) = offsets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| out[*i].is_empty())
+            .map(|(i, &off)| (i, off))
+            .unzip();
+        if remaining.is_empty() {
+            return Ok(out);
+        }
+        let syms = match self.symbolize_elf(path, true, &remaining) {
+            Ok(syms) => syms,
+            // Debug data can be unusable (e.g. a debug link whose target has the wrong CRC)
+            // while the symbol table is fine.
+            Err(_) => self.symbolize_elf(path, false, &remaining).map_err(|e| {
+                SymbolError::Parse {
+                    path: path.to_path_buf(),
+                    message: format!("{e:#}"),
+                }
+            })?,
+        };
+        for (i, frames) in indices.into_iter().zip(syms) {
+            out[i] = frames;
+        }
+        Ok(out)
+    }
+
+    /// Kernel addresses via `/proc/kallsyms` (read once). `None` = unknown.
+    pub fn symbolize_kernel(&mut self, addrs: &[u64]) -> Vec<Option<SymFrame>> {
+        let source = Source::Kernel(Kernel {
+            kallsyms: MaybeDefault::Some(PathBuf::from(KALLSYMS)),
+            vmlinux: MaybeDefault::None,
+            // Only matters for vmlinux; kallsyms already holds randomized addresses.
+            kaslr_offset: Some(0),
+            debug_syms: false,
+            ..Kernel::default()
+        });
+        match self.inner.symbolize(&source, Input::AbsAddr(addrs)) {
+            Ok(syms) => syms
+                .into_iter()
+                .map(|sym| frames(sym).into_iter().next())
+                .collect(),
+            Err(_) => vec![None; addrs.len()],
+        }
+    }
+
+    /// JIT code via `/tmp/perf-PID.map` (format: `START SIZE name`, hex START/SIZE, one per
+    /// line; read once per pid; missing file = all `None`).
+    pub fn symbolize_perf_map(&mut self, pid: u32, addrs: &[u64]) -> Vec<Option<SymFrame>> {
+        let dir = &self.perf_map_dir;
+        let map = self
+            .perf_maps
+            .entry(pid)
+            .or_insert_with(|| PerfMap::read(&dir.join(format!("perf-{pid}.map"))));
+        addrs
+            .iter()
+            .map(|&addr| {
+                map.lookup(addr).map(|name| SymFrame {
+                    name: strip_rust_hash(name).to_string(),
+                    file: None,
+                    line: None,
+                    inlined: false,
+                })
+            })
+            .collect()
+    }
+
+    /// The vDSO: symbolizes offsets into the vDSO image. The image is the same in every
+    /// process of this kernel, so our own copy (at `getauxval(AT_SYSINFO_EHDR)`) is used.
+    pub fn symbolize_vdso(&mut self, offsets: &[u64]) -> Vec<Vec<SymFrame>> {
+        let mut out = vec![Vec::new(); offsets.len()];
+        // SAFETY: getauxval only reads the auxiliary vector.
+        let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        if base == 0 {
+            return out;
+        }
+        let (indices, addrs): (Vec<usize>, Vec<u64>) = offsets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &off)| base.checked_add(off).map(|a| (i, a)))
+            .unzip();
+        let mut process = Process::new(Pid::Slf);
+        process.perf_map = false;
+        process.map_files = false;
+        process.debug_syms = false;
+        process.vdso = true;
+        if let Ok(syms) = self
+            .inner
+            .symbolize(&Source::Process(process), Input::AbsAddr(&addrs))
+        {
+            for (i, sym) in indices.into_iter().zip(syms) {
+                // Outside the image the process source reports whatever else is mapped there.
+                if sym.as_sym().and_then(|s| s.module.as_deref()) == Some("[vdso]".as_ref()) {
+                    out[i] = frames(sym);
+                }
+            }
+        }
+        out
+    }
+
+    fn elf_info(&mut self, path: &Path) -> Result<Rc<ElfInfo>, SymbolError> {
+        if let Some(info) = self.elf_infos.get(path) {
+            if elf_info::stamp(path).ok() == Some(info.stamp) {
+                return Ok(Rc::clone(info));
+            }
+        }
+        let info = Rc::new(ElfInfo::inspect(path)?);
+        self.elf_infos.insert(path.to_path_buf(), Rc::clone(&info));
+        Ok(info)
+    }
+
+    fn symbolize_elf(
+        &self,
+        path: &Path,
+        debug_syms: bool,
+        offsets: &[u64],
+    ) -> Result<Vec<Vec<SymFrame>>, blazesym::Error> {
+        let mut elf = Elf::new(path);
+        elf.debug_syms = debug_syms;
+        let syms = self
+            .inner
+            .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))?;
+        Ok(syms.into_iter().map(frames).collect())
+    }
+}
+
+/// blazesym's inlined functions are already ordered from the outside in (the first one is
+/// inlined directly into the real function), which is our order too. Each frame's location is
+/// where execution is inside that function: for all but the innermost, the call site of the
+/// next one.
+fn frames(symbolized: Symbolized<'_>) -> Vec<SymFrame> {
+    let Some(sym) = symbolized.into_sym() else {
+        return Vec::new();
+    };
+    let Sym {
+        name,
+        code_info,
+        inlined,
+        ..
+    } = sym;
+    let mut frames = Vec::with_capacity(1 + inlined.len());
+    let (file, line) = location(code_info.as_deref());
+    frames.push(SymFrame {
+        name: display_name(&name),
+        file,
+        line,
+        inlined: false,
+    });
+    for inlined_fn in inlined.iter() {
+        let (file, line) = location(inlined_fn.code_info.as_ref());
+        frames.push(SymFrame {
+            name: display_name(&inlined_fn.name),
+            file,
+            line,
+            inlined: true,
+        });
+    }
+    frames
+}
+
+fn location(code_info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
+    match code_info {
+        Some(info) => (
+            Some(info.to_path().to_string_lossy().into_owned()),
+            info.line,
+        ),
+        None => (None, None),
+    }
+}
+
+fn display_name(name: &str) -> String {
+    if name.is_empty() {
+        return "[unknown]".to_string();
+    }
+    strip_rust_hash(name).to_string()
+}
+
+/// Drops the `::h0123456789abcdef` disambiguator that Rust legacy mangling appends. blazesym
+/// already omits it when it demangles; this catches names that arrive demangled with the hash
+/// (perf maps, some DWARF producers).
+fn strip_rust_hash(name: &str) -> &str {
+    if let Some(pos) = name.len().checked_sub(19) {
+        if let Some(hash) = name.get(pos..) {
+            if hash.starts_with("::h") && hash[3..].bytes().all(|b| b.is_ascii_hexdigit()) {
+                return &name[..pos];
+            }
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::strip_rust_hash;
+
+    #[test]
+    fn strips_legacy_hash_only() {
+        assert_eq!(
+            strip_rust_hash("core::fmt::write::h0123456789abcdef"),
+            "core::fmt::write"
+        );
+        assert_eq!(strip_rust_hash("core::fmt::write"), "core::fmt::write");
+        assert_eq!(
+            strip_rust_hash("a::h0123456789abcdeg"),
+            "a::h0123456789abcdeg"
+        );
+        assert_eq!(strip_rust_hash("h0123456789abcdef"), "h0123456789abcdef");
+    }
+}
