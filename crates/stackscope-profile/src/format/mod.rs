@@ -1,1 +1,269 @@
-//! Readers and writers.
+//! Readers and writers of [`Profile`]s: folded stacks (bcc `profile -f`, flamegraph input),
+//! bcc `profile`'s default text, flamegraph SVG (rendered by inferno) and stackscope's own
+//! lossless JSON.
+//!
+//! Writers take a valid profile (every index in range) and refuse an invalid one with an
+//! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
+//! [`write`] produced as JSON or folded stacks, and validates it.
+
+mod bcc;
+mod folded;
+mod json;
+pub mod summary;
+mod svg;
+
+use crate::{FrameKind, Profile};
+use std::io::{self, Write};
+use std::path::Path;
+
+pub use summary::summary;
+
+/// An output (and, for folded and JSON, input) format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Folded,
+    Bcc,
+    Svg,
+    Json,
+}
+
+impl Format {
+    /// The canonical names [`Format::from_name`] accepts, in the order a help text should list
+    /// them.
+    pub const NAMES: &'static [&'static str] = &["folded", "bcc", "svg", "json"];
+
+    /// Parses a format name: `folded`, `bcc`, `svg` or `json`, plus the aliases `collapsed`
+    /// (folded) and `flamegraph` (svg). Case does not matter.
+    pub fn from_name(name: &str) -> Option<Format> {
+        match name.to_ascii_lowercase().as_str() {
+            "folded" | "collapsed" => Some(Format::Folded),
+            "bcc" => Some(Format::Bcc),
+            "svg" | "flamegraph" => Some(Format::Svg),
+            "json" => Some(Format::Json),
+            _ => None,
+        }
+    }
+
+    /// Guesses the format from a file extension: `.svg`, `.folded`/`.collapsed`/`.stacks`,
+    /// `.json`, and `.txt` for bcc text.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "svg" => Some(Format::Svg),
+            "folded" | "collapsed" | "stacks" => Some(Format::Folded),
+            "json" => Some(Format::Json),
+            "txt" => Some(Format::Bcc),
+            _ => None,
+        }
+    }
+
+    /// The canonical name, one of [`Format::NAMES`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Folded => "folded",
+            Format::Bcc => "bcc",
+            Format::Svg => "svg",
+            Format::Json => "json",
+        }
+    }
+}
+
+impl std::fmt::Display for Format {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Options of the text writers, named after the bcc `profile` flags they mirror.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    /// bcc `-d`: a `-` frame between user and kernel frames in folded output (and SVG), a
+    /// `--` line in bcc text; only where a stack has both.
+    pub delimiter: bool,
+    /// bcc `-a`: `_[k]` appended to kernel frame names in folded and bcc text output. SVG
+    /// output always annotates kernel frames, to colour them.
+    pub annotate_kernel: bool,
+    /// SVG title; `stackscope` when unset.
+    pub title: Option<String>,
+}
+
+/// Writes `profile` in `format`. Fails with [`io::ErrorKind::InvalidData`] when the profile
+/// holds an index out of range.
+pub fn write(
+    profile: &Profile,
+    format: Format,
+    opts: &WriteOptions,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    if let Err(e) = check_indices(profile) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("cannot write an invalid profile: {e}"),
+        ));
+    }
+    // Writers emit many small pieces; the caller's writer may be an unbuffered file.
+    let mut out = io::BufWriter::new(out);
+    match format {
+        Format::Folded => folded::write(profile, opts, &mut out)?,
+        Format::Bcc => bcc::write(profile, opts, &mut out)?,
+        Format::Svg => svg::write(profile, opts, &mut out)?,
+        Format::Json => json::write(profile, &mut out)?,
+    }
+    out.flush()
+}
+
+/// Why [`read`] rejected its input. Each message is one line saying what is wrong and where.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(
+        "input is not UTF-8 text (bad byte at offset {offset}); expected stackscope JSON or folded stacks"
+    )]
+    NotText { offset: usize },
+    #[error("folded stacks, line {line}: {problem}")]
+    Folded { line: usize, problem: String },
+    #[error("stackscope JSON, {place}: {problem}")]
+    Json { place: String, problem: String },
+}
+
+/// Reads a profile written by `write` as JSON, or folded stacks; detects which from the content.
+///
+/// JSON is recognised by a first line that starts with `{` and is not a folded line (those end
+/// in a count). Folded input yields one thread per distinct `comm` (pid and tid 0).
+pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
+        offset: e.valid_up_to(),
+    })?;
+    let first_line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    match first_line {
+        Some(line) if line.starts_with('{') && !line.ends_with(|c: char| c.is_ascii_digit()) => {
+            json::read(text)
+        }
+        _ => folded::read(text),
+    }
+}
+
+/// An index in a profile that points nowhere.
+#[derive(Debug)]
+pub(crate) struct BadIndex {
+    /// JSON-style path of the bad field, e.g. `samples[3].stack`.
+    pub place: String,
+    pub problem: String,
+}
+
+impl std::fmt::Display for BadIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.place, self.problem)
+    }
+}
+
+/// Checks every frame, stack and thread index, and that the sample counts sum within `u64`,
+/// so the rest of the crate may index and sum freely.
+pub(crate) fn check_indices(profile: &Profile) -> Result<(), BadIndex> {
+    let out_of_range = |place: String, what: &str, id: u32, len: usize| BadIndex {
+        place,
+        problem: format!("{what} id {id} is out of range (the profile has {len} {what}s)"),
+    };
+    for (i, stack) in profile.stacks.iter().enumerate() {
+        for (j, &frame) in stack.frames.iter().enumerate() {
+            if frame as usize >= profile.frames.len() {
+                return Err(out_of_range(
+                    format!("stacks[{i}].frames[{j}]"),
+                    "frame",
+                    frame,
+                    profile.frames.len(),
+                ));
+            }
+        }
+    }
+    let mut total: u64 = 0;
+    for (i, sample) in profile.samples.iter().enumerate() {
+        if sample.stack as usize >= profile.stacks.len() {
+            return Err(out_of_range(
+                format!("samples[{i}].stack"),
+                "stack",
+                sample.stack,
+                profile.stacks.len(),
+            ));
+        }
+        if sample.thread as usize >= profile.threads.len() {
+            return Err(out_of_range(
+                format!("samples[{i}].thread"),
+                "thread",
+                sample.thread,
+                profile.threads.len(),
+            ));
+        }
+        total = total.checked_add(sample.count).ok_or_else(|| BadIndex {
+            place: format!("samples[{i}].count"),
+            problem: "the sample counts add up to more than 2^64".to_string(),
+        })?;
+    }
+    Ok(())
+}
+
+/// Where a stack's kernel frames begin: at its first kernel frame (user frames come first).
+pub(crate) fn kernel_start(profile: &Profile, frames: &[u32]) -> usize {
+    frames
+        .iter()
+        .position(|&f| profile.frame(f).kind == FrameKind::Kernel)
+        .unwrap_or(frames.len())
+}
+
+/// Appends `name` so it cannot break a line-oriented format: newlines become spaces, and `;`
+/// becomes `:` when `in_folded` (it separates folded frames). An empty name, which would
+/// vanish, becomes `[unknown]`.
+pub(crate) fn push_name(buf: &mut String, name: &str, in_folded: bool) {
+    if name.is_empty() {
+        buf.push_str("[unknown]");
+        return;
+    }
+    for c in name.chars() {
+        match c {
+            ';' if in_folded => buf.push(':'),
+            '\n' | '\r' => buf.push(' '),
+            c => buf.push(c),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_aliases() {
+        for &name in Format::NAMES {
+            assert_eq!(Format::from_name(name).unwrap().name(), name);
+        }
+        assert_eq!(Format::from_name("collapsed"), Some(Format::Folded));
+        assert_eq!(Format::from_name("flamegraph"), Some(Format::Svg));
+        assert_eq!(Format::from_name("SVG"), Some(Format::Svg));
+        assert_eq!(Format::from_name("perf"), None);
+    }
+
+    #[test]
+    fn extensions() {
+        let f = |p: &str| Format::from_path(Path::new(p));
+        assert_eq!(f("out.svg"), Some(Format::Svg));
+        assert_eq!(f("a/b.folded"), Some(Format::Folded));
+        assert_eq!(f("x.collapsed"), Some(Format::Folded));
+        assert_eq!(f("x.stacks"), Some(Format::Folded));
+        assert_eq!(f("x.JSON"), Some(Format::Json));
+        assert_eq!(f("profile.txt"), Some(Format::Bcc));
+        assert_eq!(f("profile"), None);
+        assert_eq!(f("profile.data"), None);
+    }
+
+    #[test]
+    fn names_never_break_lines() {
+        let mut s = String::new();
+        push_name(&mut s, "a;b\nc\r", true);
+        assert_eq!(s, "a:b c ");
+        s.clear();
+        push_name(&mut s, "a;b\n", false);
+        assert_eq!(s, "a;b ");
+        s.clear();
+        push_name(&mut s, "", true);
+        assert_eq!(s, "[unknown]");
+    }
+}

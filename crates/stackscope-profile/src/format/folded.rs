@@ -1,0 +1,173 @@
+//! Folded stacks, as bcc `profile -f` prints them and flamegraph tools read them:
+//! `comm;userroot;...;userleaf[;-];kernelentry;...;kernelleaf COUNT`.
+
+use super::{kernel_start, push_name, ReadError, WriteOptions};
+use crate::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// bcc's kernel annotation, which flamegraph palettes colour.
+const KERNEL_SUFFIX: &str = "_[k]";
+/// The flamegraph convention for inlined frames (inferno's java palette colours it).
+const INLINED_SUFFIX: &str = "_[i]";
+/// A lone `-` frame separates user from kernel frames (bcc `-d`).
+const DELIMITER: &str = "-";
+
+/// How frames are spelled in a folded line.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Spelling {
+    pub delimiter: bool,
+    pub annotate_kernel: bool,
+    pub annotate_inlined: bool,
+}
+
+impl From<&WriteOptions> for Spelling {
+    fn from(opts: &WriteOptions) -> Self {
+        Spelling {
+            delimiter: opts.delimiter,
+            annotate_kernel: opts.annotate_kernel,
+            annotate_inlined: false,
+        }
+    }
+}
+
+/// The folded lines of `profile` without their counts, merged and sorted by ascending count,
+/// then text, as bcc prints them.
+pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)> {
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut line = String::new();
+    for sample in &profile.samples {
+        line.clear();
+        let thread = profile.thread(sample.thread);
+        push_name(&mut line, &thread.comm, true);
+        let frames = &profile.stack(sample.stack).frames;
+        let split = kernel_start(profile, frames);
+        for (i, &id) in frames.iter().enumerate() {
+            if i == split && i > 0 && spelling.delimiter {
+                line.push(';');
+                line.push_str(DELIMITER);
+            }
+            let frame = profile.frame(id);
+            line.push(';');
+            push_name(&mut line, &frame.name, true);
+            if frame.kind == FrameKind::Kernel && spelling.annotate_kernel {
+                line.push_str(KERNEL_SUFFIX);
+            } else if frame.inlined && spelling.annotate_inlined {
+                line.push_str(INLINED_SUFFIX);
+            }
+        }
+        // Counts were checked to sum within u64.
+        *counts.entry(line.clone()).or_default() += sample.count;
+    }
+    let mut lines: Vec<(String, u64)> = counts.into_iter().collect();
+    lines.sort_unstable_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    lines
+}
+
+pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
+    for (line, count) in lines(profile, opts.into()) {
+        writeln!(out, "{line} {count}")?;
+    }
+    Ok(())
+}
+
+/// Reads folded stacks. The first field of a line is the thread's `comm`; `-` fields are
+/// dropped and frames after one are kernel frames, as are frames ending in `_[k]` (suffix
+/// stripped). Other bracketed names than `[unknown]` become markers. Equal stacks of equal
+/// `comm` add up. Blank lines and `# ` comment lines (which inferno skips) are ignored.
+pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
+    let mut builder = ProfileBuilder::new(Metadata {
+        source: "folded".to_string(),
+        ..Metadata::default()
+    });
+    let mut threads: HashMap<&str, u32> = HashMap::new();
+    let mut frames = Vec::new();
+    let mut total: u64 = 0;
+    for (index, raw) in text.lines().enumerate() {
+        let line_no = index + 1;
+        let err = |problem: String| ReadError::Folded {
+            line: line_no,
+            problem,
+        };
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with("# ") {
+            continue;
+        }
+        let (stack, count) = line.rsplit_once(' ').ok_or_else(|| {
+            err(format!(
+                "expected `comm;frame;... COUNT`, found no count in {}",
+                excerpt(line)
+            ))
+        })?;
+        if count.is_empty() || !count.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(err(format!(
+                "expected a whole sample count at the end of the line, found {}",
+                excerpt(count)
+            )));
+        }
+        let count: u64 = count
+            .parse()
+            .map_err(|_| err(format!("sample count {count} does not fit in 64 bits")))?;
+        total = total
+            .checked_add(count)
+            .ok_or_else(|| err("the sample counts add up to more than 2^64".to_string()))?;
+
+        let mut fields = stack.trim_end().split(';');
+        let comm = fields.next().unwrap_or_default();
+        if comm.is_empty() {
+            return Err(err(
+                "the first field, the command name, is empty".to_string()
+            ));
+        }
+        frames.clear();
+        let mut kernel_side = false;
+        for (i, name) in fields.enumerate() {
+            if name.is_empty() {
+                return Err(err(format!("frame {} has an empty name", i + 1)));
+            }
+            if name == DELIMITER {
+                kernel_side = true;
+                continue;
+            }
+            frames.push(builder.frame(parse_frame(name, kernel_side)));
+        }
+        let thread = *threads.entry(comm).or_insert_with(|| {
+            builder.thread(Thread {
+                comm: comm.to_string(),
+                ..Thread::default()
+            })
+        });
+        let stack = builder.stack(&frames);
+        builder.add(thread, stack, None, count);
+    }
+    Ok(builder.finish())
+}
+
+fn parse_frame(name: &str, kernel_side: bool) -> Frame {
+    let (name, kind) = match name.strip_suffix(KERNEL_SUFFIX) {
+        Some(stripped) if !stripped.is_empty() => (stripped, FrameKind::Kernel),
+        _ if name.len() > 2
+            && name.starts_with('[')
+            && name.ends_with(']')
+            && name != "[unknown]" =>
+        {
+            (name, FrameKind::Marker)
+        }
+        _ if kernel_side => (name, FrameKind::Kernel),
+        _ => (name, FrameKind::User),
+    };
+    Frame {
+        name: name.to_string(),
+        kind,
+        ..Frame::default()
+    }
+}
+
+/// A short, quoted piece of a bad line for an error message.
+fn excerpt(s: &str) -> String {
+    const MAX: usize = 60;
+    match s.char_indices().nth(MAX) {
+        Some((end, _)) => format!("{:?}...", &s[..end]),
+        None => format!("{s:?}"),
+    }
+}
