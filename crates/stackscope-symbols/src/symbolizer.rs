@@ -100,11 +100,10 @@ impl Symbolizer {
                 .enumerate()
                 .filter_map(|(i, &off)| info.file_offset_to_vaddr(off).map(|v| (i, v)))
                 .unzip();
-            let source = Source::Elf(Elf::new(debug_file));
             // A broken debug file must not cost the symbols the binary itself has.
-            if let Ok(syms) = self.inner.symbolize(&source, Input::VirtOffset(&vaddrs)) {
-                for (i, sym) in indices.into_iter().zip(syms) {
-                    out[i] = frames(sym);
+            if let Ok(found) = self.symbolize_elf(&debug_file, true, AddrKind::Virtual, &vaddrs) {
+                for (i, frames) in indices.into_iter().zip(found) {
+                    out[i] = frames;
                 }
             }
         }
@@ -118,16 +117,16 @@ impl Symbolizer {
         if remaining.is_empty() {
             return Ok(out);
         }
-        let syms = match self.symbolize_elf(path, true, &remaining) {
+        let syms = match self.symbolize_elf(path, true, AddrKind::FileOffset, &remaining) {
             Ok(syms) => syms,
             // Debug data can be unusable (e.g. a debug link whose target has the wrong CRC)
             // while the symbol table is fine.
-            Err(_) => self.symbolize_elf(path, false, &remaining).map_err(|e| {
-                SymbolError::Parse {
+            Err(_) => self
+                .symbolize_elf(path, false, AddrKind::FileOffset, &remaining)
+                .map_err(|e| SymbolError::Parse {
                     path: path.to_path_buf(),
                     message: format!("{e:#}"),
-                }
-            })?,
+                })?,
         };
         for (i, frames) in indices.into_iter().zip(syms) {
             out[i] = frames;
@@ -219,18 +218,70 @@ impl Symbolizer {
         Ok(info)
     }
 
+    /// Symbolizes `addrs` (of `kind`) in the ELF file at `path`, with DWARF
+    /// when `debug_syms`.
     fn symbolize_elf(
         &self,
         path: &Path,
         debug_syms: bool,
-        offsets: &[u64],
+        kind: AddrKind,
+        addrs: &[u64],
     ) -> Result<Vec<Vec<SymFrame>>, blazesym::Error> {
-        let mut elf = Elf::new(path);
-        elf.debug_syms = debug_syms;
+        let source = |debug_syms| {
+            let mut elf = Elf::new(path);
+            elf.debug_syms = debug_syms;
+            Source::Elf(elf)
+        };
         let syms = self
             .inner
-            .symbolize(&Source::Elf(elf), Input::FileOffset(offsets))?;
-        Ok(syms.into_iter().map(frames).collect())
+            .symbolize(&source(debug_syms), kind.input(addrs))?;
+        let starts: Vec<Option<u64>> = syms.iter().map(|s| s.as_sym().map(|s| s.addr)).collect();
+        let mut out: Vec<Vec<SymFrame>> = syms.into_iter().map(frames).collect();
+        if !debug_syms {
+            return Ok(out);
+        }
+
+        // DWARF without linkage names (rustc's line-tables-only) names functions without
+        // their path ("outer_work" for "app::outer_work"); the symbol table has the full name.
+        let (unqualified, unqualified_addrs): (Vec<usize>, Vec<u64>) = out
+            .iter()
+            .enumerate()
+            .filter(|(_, frames)| frames.first().is_some_and(|f| !f.name.contains("::")))
+            .map(|(i, _)| (i, addrs[i]))
+            .unzip();
+        if unqualified.is_empty() {
+            return Ok(out);
+        }
+        if let Ok(syms) = self
+            .inner
+            .symbolize(&source(false), kind.input(&unqualified_addrs))
+        {
+            for (i, sym) in unqualified.into_iter().zip(syms) {
+                let Some(sym) = sym.as_sym() else { continue };
+                // Same start address: the same function, not a neighbouring symbol.
+                if Some(sym.addr) == starts[i] && sym.name.contains("::") {
+                    out[i][0].name = display_name(&sym.name);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What the numbers given to blazesym for an ELF file are.
+#[derive(Debug, Clone, Copy)]
+enum AddrKind {
+    FileOffset,
+    /// ELF virtual addresses (`p_vaddr` based), as a separate debug file is indexed by.
+    Virtual,
+}
+
+impl AddrKind {
+    fn input(self, addrs: &[u64]) -> Input<&[u64]> {
+        match self {
+            Self::FileOffset => Input::FileOffset(addrs),
+            Self::Virtual => Input::VirtOffset(addrs),
+        }
     }
 }
 
@@ -268,12 +319,17 @@ fn frames(symbolized: Symbolized<'_>) -> Vec<SymFrame> {
     frames
 }
 
+/// Line 0 (which blazesym reports as no line) marks compiler-generated code with no source
+/// position; its file is whatever the line table last named, so it is dropped too.
 fn location(code_info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
     match code_info {
-        Some(info) => (
-            Some(info.to_path().to_string_lossy().into_owned()),
-            info.line,
-        ),
+        Some(info) => match info.line {
+            Some(line) if line > 0 => (
+                Some(info.to_path().to_string_lossy().into_owned()),
+                Some(line),
+            ),
+            _ => (None, None),
+        },
         None => (None, None),
     }
 }
