@@ -1,7 +1,7 @@
 //! bcc `profile`'s default text output: per stack, kernel frames leaf first, an optional `--`,
 //! user frames leaf first, a `- comm (pid)` line and the count, in bcc's exact layout.
 
-use super::{kernel_start, push_name, WriteOptions};
+use super::{delimited, kernel_start, push_name, WriteOptions};
 use crate::{FrameKind, Profile};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -43,7 +43,7 @@ fn block(profile: &Profile, thread: u32, stack: u32, opts: &WriteOptions) -> Str
     for &id in frames[split..].iter().rev() {
         line(&mut text, id);
     }
-    if opts.delimiter && split > 0 && split < frames.len() {
+    if opts.delimiter && delimited(profile, frames, split) {
         text.push_str(INDENT);
         text.push_str("--\n");
     }

@@ -1,7 +1,7 @@
 //! Folded stacks, as bcc `profile -f` prints them and flamegraph tools read them:
 //! `comm;userroot;...;userleaf[;-];kernelentry;...;kernelleaf COUNT`.
 
-use super::{kernel_start, push_name, ReadError, WriteOptions};
+use super::{delimited, kernel_start, push_name, ReadError, WriteOptions};
 use crate::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -42,8 +42,9 @@ pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)>
         push_name(&mut line, &thread.comm, true);
         let frames = &profile.stack(sample.stack).frames;
         let split = kernel_start(profile, frames);
+        let delimit = spelling.delimiter && delimited(profile, frames, split);
         for (i, &id) in frames.iter().enumerate() {
-            if i == split && i > 0 && spelling.delimiter {
+            if i == split && delimit {
                 line.push(';');
                 line.push_str(DELIMITER);
             }

@@ -209,6 +209,16 @@ pub(crate) fn kernel_start(profile: &Profile, frames: &[u32]) -> usize {
         .unwrap_or(frames.len())
 }
 
+/// Whether a stack split at `split` gets a user/kernel delimiter: it needs kernel frames and
+/// real user frames; a user side of markers only (e.g. `[Missed User Stack]`) is no user stack,
+/// as in bcc, which delimits only stacks that have both.
+pub(crate) fn delimited(profile: &Profile, frames: &[u32], split: usize) -> bool {
+    split < frames.len()
+        && frames[..split]
+            .iter()
+            .any(|&f| profile.frame(f).kind != FrameKind::Marker)
+}
+
 /// Appends `name` so it cannot break a line-oriented format: newlines become spaces, and `;`
 /// becomes `:` when `in_folded` (it separates folded frames). An empty name, which would
 /// vanish, becomes `[unknown]`.
