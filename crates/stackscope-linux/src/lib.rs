@@ -6,3 +6,4 @@
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
 
 pub mod maps;
+pub mod unwind;

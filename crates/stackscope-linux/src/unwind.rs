@@ -1,0 +1,320 @@
+//! User-stack unwinding: turns a sample's registers and copied stack memory into the code
+//! addresses of its call stack, leaf first, with DWARF CFI (`.eh_frame`, `.debug_frame`) from
+//! the mapped files and a frame-pointer fallback where there is none.
+//!
+//! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
+//! parsed unwind sections of every file seen, shared between processes.
+
+mod module;
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
+
+use crate::maps::{Mapping, ProcessMaps};
+use module::ModuleFile;
+
+/// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
+pub const MAX_FRAMES: usize = 1024;
+
+/// The user registers the unwinder starts from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// How one unwind ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnwindEnd {
+    /// Reached the outermost frame (CFI says the return address is undefined, e.g. `_start` /
+    /// clone3's thread start, or frame pointer 0).
+    Complete,
+    /// Ran off the end of the copied stack memory: the stack is deeper than the copy (or than
+    /// [`MAX_FRAMES`]).
+    Truncated,
+    /// Could not go on: no mapping for the pc, no unwind info and no usable frame pointer,
+    /// a bad return address, or a cycle. `module` names the module of the last frame when known.
+    Broken { module: Option<Arc<str>> },
+}
+
+/// Identity of a file on disk: a rebuilt binary at the same path gets a new entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct FileKey {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+/// What a process's unwinder was built from; `generation` alone could repeat for a
+/// `ProcessMaps` re-read from scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MapsKey {
+    generation: u64,
+    len: usize,
+    first_start: u64,
+    last_end: u64,
+}
+
+impl MapsKey {
+    fn of(maps: &ProcessMaps) -> Self {
+        MapsKey {
+            generation: maps.generation(),
+            len: maps.iter().count(),
+            first_start: maps.iter().next().map_or(0, |m| m.start),
+            last_end: maps.iter().last().map_or(0, |m| m.end),
+        }
+    }
+}
+
+struct ProcessUnwinder {
+    built_from: MapsKey,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+}
+
+/// Unwinds user stacks of any number of processes.
+pub struct Unwinder {
+    /// framehop's rule cache; keyed by each process unwinder's module generation, so one
+    /// cache serves all processes.
+    cache: CacheX86_64,
+    processes: HashMap<u32, ProcessUnwinder>,
+    /// Parsed files; `None` for files that are not readable ELF.
+    files: HashMap<FileKey, Option<Arc<ModuleFile>>>,
+    without_unwind_info: BTreeSet<Arc<str>>,
+}
+
+impl Default for Unwinder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Unwinder {
+    pub fn new() -> Self {
+        Unwinder {
+            cache: CacheX86_64::new(),
+            processes: HashMap::new(),
+            files: HashMap::new(),
+            without_unwind_info: BTreeSet::new(),
+        }
+    }
+
+    /// Unwinds one sample. `stack` is the copied user stack memory starting at `regs.sp`.
+    /// Pushes *lookup addresses* into `out`, leaf first: the first is `regs.ip`; each following
+    /// one is a return address minus 1 (so it falls inside the call instruction, which is what
+    /// symbolization and inlining need). `out` is cleared first.
+    /// Per-process state (framehop unwinder with its modules) is (re)built from `maps` when
+    /// `maps.generation()` changed since the last call for this pid.
+    pub fn unwind(
+        &mut self,
+        pid: u32,
+        maps: &ProcessMaps,
+        regs: UserRegs,
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> UnwindEnd {
+        out.clear();
+        let key = MapsKey::of(maps);
+        if self.processes.get(&pid).map(|p| p.built_from) != Some(key) {
+            let unwinder = self.build(pid, maps);
+            self.processes.insert(
+                pid,
+                ProcessUnwinder {
+                    built_from: key,
+                    unwinder,
+                },
+            );
+        }
+        let Some(process) = self.processes.get(&pid) else {
+            return UnwindEnd::Broken { module: None };
+        };
+        out.push(regs.ip);
+        let Some(leaf) = maps.find(regs.ip) else {
+            return UnwindEnd::Broken { module: None };
+        };
+        walk(
+            &process.unwinder,
+            &mut self.cache,
+            maps,
+            regs,
+            stack,
+            &leaf.path,
+            out,
+        )
+    }
+
+    /// Drops per-process state (the process exited or exec'd).
+    pub fn forget(&mut self, pid: u32) {
+        self.processes.remove(&pid);
+    }
+
+    /// Modules (paths) seen in mappings that have neither .eh_frame nor .debug_frame, so the
+    /// summary can say "N binaries have no unwind info: build with debug info or
+    /// -C force-frame-pointers".
+    pub fn modules_without_unwind_info(&self) -> Vec<Arc<str>> {
+        self.without_unwind_info.iter().cloned().collect()
+    }
+
+    /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
+    /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
+    /// so framehop falls back to frame pointers there.
+    fn build(&mut self, pid: u32, maps: &ProcessMaps) -> UnwinderX86_64<Arc<[u8]>> {
+        let mut unwinder = UnwinderX86_64::new();
+        for m in maps.iter() {
+            let file = if &*m.path == "[vdso]" {
+                own_vdso()
+            } else if m.is_file() {
+                self.file(pid, m)
+            } else {
+                None
+            };
+            let Some(file) = file else { continue };
+            if !file.has_unwind_info() {
+                self.without_unwind_info.insert(m.path.clone());
+                continue;
+            }
+            // The file on disk was replaced since the process mapped it: its CFI would lie.
+            if let (Some(mapped), Some(on_disk)) = (&m.build_id, file.build_id()) {
+                if **mapped != *on_disk {
+                    continue;
+                }
+            }
+            let Some(bias) = file.bias(m) else { continue };
+            unwinder.add_module(Module::new(
+                m.path.to_string(),
+                m.start..m.end,
+                bias,
+                file.section_info(),
+            ));
+        }
+        unwinder
+    }
+
+    /// The parsed file behind a mapping, read once per file identity.
+    fn file(&mut self, pid: u32, m: &Mapping) -> Option<Arc<ModuleFile>> {
+        let file = open_mapped_file(pid, m)?;
+        let meta = file.metadata().ok()?;
+        let key = FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        };
+        self.files
+            .entry(key)
+            .or_insert_with(|| {
+                ModuleFile::open(file, Path::new(&*m.path))
+                    .ok()
+                    .map(Arc::new)
+            })
+            .clone()
+    }
+}
+
+/// Opens the file behind a mapping as the process sees it: through its root (it may live in
+/// another mount namespace), or through `map_files` when the file was deleted or replaced.
+fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
+    if let Some(path) = m.path.strip_suffix(" (deleted)") {
+        return File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+            .or_else(|_| File::open(path))
+            .ok();
+    }
+    File::open(format!("/proc/{pid}/root{}", m.path))
+        .or_else(|_| File::open(&*m.path))
+        .ok()
+}
+
+/// The vDSO is the same image in every process on this kernel, so ours stands in for theirs.
+fn own_vdso() -> Option<Arc<ModuleFile>> {
+    static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
+    VDSO.get_or_init(|| {
+        let maps = ProcessMaps::from_proc(std::process::id()).ok()?;
+        let m = maps.iter().find(|m| &*m.path == "[vdso]")?;
+        let mut image = vec![0; usize::try_from(m.end - m.start).ok()?];
+        File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut image, m.start)
+            .ok()?;
+        ModuleFile::from_bytes(&image).ok().map(Arc::new)
+    })
+    .clone()
+}
+
+/// Walks the frames of one sample; `out` already holds `regs.ip`, which lies in `leaf_module`.
+fn walk(
+    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    cache: &mut CacheX86_64,
+    maps: &ProcessMaps,
+    regs: UserRegs,
+    stack: &[u8],
+    leaf_module: &Arc<str>,
+    out: &mut Vec<u64>,
+) -> UnwindEnd {
+    let stack_end = regs.sp.saturating_add(stack.len() as u64);
+    let mut module = leaf_module;
+    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+    let broken = |module: &Arc<str>| UnwindEnd::Broken {
+        module: Some(module.clone()),
+    };
+    loop {
+        if out.len() >= MAX_FRAMES {
+            return UnwindEnd::Truncated;
+        }
+        let sp_before = uregs.sp();
+        // Set when a read wanted bytes beyond the copy: tells "the copy was too short" apart
+        // from "the unwind info led somewhere bogus".
+        let mut read_past_end = false;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let offset = addr.checked_sub(regs.sp).ok_or(())?;
+            if offset % 8 != 0 {
+                return Err(());
+            }
+            let bytes = usize::try_from(offset)
+                .ok()
+                .and_then(|at| stack.get(at..at.checked_add(8)?));
+            match bytes {
+                Some(b) => Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?)),
+                None => {
+                    read_past_end = true;
+                    Err(())
+                }
+            }
+        };
+        let result = unwinder.unwind_frame(address, &mut uregs, cache, &mut read_stack);
+        match result {
+            Ok(None) | Ok(Some(0)) => return UnwindEnd::Complete,
+            Ok(Some(return_address)) => {
+                // Every real frame pops at least its return address.
+                if uregs.sp() <= sp_before {
+                    return broken(module);
+                }
+                let lookup = return_address - 1;
+                let Some(caller) = maps.find(lookup) else {
+                    return broken(module);
+                };
+                let Some(next) = FrameAddress::from_return_address(return_address) else {
+                    return UnwindEnd::Complete;
+                };
+                out.push(lookup);
+                module = &caller.path;
+                address = next;
+            }
+            Err(FramehopError::CouldNotReadStack(addr))
+                if read_past_end || (addr >= regs.sp && addr.saturating_add(8) > stack_end) =>
+            {
+                return UnwindEnd::Truncated;
+            }
+            Err(_) => return broken(module),
+        }
+    }
+}
