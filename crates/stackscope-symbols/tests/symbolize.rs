@@ -512,6 +512,40 @@ fn caller_build_id_finds_debug_file() {
     assert_eq!(with[0][0].name, "local_work");
 }
 
+/// A binary with a `.gnu_debuglink` (and no build-id) finds its debug file by name in the
+/// debug dir.
+#[test]
+fn stripped_binary_uses_debug_link() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_c_program(dir.path(), &["-Wl,--build-id=none"]);
+    let debug = dir.path().join("prog.debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&prog)
+        .arg(&debug));
+    let stripped = dir.path().join("bin").join("prog");
+    std::fs::create_dir_all(stripped.parent().unwrap()).unwrap();
+    run(Command::new("strip")
+        .arg("--strip-all")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&prog));
+    run(Command::new("objcopy")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(&stripped));
+    let debug_dir = dir.path().join("debug");
+    std::fs::create_dir_all(&debug_dir).unwrap();
+    std::fs::rename(&debug, debug_dir.join("prog.debug")).unwrap();
+
+    let (local, _) = symbol_offset(&prog, |n| n == "local_work");
+    let mut symbolizer = Symbolizer::with_debug_dirs(vec![debug_dir]);
+    let frames = symbolizer
+        .symbolize_file(&stripped, None, &[local])
+        .unwrap();
+    assert_eq!(frames[0][0].name, "local_work");
+    assert!(frames[0][0].line.is_some());
+}
+
 #[test]
 fn offsets_outside_code_are_unknown() {
     let dir = TempDir::new().unwrap();
