@@ -127,18 +127,23 @@ pub enum ReadError {
 
 /// Reads a profile written by `write` as JSON, or folded stacks; detects which from the content.
 ///
-/// JSON is recognised by a first line that starts with `{` and is not a folded line (those end
-/// in a count). Folded input yields one thread per distinct `comm` (pid and tid 0).
+/// JSON is recognised by its start, `{` then `"` (whitespace between allowed); a folded line
+/// starts with a command name. Folded input yields one thread per distinct `comm` (pid and
+/// tid 0).
 pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
         offset: e.valid_up_to(),
     })?;
-    let first_line = text.lines().map(str::trim).find(|l| !l.is_empty());
-    match first_line {
-        Some(line) if line.starts_with('{') && !line.ends_with(|c: char| c.is_ascii_digit()) => {
-            json::read(text)
-        }
-        _ => folded::read(text),
+    let mut start = text.trim_start().chars();
+    let is_json = start.next() == Some('{')
+        && matches!(
+            start.find(|c: &char| !c.is_whitespace()),
+            None | Some('"' | '}')
+        );
+    if is_json {
+        json::read(text)
+    } else {
+        folded::read(text)
     }
 }
 
