@@ -1,0 +1,368 @@
+//! One recording: runs the sampler until the duration ends, the target exits or the caller
+//! asks to stop, tracks each process's comm and mappings from the sampler's events, unwinds
+//! every sample's user stack, counts raw stacks, and symbolizes them into a [`Profile`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use stackscope_profile::{Metadata, Profile, Thread, UnwindStats};
+use stackscope_symbols::Symbolizer;
+
+use crate::maps::ProcessMaps;
+use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
+use crate::stacks::{RawFrame, StackTable};
+use crate::target::Target;
+use crate::unwind::{UnwindEnd, Unwinder};
+
+/// What to record and when to stop.
+pub struct RecordOptions {
+    pub target: Target,
+    pub sampler: SamplerConfig,
+    /// Stop after this long; `None` runs until the target exits or `stop` is set.
+    pub duration: Option<Duration>,
+    /// Set (e.g. from a SIGINT handler) to stop and keep what was collected.
+    pub stop: Arc<AtomicBool>,
+    /// The command line shown in the profile's metadata.
+    pub command: Vec<String>,
+}
+
+/// What a recording produced.
+pub struct Recording {
+    pub profile: Profile,
+    /// The launched command's exit status, when it exited during the recording.
+    pub exit_status: Option<std::process::ExitStatus>,
+    /// True when the recording ended because `stop` was set.
+    pub interrupted: bool,
+    /// Why the recording ended early, if the sampler failed mid-run (the profile still holds
+    /// everything read before the failure).
+    pub failure: Option<SampleError>,
+}
+
+/// How often the loop wakes to check the clock, the stop flag and the target.
+const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Records until the duration ends, the target exits, or `options.stop` is set.
+pub fn record(options: RecordOptions) -> Result<Recording, SampleError> {
+    let mut sampler = Sampler::open(&options.target, &options.sampler)?;
+    let mut collector = Collector::new(&options.sampler);
+    sampler.start()?;
+    let started = Instant::now();
+    let mut interrupted = false;
+    let mut failure = None;
+    loop {
+        if let Err(e) = sampler.poll(POLL_INTERVAL, &mut |event| collector.handle(event)) {
+            failure = Some(e);
+            break;
+        }
+        if options.stop.load(Ordering::Relaxed) {
+            interrupted = true;
+            break;
+        }
+        if options.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        if sampler.target_finished() {
+            break;
+        }
+    }
+    sampler.stop();
+    if failure.is_none() {
+        // What the kernel wrote before the events were disabled is still in the buffers.
+        if let Err(e) = sampler.poll(Duration::ZERO, &mut |event| collector.handle(event)) {
+            failure = Some(e);
+        }
+    }
+    let elapsed = started.elapsed();
+    if sampler.child_pid().is_some() && sampler.exit_status().is_none() {
+        end_child(&mut sampler, interrupted);
+    }
+    let meta = Metadata {
+        source: "perf_event".into(),
+        event: "cpu-clock".into(),
+        frequency_hz: options.sampler.frequency,
+        period: options.sampler.period,
+        duration_secs: elapsed.as_secs_f64(),
+        command: options.command.clone(),
+        ..Metadata::default()
+    };
+    let kernel_excluded = sampler.kernel_excluded();
+    let profile = collector.finish(meta, &options.sampler, kernel_excluded);
+    Ok(Recording {
+        profile,
+        exit_status: sampler.exit_status(),
+        interrupted,
+        failure,
+    })
+}
+
+/// Ends a launched command that is still running when recording stops: SIGINT after Ctrl-C
+/// (when the terminal did not already deliver it), SIGTERM after the duration, SIGKILL if it
+/// has not gone two seconds later. Reaps it so its exit status is known.
+fn end_child(sampler: &mut Sampler, interrupted: bool) {
+    let first = if interrupted {
+        libc::SIGINT
+    } else {
+        libc::SIGTERM
+    };
+    for (signal, grace) in [(first, 2000), (libc::SIGKILL, 1000)] {
+        sampler.kill_child(signal);
+        let until = Instant::now() + Duration::from_millis(grace);
+        while Instant::now() < until {
+            if sampler.target_finished() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// What is known about one process.
+#[derive(Default)]
+struct Process {
+    maps: ProcessMaps,
+    /// True once the maps were read or built from events, so an unknown pid is looked up once.
+    known: bool,
+}
+
+/// Turns sampler events into counted raw stacks.
+struct Collector {
+    processes: HashMap<u32, Process>,
+    /// Thread names, by tid.
+    comms: HashMap<u32, String>,
+    unwinder: Unwinder,
+    table: StackTable,
+    stats: UnwindStats,
+    lost: u64,
+    /// Samples whose user stack broke, by the module of the last frame reached.
+    broken_in: HashMap<Arc<str>, u64>,
+    user: bool,
+    kernel: bool,
+    stack_bytes: Option<u32>,
+    addrs: Vec<u64>,
+    frames: Vec<RawFrame>,
+}
+
+impl Collector {
+    fn new(config: &SamplerConfig) -> Self {
+        Collector {
+            processes: HashMap::new(),
+            comms: HashMap::new(),
+            unwinder: Unwinder::new(),
+            table: StackTable::default(),
+            stats: UnwindStats::default(),
+            lost: 0,
+            broken_in: HashMap::new(),
+            user: config.user,
+            kernel: config.kernel,
+            stack_bytes: match config.stack_mode {
+                StackMode::Dwarf { stack_bytes } => Some(stack_bytes),
+                StackMode::FramePointer => None,
+            },
+            addrs: Vec::new(),
+            frames: Vec::new(),
+        }
+    }
+
+    fn handle(&mut self, event: Event<'_>) {
+        match event {
+            Event::Sample(sample) => self.sample(&sample),
+            Event::Mmap { pid, mapping, .. } => {
+                let process = self.processes.entry(pid).or_default();
+                process.maps.insert(mapping);
+                process.known = true;
+            }
+            Event::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+            } => {
+                if exec {
+                    let process = self.processes.entry(pid).or_default();
+                    process.maps.clear();
+                    process.known = true;
+                    self.unwinder.forget(pid);
+                }
+                self.comms.insert(tid, comm.to_string());
+            }
+            Event::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            } => {
+                if let Some(comm) = self.comms.get(&ptid).cloned() {
+                    self.comms.insert(tid, comm);
+                }
+                if pid != ppid {
+                    // A new process starts with a copy of its parent's address space.
+                    let maps = self
+                        .processes
+                        .get(&ppid)
+                        .map(|p| p.maps.clone())
+                        .unwrap_or_default();
+                    self.processes.insert(
+                        pid,
+                        Process {
+                            maps,
+                            known: true,
+                        },
+                    );
+                }
+            }
+            Event::Exit { pid, tid } => {
+                if pid == tid {
+                    self.unwinder.forget(pid);
+                }
+            }
+            Event::Lost { count } => self.lost += count,
+        }
+    }
+
+    fn sample(&mut self, sample: &SampleEvent<'_>) {
+        self.frames.clear();
+        if self.kernel {
+            for (i, &addr) in sample.kernel_stack.iter().enumerate() {
+                // Return addresses point after the call; step back into it.
+                let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
+                self.frames.push(RawFrame::Kernel(addr));
+            }
+        }
+        if self.user && sample.pid != 0 {
+            self.user_stack(sample);
+        }
+        if self.frames.is_empty() {
+            return;
+        }
+        self.table
+            .add(sample.pid, sample.tid, sample.cpu, &self.frames, 1);
+    }
+
+    fn user_stack(&mut self, sample: &SampleEvent<'_>) {
+        let pid = sample.pid;
+        let process = self.processes.entry(pid).or_default();
+        if !process.known {
+            // A process we have no events for (it raced our start): read its maps once.
+            process.maps = ProcessMaps::from_proc(pid).unwrap_or_default();
+            process.known = true;
+        }
+        let end = match (self.stack_bytes, sample.user_regs) {
+            (Some(_), Some(regs)) => Some(self.unwinder.unwind(
+                pid,
+                &process.maps,
+                regs,
+                sample.user_stack,
+                &mut self.addrs,
+            )),
+            (None, _) if !sample.user_callchain.is_empty() => {
+                self.addrs.clear();
+                for (i, &addr) in sample.user_callchain.iter().enumerate() {
+                    self.addrs
+                        .push(if i == 0 { addr } else { addr.saturating_sub(1) });
+                }
+                None
+            }
+            // A kernel thread, or a sample without user state.
+            _ => return,
+        };
+        if self.addrs.is_empty() {
+            return;
+        }
+        self.stats.user_stacks += 1;
+        match &end {
+            Some(UnwindEnd::Complete) => self.stats.complete += 1,
+            Some(UnwindEnd::Truncated) => self.stats.truncated += 1,
+            Some(UnwindEnd::Broken { module }) => {
+                let module = module.clone().unwrap_or_else(|| "[unknown]".into());
+                *self.broken_in.entry(module).or_insert(0) += 1;
+            }
+            // Frame-pointer chains from the kernel end at a null frame pointer; whether that
+            // is the true root is decided by what the stack's root frame is.
+            None => self.stats.complete += 1,
+        }
+        for &addr in &self.addrs {
+            let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
+            self.frames.push(frame);
+        }
+        if matches!(end, Some(UnwindEnd::Truncated)) {
+            self.frames.push(RawFrame::Truncated);
+        }
+    }
+
+    fn finish(self, mut meta: Metadata, config: &SamplerConfig, kernel_excluded: bool) -> Profile {
+        let mut symbolizer = Symbolizer::new();
+        let comms = self.comms;
+        let thread = |pid: u32, tid: u32| Thread {
+            pid,
+            tid,
+            comm: thread_comm(&comms, pid, tid),
+            process_name: thread_comm(&comms, pid, pid),
+        };
+        let mut hints = Vec::new();
+        let missing = self.unwinder.modules_without_unwind_info();
+        if !missing.is_empty() {
+            let names: Vec<&str> = missing.iter().map(|p| &**p).take(3).collect();
+            hints.push(format!(
+                "{} binaries have no unwind info ({}{}): build with debug info or -C force-frame-pointers=yes",
+                missing.len(),
+                names.join(", "),
+                if missing.len() > 3 { ", ..." } else { "" }
+            ));
+        }
+        if let (Some(bytes), true) = (self.stack_bytes, self.stats.truncated > 0) {
+            let share = percent(self.stats.truncated, self.stats.user_stacks);
+            if share >= 1.0 {
+                hints.push(format!(
+                    "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most 65528)"
+                ));
+            }
+        }
+        let broken: u64 = self.broken_in.values().sum();
+        if broken > 0 && percent(broken, self.stats.user_stacks) >= 1.0 {
+            let mut worst: Vec<(&Arc<str>, &u64)> = self.broken_in.iter().collect();
+            worst.sort_by(|a, b| b.1.cmp(a.1));
+            let (module, _) = worst[0];
+            hints.push(format!(
+                "{:.1}% of stacks broke off, most in {module}: it may lack unwind info, or run JIT code without a /tmp/perf-PID.map",
+                percent(broken, self.stats.user_stacks)
+            ));
+        }
+        if self.lost > 0 {
+            hints.push(format!(
+                "{} samples were lost because the ring buffer was full: lower -F or --stack-size",
+                self.lost
+            ));
+        }
+        if kernel_excluded && config.kernel {
+            hints.push(
+                "kernel stacks were not sampled: kernel.perf_event_paranoid forbids it for this user; run as root, grant CAP_PERFMON, or set kernel.perf_event_paranoid=1".into(),
+            );
+        }
+        meta.lost_samples = self.lost;
+        meta.hints = hints;
+        meta.unwind = self.stats;
+        let (profile, with_unknown) = self.table.into_profile(&mut symbolizer, meta, &thread);
+        let mut profile = profile;
+        profile.meta.unwind.with_unknown = with_unknown;
+        profile
+    }
+}
+
+fn thread_comm(comms: &HashMap<u32, String>, pid: u32, tid: u32) -> String {
+    if let Some(comm) = comms.get(&tid) {
+        return comm.clone();
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| format!("[pid {tid}]"))
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
