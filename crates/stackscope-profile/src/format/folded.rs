@@ -57,12 +57,27 @@ pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)>
                 line.push_str(INLINED_SUFFIX);
             }
         }
+        guard_trailing_number(&mut line);
         // Counts were checked to sum within u64.
         *counts.entry(line.clone()).or_default() += sample.count;
     }
     let mut lines: Vec<(String, u64)> = counts.into_iter().collect();
     lines.sort_unstable_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
     lines
+}
+
+/// A line ending in ` 12` before its count reads as a differential profile (`stack OLD NEW`)
+/// to flamegraph tools, which would drop `12` from the leaf's name; an underscore keeps it.
+fn guard_trailing_number(line: &mut String) {
+    let digits = line
+        .bytes()
+        .rev()
+        .take_while(|b| b.is_ascii_digit() || *b == b'.')
+        .count();
+    let before = line.len() - digits;
+    if digits > 0 && before > 0 && line.as_bytes()[before - 1].is_ascii_whitespace() {
+        line.replace_range(before - 1..before, "_");
+    }
 }
 
 pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
