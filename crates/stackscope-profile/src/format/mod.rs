@@ -4,7 +4,7 @@
 //!
 //! Writers take a valid profile (every index in range) and refuse an invalid one with an
 //! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
-//! [`write`] produced as JSON or folded stacks, and validates it.
+//! [`write()`] produced as JSON or folded stacks, and validates it.
 
 mod bcc;
 mod folded;
