@@ -1,0 +1,378 @@
+//! Shared by the whole-program tests: builds the workload programs in `tests/workloads/`
+//! (once per test binary), runs the real `stackscope` binary on them with a deadline, and
+//! reads and measures the profiles it writes.
+#![allow(dead_code)]
+
+use stackscope_profile::{Frame, FrameKind, Profile};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// No single stackscope run in these tests should take longer; a hang fails the test
+/// instead of stalling the suite.
+pub const DEADLINE: Duration = Duration::from_secs(90);
+
+pub fn stackscope_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_stackscope")
+}
+
+pub fn workloads_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workloads")
+}
+
+/// How each workload is built: output name, compiler, arguments before `-o OUT`.
+fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
+    const CFLAGS: [&str; 2] = ["-O2", "-g"];
+    let c = |src: &'static str, extra: &[&'static str]| {
+        let mut args: Vec<&'static str> = CFLAGS.to_vec();
+        args.extend_from_slice(extra);
+        args.push(src);
+        ("gcc", args)
+    };
+    match name {
+        "split_fp" => c("split.c", &["-fno-omit-frame-pointer"]),
+        "split_nofp" => c("split.c", &["-fomit-frame-pointer"]),
+        "threads" => c("threads.c", &["-pthread"]),
+        "libhot.so" => c("hot_lib.c", &["-shared", "-fPIC", "-fomit-frame-pointer"]),
+        "dlopen_main" => {
+            let (cc, mut args) = c("dlopen_main.c", &[]);
+            args.push("-ldl");
+            (cc, args)
+        }
+        "forker" => c("forker.c", &[]),
+        "crasher" => c("crasher.c", &[]),
+        "spin" => c("spin.c", &[]),
+        "syscalls" => c("syscalls.c", &[]),
+        // debuginfo=1 (not line-tables-only): only then do inlined subroutines carry their
+        // full path (`rust_deep::deep_helper_mix`) in DWARF.
+        "rust_deep" => (
+            "rustc",
+            vec![
+                "-C",
+                "opt-level=3",
+                "-C",
+                "debuginfo=1",
+                "-C",
+                "force-frame-pointers=no",
+                "rust_deep.rs",
+            ],
+        ),
+        other => panic!("no workload named {other}"),
+    }
+}
+
+/// Path of a built workload; builds it on first use in this test binary.
+pub fn workload(name: &str) -> PathBuf {
+    static BUILT: Mutex<Option<HashMap<String, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let built = built.get_or_insert_with(HashMap::new);
+    if let Some(path) = built.get(name) {
+        return path.clone();
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workloads");
+    std::fs::create_dir_all(&dir).expect("create workload build dir");
+    let out = dir.join(name);
+    // Build under a private name and rename, so test binaries running at the same time
+    // never execute a half-written file.
+    let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+    let (compiler, args) = recipe(name);
+    let result = Command::new(compiler)
+        .current_dir(workloads_src())
+        .args(&args)
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed?): {e}"));
+    assert!(
+        result.status.success(),
+        "building workload {name} with {compiler} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    std::fs::rename(&tmp, &out).expect("rename built workload");
+    built.insert(name.to_string(), out.clone());
+    out
+}
+
+/// A finished stackscope run.
+#[derive(Debug)]
+pub struct Run {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub wall: Duration,
+}
+
+impl Run {
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Panics with the full output unless stackscope exited 0.
+    pub fn assert_ok(&self) -> &Self {
+        assert!(
+            self.status.success(),
+            "stackscope failed: {:?}\nstderr:\n{}",
+            self.status,
+            self.stderr
+        );
+        self
+    }
+
+    /// The non-empty lines stackscope wrote to stderr.
+    pub fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .collect()
+    }
+}
+
+/// Runs stackscope with `args` in `cwd`, killing it after [`DEADLINE`].
+pub fn stackscope<I, S>(cwd: &Path, args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let mut cmd = Command::new(stackscope_bin());
+    cmd.current_dir(cwd).args(args);
+    run_with_deadline(cmd)
+}
+
+pub fn run_with_deadline(mut cmd: Command) -> Run {
+    let start = Instant::now();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn stackscope");
+    wait_output(child, start)
+}
+
+/// Waits for `child` (stdout/stderr piped) with [`DEADLINE`]; kills it and panics past it.
+pub fn wait_output(mut child: Child, start: Instant) -> Run {
+    use std::io::Read;
+    let mut out_pipe = child.stdout.take().expect("stdout piped");
+    let mut err_pipe = child.stderr.take().expect("stderr piped");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = out_pipe.read_to_end(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = err_pipe.read_to_end(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for stackscope") {
+            break status;
+        }
+        if start.elapsed() > DEADLINE {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stackscope did not finish within {DEADLINE:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let wall = start.elapsed();
+    let stdout = String::from_utf8_lossy(&out_reader.join().unwrap()).into_owned();
+    let stderr = String::from_utf8_lossy(&err_reader.join().unwrap()).into_owned();
+    Run {
+        status,
+        stdout,
+        stderr,
+        wall,
+    }
+}
+
+/// Reads a stackscope JSON profile, checking the envelope the contract fixes.
+pub fn read_json(path: &Path) -> Profile {
+    let bytes = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("profile {} was not written: {e}", path.display()));
+    let value: serde_json::Value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    assert_eq!(value["format"], "stackscope", "JSON envelope `format`");
+    assert_eq!(value["version"], 1, "JSON envelope `version`");
+    assert!(
+        value["profile"].is_object(),
+        "JSON envelope has no `profile`"
+    );
+    stackscope_profile::format::read(&bytes)
+        .unwrap_or_else(|e| panic!("{} does not read back: {e}", path.display()))
+}
+
+/// Records `command` into `dir/profile.json` with extra stackscope `options`; asserts that
+/// stackscope exited 0.
+pub fn record_json(dir: &Path, options: &[&str], command: &[&OsStr]) -> (Run, Profile) {
+    let out = dir.join("profile.json");
+    let mut args: Vec<&OsStr> = vec![OsStr::new("record"), OsStr::new("-o"), out.as_os_str()];
+    args.extend(options.iter().map(OsStr::new));
+    if !command.is_empty() {
+        args.push(OsStr::new("--"));
+        args.extend_from_slice(command);
+    }
+    let run = stackscope(dir, &args);
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
+/// Share of samples (by count) whose stack satisfies `pred`.
+pub fn share(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> f64 {
+    let total = profile.total_samples();
+    if total == 0 {
+        return 0.0;
+    }
+    let hit: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| pred(&profile.stack_frames(s.stack).collect::<Vec<_>>()))
+        .map(|s| s.count)
+        .sum();
+    hit as f64 / total as f64
+}
+
+pub fn has_frame(frames: &[&Frame], name: &str) -> bool {
+    frames.iter().any(|f| f.name == name)
+}
+
+/// Share of samples with a frame named exactly `name`.
+pub fn share_of(profile: &Profile, name: &str) -> f64 {
+    share(profile, |frames| has_frame(frames, name))
+}
+
+/// The most frequent stacks as folded lines, to explain a failed assertion.
+pub fn top_stacks(profile: &Profile, n: usize) -> String {
+    let mut counts: HashMap<String, u64> = HashMap::new();
+    for s in &profile.samples {
+        let thread = profile.thread(s.thread);
+        let mut line = format!("[{}/{} {}]", thread.pid, thread.tid, thread.comm);
+        for f in profile.stack_frames(s.stack) {
+            line.push(';');
+            line.push_str(&f.name);
+            if f.inlined {
+                line.push_str("(inl)");
+            }
+            if f.kind == FrameKind::Kernel {
+                line.push_str("_[k]");
+            }
+        }
+        *counts.entry(line).or_default() += s.count;
+    }
+    let mut lines: Vec<_> = counts.into_iter().collect();
+    lines.sort_by(|a, b| b.1.cmp(&a.1));
+    let mut text = format!(
+        "{} samples, {} unique stacks, unwind {:?}, hints {:?}; top stacks:\n",
+        profile.total_samples(),
+        profile.stacks.len(),
+        profile.meta.unwind,
+        profile.meta.hints
+    );
+    for (line, count) in lines.into_iter().take(n) {
+        let _ = writeln!(text, "  {count:6} {line}");
+    }
+    text
+}
+
+/// Asserts that the share of samples containing frame `name` is within `tolerance` of
+/// `expected`.
+pub fn assert_share(profile: &Profile, name: &str, expected: f64, tolerance: f64) {
+    let got = share_of(profile, name);
+    assert!(
+        (got - expected).abs() <= tolerance,
+        "share of samples in `{name}`: got {:.1}%, expected {:.1}% ± {:.1} points\n{}",
+        got * 100.0,
+        expected * 100.0,
+        tolerance * 100.0,
+        top_stacks(profile, 8)
+    );
+}
+
+/// Asserts that at least `min` of the samples contain frame `name`.
+pub fn assert_share_at_least(profile: &Profile, name: &str, min: f64) {
+    let got = share_of(profile, name);
+    assert!(
+        got >= min,
+        "share of samples in `{name}`: got {:.2}%, expected at least {:.2}%\n{}",
+        got * 100.0,
+        min * 100.0,
+        top_stacks(profile, 8)
+    );
+}
+
+pub fn assert_min_samples(profile: &Profile, min: u64) {
+    assert!(
+        profile.total_samples() >= min,
+        "expected at least {min} samples\n{}",
+        top_stacks(profile, 8)
+    );
+}
+
+/// One folded line: frames (including the leading `comm`) and count.
+pub fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|line| {
+            let (stack, count) = line
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("folded line without a count: {line:?}"));
+            let count: u64 = count
+                .parse()
+                .unwrap_or_else(|_| panic!("folded line with a bad count: {line:?}"));
+            (stack.split(';').map(str::to_string).collect(), count)
+        })
+        .collect()
+}
+
+/// Share of folded samples whose frames satisfy `pred`.
+pub fn folded_share(lines: &[(Vec<String>, u64)], pred: impl Fn(&[String]) -> bool) -> f64 {
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    let hit: u64 = lines.iter().filter(|l| pred(&l.0)).map(|l| l.1).sum();
+    if total == 0 {
+        0.0
+    } else {
+        hit as f64 / total as f64
+    }
+}
+
+/// A temporary directory for one test's files.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("stackscope-test")
+        .tempdir()
+        .expect("create temp dir")
+}
+
+/// A workload process started directly (not by stackscope), killed when dropped.
+pub struct Background(pub Child);
+
+impl Background {
+    pub fn spawn(cmd: &mut Command) -> Self {
+        Background(
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn workload"),
+        )
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub fn os(s: &str) -> &OsStr {
+    OsStr::new(s)
+}

@@ -1,0 +1,73 @@
+//! `stackscope record` on an optimised Rust program without frame pointers: 61 frames of
+//! recursion, leaves splitting 30/70 (perf 6.1: 30.0/69.9, main in 99.9%), and an
+//! `#[inline(always)]` helper that must show up as an inlined, demangled frame.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn deep_rust_stacks_with_inlined_demangled_frames() {
+    let dir = tempdir();
+    let prog = workload("rust_deep");
+    let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);
+
+    assert_min_samples(&profile, 500);
+    assert_share(&profile, "rust_deep::leaf_a", 0.30, 0.03);
+    assert_share(&profile, "rust_deep::leaf_b", 0.70, 0.03);
+    assert_share_at_least(&profile, "rust_deep::main", 0.99);
+
+    // The recursion is 60 calls below the first descend: 61 frames, none lost or invented.
+    let full_depth = share(&profile, |frames| {
+        frames
+            .iter()
+            .filter(|f| f.name == "rust_deep::descend")
+            .count()
+            == 61
+    });
+    assert!(
+        full_depth >= 0.99,
+        "only {:.1}% of samples hold all 61 descend frames\n{}",
+        full_depth * 100.0,
+        top_stacks(&profile, 3)
+    );
+
+    // The helper is inlined into both leaves: a frame of its own, marked inlined, just
+    // leafward of its leaf.
+    let inlined = share(&profile, |frames| {
+        frames.windows(2).any(|w| {
+            w[0].name.starts_with("rust_deep::leaf_")
+                && w[1].name == "rust_deep::deep_helper_mix"
+                && w[1].inlined
+        })
+    });
+    assert!(
+        inlined >= 0.95,
+        "rust_deep::deep_helper_mix is an inlined frame under a leaf in only {:.1}% of samples\n{}",
+        inlined * 100.0,
+        top_stacks(&profile, 5)
+    );
+    let helper = profile
+        .frames
+        .iter()
+        .find(|f| f.name == "rust_deep::deep_helper_mix")
+        .expect("helper frame");
+    assert_eq!(helper.module.as_deref(), Some("rust_deep"), "{helper:?}");
+
+    // Names are demangled, without the legacy hash suffix.
+    let mangled: Vec<&str> = profile
+        .frames
+        .iter()
+        .map(|f| f.name.as_str())
+        .filter(|n| looks_mangled(n))
+        .collect();
+    assert!(mangled.is_empty(), "mangled names: {mangled:?}");
+}
+
+fn looks_mangled(name: &str) -> bool {
+    let legacy_hash = name
+        .split("::h")
+        .skip(1)
+        .any(|rest| rest.len() >= 16 && rest[..16].chars().all(|c| c.is_ascii_hexdigit()));
+    name.starts_with("_ZN") || name.starts_with("_R") || legacy_hash
+}

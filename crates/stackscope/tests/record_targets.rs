@@ -1,0 +1,253 @@
+//! What gets sampled and where samples are attributed: threads, forked children, a library
+//! loaded after start-up, attaching by pid and tid, and one CPU of the whole system.
+//! Ground truth from perf 6.1 on the same programs: threads 33/67 by tid, forker 1/3 per
+//! process, lib_hot_function (libhot.so) in 99.9% of dlopen_main's samples.
+
+mod common;
+
+use common::*;
+use stackscope_profile::Profile;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Share of samples taken on threads satisfying `pred`.
+fn thread_share(profile: &Profile, pred: impl Fn(&stackscope_profile::Thread) -> bool) -> f64 {
+    let total = profile.total_samples() as f64;
+    let hit: u64 = profile
+        .samples
+        .iter()
+        .filter(|s| pred(profile.thread(s.thread)))
+        .map(|s| s.count)
+        .sum();
+    hit as f64 / total
+}
+
+/// Asserts every sample whose stack holds `function` was taken on a thread matching `pred`.
+fn assert_function_only_on(
+    profile: &Profile,
+    function: &str,
+    pred: impl Fn(&stackscope_profile::Thread) -> bool,
+) {
+    for s in &profile.samples {
+        let thread = profile.thread(s.thread);
+        if profile.stack_frames(s.stack).any(|f| f.name == function) {
+            assert!(
+                pred(thread),
+                "{function} sampled on the wrong thread {thread:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn threads_are_attributed_to_their_own_tid_and_comm() {
+    let dir = tempdir();
+    let prog = workload("threads");
+    let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);
+    assert_min_samples(&profile, 500);
+
+    let a = profile.threads.iter().find(|t| t.comm == "worker_a");
+    let b = profile.threads.iter().find(|t| t.comm == "worker_b");
+    let (Some(a), Some(b)) = (a, b) else {
+        panic!("no worker_a/worker_b threads: {:?}", profile.threads);
+    };
+    assert_ne!(a.tid, b.tid, "both workers on one tid");
+    assert_eq!(a.pid, b.pid, "workers in different processes");
+    assert_ne!(a.tid, a.pid, "worker_a reported as the main thread");
+    assert_eq!(a.process_name, "threads", "process name of {a:?}");
+
+    assert_function_only_on(&profile, "thread_a_work", |t| t.comm == "worker_a");
+    assert_function_only_on(&profile, "thread_b_work", |t| t.comm == "worker_b");
+    let share_a = thread_share(&profile, |t| t.tid == a.tid);
+    let share_b = thread_share(&profile, |t| t.tid == b.tid);
+    assert!(
+        (share_a - 1.0 / 3.0).abs() <= 0.03 && (share_b - 2.0 / 3.0).abs() <= 0.03,
+        "worker_a {share_a:.3}, worker_b {share_b:.3}; expected 1/3 and 2/3\n{}",
+        top_stacks(&profile, 6)
+    );
+    assert_share(&profile, "thread_a_work", 1.0 / 3.0, 0.03);
+    assert_share(&profile, "thread_b_work", 2.0 / 3.0, 0.03);
+}
+
+#[test]
+fn forked_children_are_attributed_to_their_own_pid() {
+    let dir = tempdir();
+    let prog = workload("forker");
+    let (run, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);
+    assert_min_samples(&profile, 500);
+
+    // The workload prints `parent PID`, `child1 PID`, `child2 PID`; stackscope passes the
+    // command's stdout through.
+    let pid_of = |role: &str| -> u32 {
+        run.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(role)?.trim().parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no `{role} PID` line in the command's stdout:\n{}",
+                    run.stdout
+                )
+            })
+    };
+    let (parent, one, two) = (pid_of("parent "), pid_of("child1 "), pid_of("child2 "));
+
+    assert_function_only_on(&profile, "parent_work", |t| t.pid == parent);
+    assert_function_only_on(&profile, "child_one_work", |t| t.pid == one);
+    assert_function_only_on(&profile, "child_two_work", |t| t.pid == two);
+    for (function, pid) in [
+        ("parent_work", parent),
+        ("child_one_work", one),
+        ("child_two_work", two),
+    ] {
+        assert_share(&profile, function, 1.0 / 3.0, 0.03);
+        let by_pid = thread_share(&profile, |t| t.pid == pid);
+        assert!(
+            (by_pid - 1.0 / 3.0).abs() <= 0.03,
+            "pid {pid} ({function}) has {by_pid:.3} of samples"
+        );
+    }
+    assert_share_at_least(&profile, "main", 0.99);
+}
+
+#[test]
+fn library_loaded_with_dlopen_is_named_with_its_module() {
+    let dir = tempdir();
+    let prog = workload("dlopen_main");
+    let lib = workload("libhot.so");
+    let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str(), lib.as_os_str()]);
+    assert_min_samples(&profile, 500);
+
+    let in_lib = share(&profile, |frames| {
+        frames
+            .iter()
+            .any(|f| f.name == "lib_hot_function" && f.module.as_deref() == Some("libhot.so"))
+    });
+    assert!(
+        in_lib >= 0.97,
+        "lib_hot_function (module libhot.so) in only {:.1}% of samples\n{}",
+        in_lib * 100.0,
+        top_stacks(&profile, 6)
+    );
+    // The library has no frame pointers: reaching main needs its CFI, found after dlopen.
+    assert_share_at_least(&profile, "main", 0.99);
+}
+
+#[test]
+fn attach_to_running_processes_by_pid_for_a_duration() {
+    let dir = tempdir();
+    let spin = workload("spin");
+    let first = Background::spawn(Command::new(&spin).arg("30"));
+    let second = Background::spawn(Command::new(&spin).arg("30"));
+    // Let both get past exec, so their maps name the spin binary.
+    std::thread::sleep(Duration::from_millis(300));
+    let pids = format!("{},{}", first.pid(), second.pid());
+    let start = Instant::now();
+    let (run, profile) = record_json(dir.path(), &["-p", &pids, "-d", "2"], &[]);
+    let wall = start.elapsed();
+    assert!(
+        wall < Duration::from_secs(15),
+        "-d 2 took {wall:?} to stop\n{}",
+        run.stderr
+    );
+    assert!(
+        (1.5..=5.0).contains(&profile.meta.duration_secs),
+        "duration_secs {} for -d 2",
+        profile.meta.duration_secs
+    );
+    assert_min_samples(&profile, 500);
+    for pid in [first.pid(), second.pid()] {
+        let share = thread_share(&profile, |t| t.pid == pid);
+        assert!(share >= 0.25, "pid {pid} has only {share:.3} of samples");
+    }
+    assert!(
+        profile
+            .threads
+            .iter()
+            .all(|t| t.pid == first.pid() || t.pid == second.pid()),
+        "samples from other processes: {:?}",
+        profile.threads
+    );
+    assert_share_at_least(&profile, "spin_work", 0.99);
+    assert_share_at_least(&profile, "main", 0.99);
+}
+
+/// The tid of the thread of `pid` named `comm`, once it exists.
+fn wait_for_thread(pid: u32, comm: &str) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+            for task in tasks.flatten() {
+                let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+                if name.trim() == comm {
+                    return task.file_name().to_string_lossy().parse().unwrap();
+                }
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "thread {comm} of {pid} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn attach_to_one_thread_by_tid() {
+    let dir = tempdir();
+    let prog = workload("threads");
+    // Many rounds: runs far longer than the recording; killed on drop.
+    let target = Background::spawn(Command::new(&prog).arg("100000"));
+    let tid = wait_for_thread(target.pid(), "worker_b");
+    let (_, profile) = record_json(dir.path(), &["-L", &tid.to_string(), "-d", "1"], &[]);
+
+    assert_min_samples(&profile, 200);
+    assert!(
+        profile
+            .threads
+            .iter()
+            .all(|t| t.tid == tid && t.pid == target.pid() && t.comm == "worker_b"),
+        "samples from threads other than worker_b ({tid}): {:?}",
+        profile.threads
+    );
+    assert_share_at_least(&profile, "thread_b_work", 0.99);
+}
+
+#[test]
+fn whole_system_on_one_cpu() {
+    let dir = tempdir();
+    let spin = workload("spin");
+    // Pinned to CPU 0 so the recording of CPU 0 is sure to see it.
+    let target = Background::spawn(
+        Command::new("taskset")
+            .arg("-c")
+            .arg("0")
+            .arg(&spin)
+            .arg("30"),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (_, profile) = record_json(dir.path(), &["-a", "-C", "0", "-d", "1"], &[]);
+
+    assert_min_samples(&profile, 100);
+    let off_cpu: Vec<_> = profile
+        .samples
+        .iter()
+        .filter(|s| s.cpu != Some(0))
+        .collect();
+    assert!(off_cpu.is_empty(), "samples not on CPU 0: {off_cpu:?}");
+    assert!(
+        profile.threads.iter().all(|t| t.tid != 0),
+        "idle task sampled without -I: {:?}",
+        profile.threads
+    );
+    let spin_share = thread_share(&profile, |t| t.pid == target.pid());
+    assert!(
+        spin_share >= 0.2,
+        "the spinner pinned to CPU 0 has only {spin_share:.3} of its samples\n{}",
+        top_stacks(&profile, 6)
+    );
+    let spin_work = share(&profile, |f| f.iter().any(|x| x.name == "spin_work"));
+    assert!(
+        spin_work >= 0.2,
+        "spin_work in only {spin_work:.3} of samples"
+    );
+}
