@@ -1,0 +1,359 @@
+//! What to sample — a command to launch, running processes, single threads, or the whole
+//! machine — and the process plumbing behind it: finding threads and names in `/proc`, and
+//! launching a command held before `exec` until its events are open.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use crate::sampler::SampleError;
+
+/// What to sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// Launch this command (argv[0] looked up in PATH), held before exec until the events are
+    /// open, then followed into every thread and every child it forks or execs (inherit=1).
+    Command(Vec<OsString>),
+    /// Attach to running processes: all their current threads, and (inherit) new threads/children.
+    Pids(Vec<u32>),
+    /// Only these threads (no inherit).
+    Tids(Vec<u32>),
+    /// Every process on the machine.
+    System,
+}
+
+/// Thread ids of a process, from `/proc/PID/task`.
+pub(crate) fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
+    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Ok(tids)
+}
+
+/// Every process id in `/proc`.
+pub(crate) fn all_pids() -> io::Result<Vec<u32>> {
+    let mut pids: Vec<u32> = std::fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// The name of a thread, from `/proc/PID/task/TID/comm`.
+pub(crate) fn thread_comm(pid: u32, tid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+    let name = raw.strip_suffix(b"\n").unwrap_or(&raw);
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
+/// The process a thread belongs to (`Tgid:` in `/proc/TID/status`).
+pub(crate) fn process_of(tid: u32) -> io::Result<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Tgid line"))
+}
+
+/// True while a process or thread exists and has not exited (zombies count as exited).
+pub(crate) fn is_alive(id: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{id}/stat")) else {
+        return false;
+    };
+    // The state follows the command name, which is in parentheses and may contain anything.
+    let state = stat
+        .rfind(')')
+        .and_then(|i| stat[i + 1..].trim_start().chars().next());
+    !matches!(state, None | Some('Z') | Some('X') | Some('x'))
+}
+
+/// Online CPU numbers, from `/sys/devices/system/cpu/online`.
+pub(crate) fn online_cpus() -> io::Result<Vec<u32>> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
+    parse_cpu_list(&text)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list {text:?}")))
+}
+
+/// Parses a kernel CPU list such as `0-3,6,8-9`.
+pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// Resolves argv[0] the way a shell does: as a path if it contains a slash, else through PATH.
+fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
+    let shown = name.to_string_lossy().into_owned();
+    if name.as_bytes().contains(&b'/') {
+        return Ok(PathBuf::from(name));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    let mut not_executable = None;
+    for dir in std::env::split_paths(&path) {
+        let dir = if dir.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            dir
+        };
+        let candidate = dir.join(name);
+        let Ok(meta) = std::fs::metadata(&candidate) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        if meta.permissions().mode() & 0o111 != 0 {
+            return Ok(candidate);
+        }
+        not_executable.get_or_insert(candidate);
+    }
+    match not_executable {
+        Some(p) => Err(SampleError::NotExecutable(p.display().to_string())),
+        None => Err(SampleError::CommandNotFound(shown)),
+    }
+}
+
+fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// A forked child that waits for a byte on a pipe before it execs the command. An exec failure
+/// comes back as the errno on a close-on-exec pipe, which simply closes when exec succeeds.
+#[derive(Debug)]
+pub(crate) struct HeldChild {
+    pub pid: u32,
+    command: String,
+    go: Option<OwnedFd>,
+    exec_error: Option<OwnedFd>,
+    /// Raw wait status once reaped.
+    pub status: Option<i32>,
+}
+
+impl HeldChild {
+    pub fn spawn(argv: &[OsString]) -> Result<HeldChild, SampleError> {
+        let Some(first) = argv.first() else {
+            return Err(SampleError::EmptyCommand);
+        };
+        let command = first.to_string_lossy().into_owned();
+        let path = resolve_command(first)?;
+        let launch_err = |source| SampleError::Launch {
+            command: command.clone(),
+            source,
+        };
+        // Everything the child needs is prepared here: after fork it may only make raw syscalls.
+        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| {
+            launch_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "command contains a NUL byte",
+            ))
+        })?;
+        let c_args = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                launch_err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an argument contains a NUL byte",
+                ))
+            })?;
+        let mut arg_ptrs: Vec<*const libc::c_char> = c_args.iter().map(|a| a.as_ptr()).collect();
+        arg_ptrs.push(std::ptr::null());
+
+        let (go_read, go_write) = cloexec_pipe().map_err(launch_err)?;
+        let (err_read, err_write) = cloexec_pipe().map_err(launch_err)?;
+
+        // SAFETY: the child only calls async-signal-safe functions (close, read, execv, write,
+        // _exit) on data prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(launch_err(io::Error::last_os_error()));
+        }
+        if pid == 0 {
+            // SAFETY: see above; this branch never returns.
+            unsafe {
+                libc::close(go_write.as_raw_fd());
+                libc::close(err_read.as_raw_fd());
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(
+                        go_read.as_raw_fd(),
+                        &mut byte as *mut u8 as *mut libc::c_void,
+                        1,
+                    );
+                    if n == 1 {
+                        break;
+                    }
+                    // EOF: the profiler gave up before starting us.
+                    if n == 0 || *libc::__errno_location() != libc::EINTR {
+                        libc::_exit(127);
+                    }
+                }
+                libc::execv(c_path.as_ptr(), arg_ptrs.as_ptr());
+                let errno: i32 = *libc::__errno_location();
+                libc::write(
+                    err_write.as_raw_fd(),
+                    &errno as *const i32 as *const libc::c_void,
+                    4,
+                );
+                libc::_exit(127);
+            }
+        }
+        drop(go_read);
+        drop(err_write);
+        Ok(HeldChild {
+            pid: pid as u32,
+            command,
+            go: Some(go_write),
+            exec_error: Some(err_read),
+            status: None,
+        })
+    }
+
+    /// Lets the child exec and waits until it has (or until the exec failed).
+    pub fn release(&mut self) -> Result<(), SampleError> {
+        let Some(go) = self.go.take() else {
+            return Ok(());
+        };
+        let byte = 1u8;
+        // SAFETY: writing one byte from a local to a pipe we own. If the child is already gone
+        // this fails with EPIPE, and the exec-error pipe below then reads EOF; waitpid tells.
+        unsafe { libc::write(go.as_raw_fd(), &byte as *const u8 as *const libc::c_void, 1) };
+        drop(go);
+        let Some(err) = self.exec_error.take() else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            // SAFETY: reading into the unfilled part of a local buffer.
+            let n = unsafe {
+                libc::read(
+                    err.as_raw_fd(),
+                    buf[got..].as_mut_ptr() as *mut libc::c_void,
+                    4 - got,
+                )
+            };
+            if n > 0 {
+                got += n as usize;
+            } else if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                break;
+            }
+        }
+        if got < 4 {
+            return Ok(());
+        }
+        let errno = i32::from_ne_bytes(buf);
+        self.wait(true);
+        Err(match errno {
+            libc::ENOENT => SampleError::CommandNotFound(self.command.clone()),
+            libc::EACCES => SampleError::NotExecutable(self.command.clone()),
+            _ => SampleError::Exec {
+                command: self.command.clone(),
+                source: io::Error::from_raw_os_error(errno),
+            },
+        })
+    }
+
+    /// Reaps the child if it has exited (or waits for it when `block`). True once reaped.
+    pub fn wait(&mut self, block: bool) -> bool {
+        if self.status.is_some() {
+            return true;
+        }
+        let mut status = 0;
+        loop {
+            let flags = if block { 0 } else { libc::WNOHANG };
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(self.pid as i32, &mut status, flags) };
+            if r == self.pid as i32 {
+                self.status = Some(status);
+                return true;
+            }
+            if r < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if r < 0 {
+                // ECHILD: somebody else reaped it; it is gone either way.
+                self.status.get_or_insert(0);
+                return true;
+            }
+            return false;
+        }
+    }
+
+    pub fn kill(&self, signal: i32) {
+        if self.status.is_none() {
+            // SAFETY: signalling our own, not yet reaped, child (its pid cannot be reused).
+            unsafe { libc::kill(self.pid as i32, signal) };
+        }
+    }
+}
+
+impl Drop for HeldChild {
+    fn drop(&mut self) {
+        // A child still held before exec exits when its pipe closes; reap it so no zombie stays.
+        if self.go.take().is_some() {
+            self.exec_error.take();
+            self.wait(true);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_cpu_lists() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0,2-4,7"), Some(vec![0, 2, 3, 4, 7]));
+        assert_eq!(parse_cpu_list("3-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn resolves_commands_through_path() {
+        let sh = resolve_command(OsStr::new("sh")).unwrap();
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        let err = resolve_command(OsStr::new("stackscope-no-such-command")).unwrap_err();
+        assert_eq!(
+            err.to_string()
+                .split(' ')
+                .take(4)
+                .collect::<Vec<_>>()
+                .join(" "),
+            "command not found: stackscope-no-such-command"
+        );
+    }
+
+    #[test]
+    fn own_process_is_alive_and_bogus_pid_is_not() {
+        assert!(is_alive(std::process::id()));
+        assert!(!is_alive(u32::MAX - 1));
+        let me = std::process::id();
+        assert!(threads_of(me).unwrap().contains(&me));
+        assert_eq!(process_of(me).unwrap(), me);
+    }
+}
