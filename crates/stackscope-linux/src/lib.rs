@@ -6,4 +6,7 @@
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
 
 pub mod maps;
+mod perf;
+pub mod sampler;
+pub mod target;
 pub mod unwind;
