@@ -445,7 +445,7 @@ impl<'a> Cursor<'a> {
 /// Decodes the record at byte `at` of `words` (which must start 8-aligned). None when the
 /// record is cut short or malformed.
 pub(crate) fn parse(words: &[u64], at: usize, h: Header, fmt: SampleFormat) -> Option<Record<'_>> {
-    if at % 8 != 0 || h.size < 8 {
+    if !at.is_multiple_of(8) || h.size < 8 {
         return None;
     }
     let all = words_as_bytes(words);
@@ -562,19 +562,19 @@ pub(crate) fn split_callchain(chain: &[u64]) -> (&[u64], &[u64]) {
     let mut i = 0;
     while i < chain.len() {
         let context = chain[i];
-        if context < b::PERF_CONTEXT_MAX as u64 {
+        if context < b::PERF_CONTEXT_MAX {
             // Entries before any marker: not produced by our kernels; skip them.
             i += 1;
             continue;
         }
         let start = i + 1;
         let mut end = start;
-        while end < chain.len() && chain[end] < b::PERF_CONTEXT_MAX as u64 {
+        while end < chain.len() && chain[end] < b::PERF_CONTEXT_MAX {
             end += 1;
         }
-        if context == b::PERF_CONTEXT_KERNEL as u64 {
+        if context == b::PERF_CONTEXT_KERNEL {
             kernel = &chain[start..end];
-        } else if context == b::PERF_CONTEXT_USER as u64 {
+        } else if context == b::PERF_CONTEXT_USER {
             user = &chain[start..end];
         }
         i = end;
@@ -592,8 +592,8 @@ mod tests {
 
     #[test]
     fn callchain_split_drops_markers() {
-        let k = b::PERF_CONTEXT_KERNEL as u64;
-        let u = b::PERF_CONTEXT_USER as u64;
+        let k = b::PERF_CONTEXT_KERNEL;
+        let u = b::PERF_CONTEXT_USER;
         let chain = [
             k,
             0xffff_ffff_8100_0000,
@@ -605,7 +605,8 @@ mod tests {
         let (kernel, user) = split_callchain(&chain);
         assert_eq!(kernel, &[0xffff_ffff_8100_0000, 0xffff_ffff_8100_0010]);
         assert_eq!(user, &[0x401000, 0x401100]);
-        let (kernel, user) = split_callchain(&[u, 0x401000]);
+        let only_user = [u, 0x401000];
+        let (kernel, user) = split_callchain(&only_user);
         assert!(kernel.is_empty());
         assert_eq!(user, &[0x401000]);
         assert_eq!(split_callchain(&[]), (&[][..], &[][..]));

@@ -182,10 +182,10 @@ fn permission_message(what: &str, system: bool, paranoid: Option<i32>, euid: u32
              {level}): run as root, {capability}, or run `sysctl kernel.perf_event_paranoid=2`"
         );
     }
+    // Only the ptrace-style ownership check is left at levels below 3: no sysctl lifts it.
     format!(
-        "not allowed to sample {what}: with kernel.perf_event_paranoid at {level} you may only \
-         sample your own processes; run as root, {capability}, or run \
-         `sysctl kernel.perf_event_paranoid=1`"
+        "not allowed to sample {what}: unprivileged users may only sample their own processes \
+         (kernel.perf_event_paranoid is {level}); run as root or {capability}"
     )
 }
 
