@@ -6,6 +6,7 @@
 # Usage: benches/record_vs_perf.sh        (as root; installs perf, time and inferno if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir.
 set -euo pipefail
+trap 'echo "record_vs_perf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 workloads="$root/crates/stackscope/tests/workloads"
@@ -88,7 +89,8 @@ run_one() {
 
     # stackscope: straight to a flamegraph.
     /usr/bin/time -o ss.time -f '%U %S' \
-        "$STACKSCOPE" record -F 999 -o stackscope.svg -- "${cmd[@]}" 2>ss.stderr
+        "$STACKSCOPE" record -F 999 -o stackscope.svg -- "${cmd[@]}" 2>ss.stderr ||
+        { cat ss.stderr >&2; return 1; }
     local ss_done ss_wl ss_exit ss_samples ss_main ss_cpu ss_lat
     ss_done=$(now)
     ss_wl=$(cpu_of wl.time)
