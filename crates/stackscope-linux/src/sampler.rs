@@ -890,3 +890,37 @@ fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, Samp
         wakeup_bytes: 0,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampler_can_move_to_another_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Sampler>();
+    }
+
+    #[test]
+    fn permission_messages_are_one_line_and_name_the_fix() {
+        let system = permission_message("all processes", true, Some(2), 1000);
+        assert!(system.contains("kernel.perf_event_paranoid <= 0 (it is 2)"));
+        assert!(system.contains("CAP_PERFMON"));
+        let locked = permission_message("pid 7", false, Some(3), 1000);
+        assert!(
+            locked.contains("sysctl kernel.perf_event_paranoid=2"),
+            "{locked}"
+        );
+        let other_user = permission_message("pid 1", false, Some(2), 1000);
+        assert!(other_user.starts_with("not allowed to sample pid 1"));
+        assert!(
+            !other_user.contains("sysctl"),
+            "no sysctl lifts the ownership check"
+        );
+        let root = permission_message("pid 1", false, Some(2), 0);
+        assert!(root.contains("even as root"));
+        for m in [system, locked, other_user, root] {
+            assert!(!m.contains('\n'));
+        }
+    }
+}

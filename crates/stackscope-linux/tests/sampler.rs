@@ -14,6 +14,7 @@ use stackscope_linux::sampler::{Event, SampleError, Sampler, SamplerConfig, Stac
 use stackscope_linux::target::Target;
 
 const BUSY_C: &str = r#"
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
@@ -31,6 +32,19 @@ __attribute__((noinline)) static void spin_for(double seconds) {
     } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
 }
 
+/* Burns `seconds` of CPU time mostly inside the kernel, copying zeroes out of /dev/zero. */
+__attribute__((noinline)) static void read_zeroes_for(double seconds) {
+    static char buf[1 << 16];
+    int fd = open("/dev/zero", O_RDONLY);
+    struct timespec start, now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &start);
+    do {
+        for (int i = 0; i < 16; i++) sink += read(fd, buf, sizeof buf);
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    } while ((now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9 < seconds);
+    close(fd);
+}
+
 static void *worker(void *arg) {
     (void)arg;
     for (;;) spin_for(1.0);
@@ -46,6 +60,10 @@ int main(int argc, char **argv) {
         pthread_t t;
         pthread_create(&t, 0, worker, 0);
         for (;;) spin_for(1.0);
+    }
+    if (strcmp(mode, "syscalls") == 0) {
+        read_zeroes_for(0.3);
+        return 0;
     }
     if (strcmp(mode, "fork") == 0) {
         /* The child outlives its parent. */
@@ -624,4 +642,57 @@ fn small_ring_buffers_wrap_without_corrupting_records() {
             assert!(pair[0].time <= pair[1].time, "{pair:?}");
         }
     }
+}
+
+#[test]
+fn kernel_samples_carry_kernel_stacks_and_user_registers() {
+    let (_dir, exe) = build_busy();
+    let mut sampler = launch(&exe, &["syscalls"], DWARF);
+    assert!(!sampler.kernel_excluded(), "run as root for this test");
+    let seen = run(&mut sampler, |s, _| s.target_finished());
+    let kernel: Vec<&Sample> = seen.samples.iter().filter(|s| !s.in_user).collect();
+    assert!(
+        kernel.len() * 2 > seen.samples.len(),
+        "{} of {} samples in the kernel",
+        kernel.len(),
+        seen.samples.len()
+    );
+    // In the kernel on behalf of the process: kernel frames, plus the user registers and
+    // stack at the system call, which is what user unwinding starts from.
+    assert!(kernel.iter().all(|s| s.kernel_len > 0));
+    assert!(kernel.iter().all(|s| s.regs.is_some() && s.stack_len > 0));
+}
+
+#[test]
+fn attaching_to_a_process_follows_all_its_threads() {
+    let (_dir, exe) = build_busy();
+    let busy = spawn_busy(&exe, "threads");
+    let pid = busy.0.id();
+    let mut sampler = Sampler::open(&Target::Pids(vec![pid]), &config(DWARF)).unwrap();
+    sampler.start().unwrap();
+    let seen = run(&mut sampler, |_, seen| {
+        let tids: std::collections::HashSet<u32> = seen.samples_of(pid).map(|s| s.tid).collect();
+        tids.len() >= 2 && seen.samples.len() >= 30
+    });
+    assert!(seen.samples.iter().all(|s| s.pid == pid));
+    let named: std::collections::HashSet<u32> = seen
+        .comms
+        .iter()
+        .filter(|(p, ..)| *p == pid)
+        .map(|(_, t, ..)| *t)
+        .collect();
+    assert!(seen.samples.iter().all(|s| named.contains(&s.tid)));
+}
+
+#[test]
+fn dropping_an_unstarted_sampler_reaps_the_held_child() {
+    let (_dir, exe) = build_busy();
+    let sampler = Sampler::open(&Target::Command(vec![exe.into()]), &config(DWARF)).unwrap();
+    let pid = sampler.child_pid().unwrap();
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    drop(sampler);
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "child {pid} left behind"
+    );
 }
