@@ -265,7 +265,7 @@ pub fn top_stacks(profile: &Profile, n: usize) -> String {
         *counts.entry(line).or_default() += s.count;
     }
     let mut lines: Vec<_> = counts.into_iter().collect();
-    lines.sort_by(|a, b| b.1.cmp(&a.1));
+    lines.sort_by_key(|l| std::cmp::Reverse(l.1));
     let mut text = format!(
         "{} samples, {} unique stacks, unwind {:?}, hints {:?}; top stacks:\n",
         profile.total_samples(),
