@@ -323,9 +323,14 @@ impl Sampler {
             }
             Target::Pids(pids) => {
                 for &pid in pids {
-                    sampler.attach_process(pid, &cpus)?;
+                    // A thread id names its whole process, as with `perf record -p`.
+                    let pid =
+                        target::process_of(pid).map_err(|_| SampleError::NoSuchProcess(pid))?;
+                    if !sampler.watched.contains(&pid) {
+                        sampler.attach_process(pid, &cpus)?;
+                        sampler.watched.push(pid);
+                    }
                 }
-                sampler.watched = pids.clone();
             }
             Target::Tids(tids) => {
                 for &tid in tids {

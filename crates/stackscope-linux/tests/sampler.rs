@@ -267,6 +267,14 @@ fn launched_command_is_sampled_with_its_mappings_and_exit() {
         "no libc mmap: {:?}",
         seen.mmaps
     );
+    // The kernel reports the GNU build-id of mapped files (Linux 5.12+); it must be the
+    // binary's own.
+    let data = std::fs::read(&exe).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let expected = object::Object::build_id(&elf)
+        .unwrap()
+        .expect("gcc adds a build-id");
+    assert_eq!(binary.build_id.as_deref(), Some(expected));
     assert!(
         seen.comms
             .iter()
