@@ -40,6 +40,7 @@ fn assert_one_line_error(run: &Run, words: &[&str]) {
 
 #[test]
 fn missing_command_is_a_one_line_error_and_writes_nothing() {
+    let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out.svg");
     for missing in ["/nonexistent/missing-program", "stackscope-no-such-command"] {
@@ -60,6 +61,7 @@ fn missing_command_is_a_one_line_error_and_writes_nothing() {
 
 #[test]
 fn nonexistent_pid_is_a_clear_error() {
+    let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out.json");
     // Above any pid_max the kernel allows.
@@ -88,6 +90,7 @@ fn nonexistent_pid_is_a_clear_error() {
 
 #[test]
 fn corrupt_report_input_is_a_clear_error() {
+    let _serial = serial();
     let dir = tempdir();
     let d = dir.path();
     let cases: [(&str, &[u8]); 4] = [
@@ -125,6 +128,7 @@ fn corrupt_report_input_is_a_clear_error() {
 
 #[test]
 fn command_exit_code_is_passed_through() {
+    let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out.json");
     let run = stackscope(
@@ -144,6 +148,7 @@ fn command_exit_code_is_passed_through() {
 
 #[test]
 fn crashing_target_still_gives_a_profile_and_exit_139() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("crasher");
     let out = dir.path().join("profile.json");
@@ -171,6 +176,7 @@ fn crashing_target_still_gives_a_profile_and_exit_139() {
 
 #[test]
 fn ctrl_c_writes_the_profile_taken_so_far() {
+    let _serial = serial();
     let dir = tempdir();
     let spin = workload("spin");
     let out = dir.path().join("profile.json");
@@ -250,6 +256,7 @@ impl Drop for Paranoid {
 
 #[test]
 fn unprivileged_whole_system_names_perf_event_paranoid() {
+    let _serial = serial();
     let dir = tempdir();
     // The unprivileged user must reach the binary and the output directory.
     std::fs::set_permissions(

@@ -9,6 +9,7 @@ use stackscope_profile::FrameKind;
 
 #[test]
 fn user_and_kernel_frames_join_into_one_stack() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("syscalls");
     let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);
@@ -54,6 +55,7 @@ fn user_and_kernel_frames_join_into_one_stack() {
 
 #[test]
 fn user_stacks_only_has_no_kernel_frames() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("syscalls");
     let (_, profile) = record_json(dir.path(), &["-U"], &[prog.as_os_str()]);
@@ -72,6 +74,7 @@ fn user_stacks_only_has_no_kernel_frames() {
 
 #[test]
 fn kernel_stacks_only_has_no_user_frames() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("syscalls");
     let (_, profile) = record_json(dir.path(), &["-K"], &[prog.as_os_str()]);
@@ -89,6 +92,7 @@ fn kernel_stacks_only_has_no_user_frames() {
 
 #[test]
 fn folded_delimiter_and_kernel_annotation() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("syscalls");
     let out = dir.path().join("profile.folded");

@@ -8,6 +8,7 @@ use common::*;
 
 #[test]
 fn deep_rust_stacks_with_inlined_demangled_frames() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("rust_deep");
     let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);

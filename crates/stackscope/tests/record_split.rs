@@ -8,6 +8,7 @@ use common::*;
 
 #[test]
 fn dwarf_unwinding_without_frame_pointers_gives_the_split_and_whole_stacks() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
     let (_, profile) = record_json(dir.path(), &["-F", "999"], &[prog.as_os_str()]);
@@ -56,6 +57,7 @@ fn dwarf_unwinding_without_frame_pointers_gives_the_split_and_whole_stacks() {
 
 #[test]
 fn frame_pointer_unwinding_reaches_main_on_the_frame_pointer_build() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_fp");
     let (_, profile) = record_json(dir.path(), &["--unwind", "fp"], &[prog.as_os_str()]);
@@ -67,6 +69,7 @@ fn frame_pointer_unwinding_reaches_main_on_the_frame_pointer_build() {
 
 #[test]
 fn folded_output_by_format_flag() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
     let out = dir.path().join("profile.out");
@@ -108,6 +111,7 @@ fn folded_output_by_format_flag() {
 
 #[test]
 fn bcc_text_output_by_txt_extension() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
     let out = dir.path().join("profile.txt");
@@ -175,6 +179,7 @@ fn svg_percent(svg: &str, name: &str) -> f64 {
 
 #[test]
 fn svg_flamegraph_is_the_default_output() {
+    let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
     let run = stackscope(dir.path(), [os("record"), os("--"), prog.as_os_str()]);
@@ -215,6 +220,7 @@ fn sorted_lines(path: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn report_round_trips_json_and_folded() {
+    let _serial = serial();
     let dir = tempdir();
     let d = dir.path();
     let prog = workload("split_nofp");

@@ -340,6 +340,14 @@ pub fn folded_share(lines: &[(Vec<String>, u64)], pred: impl Fn(&[String]) -> bo
     }
 }
 
+/// Held for the whole of each test: the tests of one binary run one at a time, so sample
+/// counts, attach windows and CPU 0's load do not depend on what the other tests are doing
+/// on a small machine.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A temporary directory for one test's files.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
