@@ -704,3 +704,24 @@ fn dropping_an_unstarted_sampler_reaps_the_held_child() {
         "child {pid} left behind"
     );
 }
+
+#[test]
+fn oversized_stack_copies_are_clamped_and_zero_means_registers_only() {
+    let (_dir, exe) = build_busy();
+    for (asked, most) in [(100_000u32, 65528usize), (0, 0)] {
+        let cfg = config(StackMode::Dwarf { stack_bytes: asked });
+        let mut sampler = Sampler::open(&Target::Command(vec![exe.clone().into()]), &cfg).unwrap();
+        sampler.start().unwrap();
+        let seen = run(&mut sampler, |s, _| s.target_finished());
+        let user: Vec<&Sample> = seen.samples.iter().filter(|s| s.in_user).collect();
+        assert!(
+            user.len() >= 50,
+            "asked {asked}: {} user samples",
+            user.len()
+        );
+        assert!(user.iter().all(|s| s.regs.is_some() && s.stack_len <= most));
+        if most > 0 {
+            assert!(user.iter().any(|s| s.stack_len > 8192), "asked {asked}");
+        }
+    }
+}
