@@ -7,6 +7,8 @@
 
 pub mod maps;
 mod perf;
+pub mod record;
 pub mod sampler;
+mod stacks;
 pub mod target;
 pub mod unwind;

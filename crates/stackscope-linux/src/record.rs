@@ -203,13 +203,7 @@ impl Collector {
                         .get(&ppid)
                         .map(|p| p.maps.clone())
                         .unwrap_or_default();
-                    self.processes.insert(
-                        pid,
-                        Process {
-                            maps,
-                            known: true,
-                        },
-                    );
+                    self.processes.insert(pid, Process { maps, known: true });
                 }
             }
             Event::Exit { pid, tid } => {
@@ -252,7 +246,11 @@ impl Collector {
             (Some(_), Some(regs)) => Some(self.unwinder.unwind(
                 pid,
                 &process.maps,
-                regs,
+                crate::unwind::UserRegs {
+                    ip: regs.ip,
+                    sp: regs.sp,
+                    bp: regs.bp,
+                },
                 sample.user_stack,
                 &mut self.addrs,
             )),

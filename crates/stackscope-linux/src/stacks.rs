@@ -97,10 +97,6 @@ impl StackTable {
         *self.counts.entry(key).or_insert(0) += count;
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
-    }
-
     /// Symbolizes every unique address once and builds the profile. `thread` names a
     /// (pid, tid) pair. Returns the profile and the number of samples whose user part holds an
     /// unknown frame.

@@ -1,0 +1,180 @@
+//! Every flag, defined once; `--help` is generated from these definitions.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser)]
+#[command(
+    name = "stackscope",
+    version,
+    about = "A sampling CPU profiler: whole call stacks of any process, as flamegraphs and the files other tools read",
+    long_about = "A sampling CPU profiler: whole call stacks of any process, as flamegraphs and the files other tools read.\n\n\
+        stackscope samples call stacks with perf_event_open on the cpu-clock event, unwinds user \
+        stacks with DWARF unwind info (so binaries without frame pointers, like Rust release \
+        builds, still give whole stacks), names every frame (inlined functions included), and \
+        writes a flamegraph SVG, folded stacks, bcc profile text or its own JSON.",
+    after_help = "Examples:\n  \
+        stackscope record -o flame.svg -- ./target/release/myprog arg1\n  \
+        stackscope record -p 1234 -d 10 -o out.folded\n  \
+        stackscope record -a -C 1 -o cpu1.svg          # whole system, one CPU, until Ctrl-C\n  \
+        stackscope report profile.json -o flame.svg"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Sample call stacks of a command, processes, threads or the whole system.
+    #[command(after_help = "Examples:\n  \
+        stackscope record -o flame.svg -- ./target/release/myprog arg1 arg2\n  \
+        stackscope record -F 999 -o out.folded -- ./prog\n  \
+        stackscope record -p 1234,5678 -d 10 -o out.svg\n  \
+        stackscope record -L 4321 -o thread.txt --format bcc\n  \
+        stackscope record -a -C 1 -o cpu1.svg\n\n\
+        Recording stops when the duration ends, when the target exits, or at Ctrl-C; in every \
+        case the profile collected so far is written. With a launched command, stackscope \
+        exits with the command's exit code.\n\n\
+        Without root: profiling your own processes needs kernel.perf_event_paranoid <= 2 \
+        (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep).")]
+    Record(RecordArgs),
+    /// Re-render a saved profile (stackscope JSON or folded stacks) into another format.
+    #[command(after_help = "Examples:\n  \
+        stackscope report profile.json -o flame.svg\n  \
+        stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
+    Report(ReportArgs),
+}
+
+#[derive(Args)]
+pub struct OutputArgs {
+    /// Where to write the profile; `-` for standard output. Default: flame.svg, or
+    /// stackscope.<ext> for the chosen --format.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Output format. Default: from the --output extension (.svg, .folded, .txt = bcc,
+    /// .json), else svg.
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+
+    /// Put a delimiter between user and kernel frames (`-` in folded, `--` in bcc text), as
+    /// bcc profile's -d does.
+    #[arg(long)]
+    pub delimited: bool,
+
+    /// Append `_[k]` to kernel frame names in folded output, as bcc profile's -a does.
+    #[arg(long)]
+    pub annotate_kernel: bool,
+
+    /// Title of the flamegraph.
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum FormatArg {
+    /// Flamegraph SVG (interactive in a browser).
+    Svg,
+    /// Folded stacks, one line per stack: `comm;root;...;leaf COUNT` (bcc profile -f, inferno).
+    Folded,
+    /// bcc profile's default text: each stack leaf first, `- comm (pid)`, then the count.
+    Bcc,
+    /// stackscope's lossless JSON, which `stackscope report` reads back.
+    Json,
+}
+
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Profile these processes (comma-separated pids), with all their threads and children.
+    #[arg(short, long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "all_cpus"])]
+    pub pid: Vec<u32>,
+
+    /// Profile only these threads (comma-separated tids).
+    #[arg(
+        short = 'L',
+        long,
+        value_name = "TIDS",
+        value_delimiter = ',',
+        conflicts_with = "all_cpus"
+    )]
+    pub tid: Vec<u32>,
+
+    /// Profile the whole system (every process on every CPU).
+    #[arg(short, long)]
+    pub all_cpus: bool,
+
+    /// With -a: only this CPU.
+    #[arg(short = 'C', long, value_name = "CPU")]
+    pub cpu: Option<u32>,
+
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long, value_name = "HZ", conflicts_with = "count")]
+    pub frequency: Option<u64>,
+
+    /// Sample every COUNT nanoseconds of CPU time instead of at a frequency.
+    #[arg(short = 'c', long, value_name = "COUNT")]
+    pub count: Option<u64>,
+
+    /// Stop after this many seconds (fractions allowed).
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// Keep only user-space stacks.
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Keep only kernel stacks.
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Keep samples of the idle task (pid 0), dropped by default.
+    #[arg(short = 'I', long)]
+    pub include_idle: bool,
+
+    /// How to unwind user stacks: `dwarf` copies stack memory and unwinds with the binaries'
+    /// unwind tables (whole stacks without frame pointers); `fp` follows frame pointers in the
+    /// kernel (cheaper; breaks on code built without them).
+    #[arg(long, value_enum, default_value = "dwarf")]
+    pub unwind: UnwindArg,
+
+    /// Bytes of user stack copied per sample for `--unwind dwarf` (multiple of 8, at most
+    /// 65528). Deeper stacks are cut short and marked `[truncated]`.
+    #[arg(long, value_name = "BYTES", default_value_t = 32768)]
+    pub stack_size: u32,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+
+    /// The command to launch and profile, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum UnwindArg {
+    Dwarf,
+    Fp,
+}
+
+#[derive(Args)]
+pub struct ReportArgs {
+    /// The saved profile: stackscope JSON or folded stacks.
+    pub input: PathBuf,
+
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+}

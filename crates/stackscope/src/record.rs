@@ -1,0 +1,164 @@
+//! `stackscope record`: sample, then write the profile and a short summary.
+
+use std::os::unix::process::ExitStatusExt;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use stackscope_linux::record::{record, RecordOptions};
+use stackscope_linux::sampler::{SamplerConfig, StackMode};
+use stackscope_linux::target::Target;
+use stackscope_profile::format;
+
+use crate::cli::{RecordArgs, UnwindArg};
+use crate::output::Output;
+
+/// The frequency bcc profile and perf users expect from a CPU profiler: odd, so sampling does
+/// not run in lockstep with timers.
+const DEFAULT_FREQUENCY: u64 = 999;
+
+pub fn run(args: RecordArgs) -> Result<i32> {
+    let target = target(&args)?;
+    if args.cpu.is_some() && !args.all_cpus {
+        bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");
+    }
+    if args.stack_size % 8 != 0 || args.stack_size == 0 || args.stack_size > 65528 {
+        bail!(
+            "--stack-size {} is invalid: it must be a multiple of 8 between 8 and 65528",
+            args.stack_size
+        );
+    }
+    if args.frequency == Some(0) || args.count == Some(0) {
+        bail!("-F and -c must be greater than zero");
+    }
+    if let Some(d) = args.duration {
+        if !(d > 0.0 && d.is_finite()) {
+            bail!("-d/--duration must be a positive number of seconds, not {d}");
+        }
+    }
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let what = match &target {
+        Target::Command(_) => command.join(" "),
+        Target::Pids(p) => format!("pid {}", join(p)),
+        Target::Tids(t) => format!("tid {}", join(t)),
+        Target::System => match args.cpu {
+            Some(cpu) => format!("the whole system, CPU {cpu}"),
+            None => "the whole system".to_string(),
+        },
+    };
+    let output = Output::from_args(&args.output, format!("stackscope: {what}"));
+    output.check_writable()?;
+
+    let period = args.count;
+    let frequency = match period {
+        Some(_) => None,
+        None => Some(args.frequency.unwrap_or(DEFAULT_FREQUENCY)),
+    };
+    let config = SamplerConfig {
+        cpu: args.cpu,
+        frequency,
+        period,
+        user: !args.kernel_stacks_only,
+        kernel: !args.user_stacks_only,
+        stack_mode: match args.unwind {
+            UnwindArg::Dwarf if !args.kernel_stacks_only => StackMode::Dwarf {
+                stack_bytes: args.stack_size,
+            },
+            _ => StackMode::FramePointer,
+        },
+        include_idle: args.include_idle,
+        buffer_pages: 0,
+    };
+
+    // Ctrl-C (and SIGTERM) stop the recording; a second one ends stackscope at once.
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+
+    let rate = match (frequency, period) {
+        (Some(hz), _) => format!("{hz} Hz"),
+        (None, Some(p)) => format!("every {p} ns of CPU time"),
+        _ => unreachable!("either a frequency or a period is set"),
+    };
+    let until = match args.duration {
+        Some(d) => format!("for {d} s"),
+        None if matches!(target, Target::Command(_)) => "until it exits".to_string(),
+        None => "until Ctrl-C".to_string(),
+    };
+    eprintln!("stackscope: sampling {what} at {rate} {until}");
+
+    let recording = record(RecordOptions {
+        target,
+        sampler: config,
+        duration: args.duration.map(Duration::from_secs_f64),
+        stop,
+        command: command.clone(),
+    })?;
+
+    if let Some(e) = &recording.failure {
+        eprintln!("stackscope: sampling stopped early: {e}");
+    }
+    let profile = recording.profile;
+    let exit_code = recording.exit_status.map(|status| match status.code() {
+        Some(code) => code,
+        None => 128 + status.signal().unwrap_or(0),
+    });
+    if let Some(status) = recording.exit_status {
+        if let Some(signal) = status.signal() {
+            eprintln!(
+                "stackscope: {} was killed by signal {signal}",
+                command.first().map(String::as_str).unwrap_or("the command")
+            );
+        }
+    }
+    eprint!("{}", format::summary(&profile));
+    if profile.samples.is_empty() {
+        eprintln!(
+            "stackscope: no samples were collected (the target ran for less than one sampling period, or slept the whole time); {} not written",
+            output.path.display()
+        );
+        return Ok(exit_code.unwrap_or(1));
+    }
+    output.write(&profile)?;
+    if !output.is_stdout() {
+        eprintln!("stackscope: wrote {}", output.path.display());
+    }
+    Ok(exit_code.unwrap_or(0))
+}
+
+fn target(args: &RecordArgs) -> Result<Target> {
+    let chosen = [
+        !args.command.is_empty(),
+        !args.pid.is_empty(),
+        !args.tid.is_empty(),
+        args.all_cpus,
+    ]
+    .iter()
+    .filter(|&&b| b)
+    .count();
+    if chosen > 1 {
+        bail!("give one target: a command after --, -p PIDS, -L TIDS, or -a");
+    }
+    Ok(if !args.command.is_empty() {
+        Target::Command(args.command.clone())
+    } else if !args.pid.is_empty() {
+        Target::Pids(args.pid.clone())
+    } else if !args.tid.is_empty() {
+        Target::Tids(args.tid.clone())
+    } else if args.all_cpus {
+        Target::System
+    } else {
+        bail!("nothing to profile: give a command after --, -p PIDS, -L TIDS, or -a for the whole system (see stackscope record --help)")
+    })
+}
+
+fn join(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+}
