@@ -6,6 +6,8 @@
 //! parsed unwind sections of every file seen, shared between processes.
 
 mod module;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;

@@ -112,8 +112,7 @@ impl ModuleFile {
                 continue;
             };
             while let Ok(Some(note)) = notes.next() {
-                if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID
-                {
+                if note.name() == elf::ELF_NOTE_GNU && note.n_type(endian) == elf::NT_GNU_BUILD_ID {
                     build_id = Some(note.desc().to_vec());
                 }
             }
