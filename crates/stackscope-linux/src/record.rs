@@ -246,11 +246,7 @@ impl Collector {
             (Some(_), Some(regs)) => Some(self.unwinder.unwind(
                 pid,
                 &process.maps,
-                crate::unwind::UserRegs {
-                    ip: regs.ip,
-                    sp: regs.sp,
-                    bp: regs.bp,
-                },
+                regs,
                 sample.user_stack,
                 &mut self.addrs,
             )),

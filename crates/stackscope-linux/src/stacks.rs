@@ -135,9 +135,7 @@ impl StackTable {
         }
         let mut profile = builder.finish();
         // A stable order makes outputs reproducible run to run.
-        profile
-            .samples
-            .sort_by(|a, b| (a.thread, a.stack, a.cpu).cmp(&(b.thread, b.stack, b.cpu)));
+        profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
         (profile, with_unknown)
     }
 }

@@ -24,13 +24,7 @@ use module::ModuleFile;
 /// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;
 
-/// The user registers the unwinder starts from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
+pub use crate::sampler::UserRegs;
 
 /// How one unwind ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

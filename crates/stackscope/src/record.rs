@@ -23,7 +23,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if args.cpu.is_some() && !args.all_cpus {
         bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");
     }
-    if args.stack_size % 8 != 0 || args.stack_size == 0 || args.stack_size > 65528 {
+    if !args.stack_size.is_multiple_of(8) || args.stack_size == 0 || args.stack_size > 65528 {
         bail!(
             "--stack-size {} is invalid: it must be a multiple of 8 between 8 and 65528",
             args.stack_size
