@@ -18,7 +18,7 @@ echo "building stackscope (release)..."
 cargo build --release -p stackscope --quiet
 bin="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
 
-out_dir="$root/target/demo"
+out_dir="${CARGO_TARGET_DIR:-$root/target}/demo"
 mkdir -p "$out_dir"
 gcc -O2 -g -fomit-frame-pointer crates/stackscope/tests/workloads/split.c -o "$out_dir/split"
 
