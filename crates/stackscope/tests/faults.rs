@@ -16,7 +16,7 @@ fn assert_one_line_error(run: &Run, words: &[&str]) {
     assert_eq!(
         lines.len(),
         1,
-        "expected one stderr line, got:\n{}",
+        "expected the error line alone on stderr (nothing announced before failing), got:\n{}",
         run.stderr
     );
     assert!(
