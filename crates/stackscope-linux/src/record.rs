@@ -43,11 +43,14 @@ pub struct Recording {
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-/// Records until the duration ends, the target exits, or `options.stop` is set.
-pub fn record(options: RecordOptions) -> Result<Recording, SampleError> {
+/// Records until the duration ends, the target exits, or `options.stop` is set. `on_start`
+/// runs once sampling has begun (the target exists and the events are enabled), so the caller
+/// announces nothing for a target that failed to start.
+pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recording, SampleError> {
     let mut sampler = Sampler::open(&options.target, &options.sampler)?;
     let mut collector = Collector::new(&options.sampler);
     sampler.start()?;
+    on_start();
     let started = Instant::now();
     let mut interrupted = false;
     let mut failure = None;
@@ -272,9 +275,9 @@ impl Collector {
                 let module = module.clone().unwrap_or_else(|| "[unknown]".into());
                 *self.broken_in.entry(module).or_insert(0) += 1;
             }
-            // Frame-pointer chains from the kernel end at a null frame pointer; whether that
-            // is the true root is decided by what the stack's root frame is.
-            None => self.stats.complete += 1,
+            // A frame-pointer chain from the kernel ends wherever the chain does; whether that
+            // is the true root is judged from its outermost frame once symbols are known.
+            None => {}
         }
         for &addr in &self.addrs {
             let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
@@ -337,9 +340,19 @@ impl Collector {
         meta.lost_samples = self.lost;
         meta.hints = hints;
         meta.unwind = self.stats;
-        let (profile, with_unknown) = self.table.into_profile(&mut symbolizer, meta, &thread);
-        let mut profile = profile;
-        profile.meta.unwind.with_unknown = with_unknown;
+        let frame_pointers = self.stack_bytes.is_none();
+        let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
+        profile.meta.unwind.with_unknown = tally.with_unknown;
+        if frame_pointers {
+            let unwind = &mut profile.meta.unwind;
+            unwind.complete = tally.rooted;
+            let broken = percent(unwind.user_stacks - unwind.complete, unwind.user_stacks);
+            if broken >= 10.0 {
+                profile.meta.hints.push(format!(
+                    "{broken:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
+                ));
+            }
+        }
         profile
     }
 }

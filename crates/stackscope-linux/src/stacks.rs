@@ -98,17 +98,16 @@ impl StackTable {
     }
 
     /// Symbolizes every unique address once and builds the profile. `thread` names a
-    /// (pid, tid) pair. Returns the profile and the number of samples whose user part holds an
-    /// unknown frame.
+    /// (pid, tid) pair.
     pub fn into_profile(
         self,
         symbolizer: &mut Symbolizer,
         meta: Metadata,
         thread: &dyn Fn(u32, u32) -> Thread,
-    ) -> (Profile, u64) {
+    ) -> (Profile, Tally) {
         let names = Names::resolve(&self, symbolizer);
         let mut builder = ProfileBuilder::new(meta);
-        let mut with_unknown = 0;
+        let mut tally = Tally::default();
         let mut chain: Vec<FrameId> = Vec::new();
         let mut threads: HashMap<(u32, u32), u32> = HashMap::new();
         for (key, count) in &self.counts {
@@ -116,16 +115,21 @@ impl StackTable {
             let mut unknown_user = false;
             // Root first: walk the leaf-first raw frames backwards; one address may expand to
             // several frames (inlined functions), already outermost first.
+            let mut outermost_user = None;
             for raw in key.frames.iter().rev() {
                 for frame in names.frames(raw) {
-                    if frame.kind == FrameKind::User && frame.name == UNKNOWN {
-                        unknown_user = true;
+                    if frame.kind == FrameKind::User {
+                        unknown_user |= frame.name == UNKNOWN;
+                        outermost_user.get_or_insert(frame.name.as_str());
                     }
                     chain.push(builder.frame(frame.clone()));
                 }
             }
             if unknown_user {
-                with_unknown += count;
+                tally.with_unknown += count;
+            }
+            if outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name)) {
+                tally.rooted += count;
             }
             let stack = builder.stack(&chain);
             let tid = *threads
@@ -136,9 +140,32 @@ impl StackTable {
         let mut profile = builder.finish();
         // A stable order makes outputs reproducible run to run.
         profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
-        (profile, with_unknown)
+        (profile, tally)
     }
 }
+
+/// Figures about the user stacks that only symbols can tell.
+#[derive(Debug, Default)]
+pub struct Tally {
+    /// Samples whose user part holds a frame with no name.
+    pub with_unknown: u64,
+    /// Samples whose outermost user frame is where threads begin (one of [`ENTRY_POINTS`]).
+    pub rooted: u64,
+}
+
+/// Functions every stack of a process or thread starts in: glibc's program and thread
+/// entries. A frame-pointer chain that ends elsewhere was cut short.
+const ENTRY_POINTS: &[&str] = &[
+    "_start",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
 
 const UNKNOWN: &str = "[unknown]";
 

@@ -92,15 +92,16 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         None if matches!(target, Target::Command(_)) => "until it exits".to_string(),
         None => "until Ctrl-C".to_string(),
     };
-    eprintln!("stackscope: sampling {what} at {rate} {until}");
-
-    let recording = record(RecordOptions {
-        target,
-        sampler: config,
-        duration: args.duration.map(Duration::from_secs_f64),
-        stop,
-        command: command.clone(),
-    })?;
+    let recording = record(
+        RecordOptions {
+            target,
+            sampler: config,
+            duration: args.duration.map(Duration::from_secs_f64),
+            stop,
+            command: command.clone(),
+        },
+        || eprintln!("stackscope: sampling {what} at {rate} {until}"),
+    )?;
 
     if let Some(e) = &recording.failure {
         eprintln!("stackscope: sampling stopped early: {e}");
