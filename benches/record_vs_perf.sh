@@ -4,7 +4,9 @@
 # from the machine, and the time from the target's exit to a written flamegraph.
 #
 # Usage: benches/record_vs_perf.sh        (as root; installs perf, time and inferno if missing)
-# Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir.
+# Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
+#        RUNS=N rounds per workload (default 3): single timings on a shared machine are noise,
+#        so compare the per-round ratios, not one absolute figure.
 set -euo pipefail
 trap 'echo "record_vs_perf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -112,5 +114,7 @@ run_one() {
 
 echo "workload CPU baseline is an unprofiled run; extra CPU = profiler + post-processing + workload slowdown"
 row workload tool samples "main%" "extra_cpu" "exit→svg" "cpu_ratio" "lat_ratio"
-run_one split ./split_nofp
-run_one rust_deep ./rust_deep
+for _ in $(seq "${RUNS:-3}"); do
+    run_one split ./split_nofp
+    run_one rust_deep ./rust_deep
+done
