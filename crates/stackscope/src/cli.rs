@@ -110,7 +110,7 @@ pub struct RecordArgs {
     #[arg(short = 'C', long, value_name = "CPU")]
     pub cpu: Option<u32>,
 
-    /// Samples per second per CPU.
+    /// Samples per second per CPU [default: 999].
     #[arg(short = 'F', long, value_name = "HZ", conflicts_with = "count")]
     pub frequency: Option<u64>,
 
