@@ -89,8 +89,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     };
     let until = match args.duration {
         Some(d) => format!("for {d} s"),
-        None if matches!(target, Target::Command(_)) => "until it exits".to_string(),
-        None => "until Ctrl-C".to_string(),
+        None => match target {
+            Target::Command(_) => "until it exits (Ctrl-C stops early)",
+            Target::Pids(_) | Target::Tids(_) => "until Ctrl-C or the target exits",
+            Target::System => "until Ctrl-C",
+        }
+        .to_string(),
     };
     let recording = record(
         RecordOptions {
