@@ -47,6 +47,7 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "crasher" => c("crasher.c", &[]),
         "spin" => c("spin.c", &[]),
         "syscalls" => c("syscalls.c", &[]),
+        "jit" => c("jit.c", &[]),
         // debuginfo=1 (not line-tables-only): only then do inlined subroutines carry their
         // full path (`rust_deep::deep_helper_mix`) in DWARF.
         "rust_deep" => (
@@ -128,6 +129,36 @@ impl Run {
             .lines()
             .filter(|l| !l.trim().is_empty())
             .collect()
+    }
+
+    /// Asserts exit code 1 and a single `stackscope: error: ...` line on stderr containing
+    /// each of `words`.
+    pub fn assert_one_line_error(&self, words: &[&str]) {
+        assert_eq!(self.code(), Some(1), "exit code; stderr:\n{}", self.stderr);
+        let lines = self.stderr_lines();
+        assert_eq!(
+            lines.len(),
+            1,
+            "expected the error line alone on stderr (nothing announced before failing), got:\n{}",
+            self.stderr
+        );
+        assert!(
+            lines[0].starts_with("stackscope: error: "),
+            "error line lacks the `stackscope: error: ` prefix: {}",
+            lines[0]
+        );
+        for word in words {
+            assert!(
+                lines[0].contains(word),
+                "error line does not mention {word:?}: {}",
+                lines[0]
+            );
+        }
+        assert!(
+            !self.stderr.contains("panicked"),
+            "stackscope panicked:\n{}",
+            self.stderr
+        );
     }
 }
 
