@@ -9,35 +9,6 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Asserts exit code 1 and a single `stackscope: error: ...` line containing each of `words`.
-fn assert_one_line_error(run: &Run, words: &[&str]) {
-    assert_eq!(run.code(), Some(1), "exit code; stderr:\n{}", run.stderr);
-    let lines = run.stderr_lines();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected the error line alone on stderr (nothing announced before failing), got:\n{}",
-        run.stderr
-    );
-    assert!(
-        lines[0].starts_with("stackscope: error: "),
-        "error line lacks the `stackscope: error: ` prefix: {}",
-        lines[0]
-    );
-    for word in words {
-        assert!(
-            lines[0].contains(word),
-            "error line does not mention {word:?}: {}",
-            lines[0]
-        );
-    }
-    assert!(
-        !run.stderr.contains("panicked"),
-        "stackscope panicked:\n{}",
-        run.stderr
-    );
-}
-
 #[test]
 fn missing_command_is_a_one_line_error_and_writes_nothing() {
     let _serial = serial();
@@ -54,7 +25,7 @@ fn missing_command_is_a_one_line_error_and_writes_nothing() {
                 os(missing),
             ],
         );
-        assert_one_line_error(&run, &[missing]);
+        run.assert_one_line_error(&[missing]);
         assert!(!out.exists(), "output written although {missing} never ran");
     }
 }
@@ -83,7 +54,7 @@ fn nonexistent_pid_is_a_clear_error() {
                 out.as_os_str(),
             ],
         );
-        assert_one_line_error(&run, &[&pid]);
+        run.assert_one_line_error(&[&pid]);
         assert!(!out.exists(), "output written for nonexistent pid {pid}");
     }
 }
@@ -110,7 +81,7 @@ fn corrupt_report_input_is_a_clear_error() {
             d,
             [os("report"), input.as_os_str(), os("-o"), out.as_os_str()],
         );
-        assert_one_line_error(&run, &[]);
+        run.assert_one_line_error(&[]);
         assert!(!out.exists(), "output written from corrupt {name}");
     }
     let missing = d.join("no-such-input.json");
@@ -123,7 +94,7 @@ fn corrupt_report_input_is_a_clear_error() {
             d.join("x.svg").as_os_str(),
         ],
     );
-    assert_one_line_error(&run, &["no-such-input.json"]);
+    run.assert_one_line_error(&["no-such-input.json"]);
 }
 
 #[test]
@@ -279,7 +250,7 @@ fn unprivileged_whole_system_names_perf_event_paranoid() {
             out.as_os_str(),
         ]);
     let run = run_with_deadline(cmd);
-    assert_one_line_error(&run, &["perf_event_paranoid"]);
+    run.assert_one_line_error(&["perf_event_paranoid"]);
     assert!(
         !out.exists(),
         "output written although sampling was refused"
