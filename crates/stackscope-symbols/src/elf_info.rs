@@ -114,7 +114,7 @@ fn stamp_of(file: &File) -> std::io::Result<FileStamp> {
 
 /// The separate debug file for `build_id` in the first of `debug_dirs` that has one, at the
 /// conventional `.build-id/xx/yyyy.debug` location.
-pub(crate) fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {
+pub fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {
     // Shorter ids are bogus and could name someone else's file.
     if build_id.len() < 2 {
         return None;

@@ -8,8 +8,10 @@ mod error;
 mod perf_map;
 mod symbolizer;
 
+pub use elf_info::find_debug_file;
 pub use error::SymbolError;
 pub use symbolizer::Symbolizer;
+pub use symbolizer::DEFAULT_DEBUG_DIR;
 
 /// One named frame for one address. An address inside inlined code gives several.
 #[derive(Debug, Clone, PartialEq, Eq)]

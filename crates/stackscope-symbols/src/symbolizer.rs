@@ -14,7 +14,8 @@ use crate::elf_info::{self, ElfInfo};
 use crate::perf_map::PerfMap;
 use crate::{SymFrame, SymbolError};
 
-const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
+/// Where distributions install separate debug files.
+pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 const DEFAULT_PERF_MAP_DIR: &str = "/tmp";
 const KALLSYMS: &str = "/proc/kallsyms";
 

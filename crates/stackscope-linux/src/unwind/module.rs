@@ -5,7 +5,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use framehop::ExplicitModuleSectionInfo;
@@ -128,14 +128,12 @@ impl ModuleFile {
         })
     }
 
-    /// Distributions install `.debug_frame` for stripped files under
-    /// `/usr/lib/debug/.build-id/xx/yyyy.debug`.
+    /// Distributions install `.debug_frame` for stripped files in separate debug files found
+    /// by build-id.
     fn debug_frame_from_debug_file(&self) -> Option<Arc<[u8]>> {
-        let id = self.build_id.as_deref()?;
-        let (first, rest) = id.split_first()?;
-        let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
-        let path = format!("/usr/lib/debug/.build-id/{first:02x}/{hex}.debug");
-        let file = File::open(&path).ok()?;
+        let dirs = [PathBuf::from(stackscope_symbols::DEFAULT_DEBUG_DIR)];
+        let path = stackscope_symbols::find_debug_file(&dirs, self.build_id.as_deref()?)?;
+        let file = File::open(path).ok()?;
         let cache = ReadCache::new(file);
         Self::parse(&cache).ok()?.debug_frame
     }
