@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -15,16 +15,7 @@ fn missing_command_is_a_one_line_error_and_writes_nothing() {
     let dir = tempdir();
     let out = dir.path().join("out.svg");
     for missing in ["/nonexistent/missing-program", "stackscope-no-such-command"] {
-        let run = stackscope(
-            dir.path(),
-            [
-                os("record"),
-                os("-o"),
-                out.as_os_str(),
-                os("--"),
-                os(missing),
-            ],
-        );
+        let run = record(dir.path(), &out, &[], &[os(missing)]);
         run.assert_one_line_error(&[missing]);
         assert!(!out.exists(), "output written although {missing} never ran");
     }
@@ -42,18 +33,7 @@ fn nonexistent_pid_is_a_clear_error() {
     let reaped = child.id().to_string();
     child.wait().unwrap();
     for pid in [above_max, reaped] {
-        let run = stackscope(
-            dir.path(),
-            [
-                os("record"),
-                os("-p"),
-                os(&pid),
-                os("-d"),
-                os("1"),
-                os("-o"),
-                out.as_os_str(),
-            ],
-        );
+        let run = record(dir.path(), &out, &["-p", &pid, "-d", "1"], &[]);
         run.assert_one_line_error(&[&pid]);
         assert!(!out.exists(), "output written for nonexistent pid {pid}");
     }
@@ -102,19 +82,8 @@ fn command_exit_code_is_passed_through() {
     let _serial = serial();
     let dir = tempdir();
     let out = dir.path().join("out.json");
-    let run = stackscope(
-        dir.path(),
-        [
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            os("sh"),
-            os("-c"),
-            os("exit 3"),
-        ],
-    );
-    assert_eq!(run.code(), Some(3), "stderr:\n{}", run.stderr);
+    let run = record(dir.path(), &out, &[], &[os("sh"), os("-c"), os("exit 3")]);
+    run.assert_exit(3, "the command's");
 }
 
 #[test]
@@ -123,22 +92,8 @@ fn crashing_target_still_gives_a_profile_and_exit_139() {
     let dir = tempdir();
     let prog = workload("crasher");
     let out = dir.path().join("profile.json");
-    let run = stackscope(
-        dir.path(),
-        [
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-        ],
-    );
-    assert_eq!(
-        run.code(),
-        Some(139),
-        "exit code (128 + SIGSEGV); stderr:\n{}",
-        run.stderr
-    );
+    let run = record(dir.path(), &out, &[], &[prog.as_os_str()]);
+    run.assert_exit(139, "128 + SIGSEGV");
     let profile = read_json(&out);
     assert_min_samples(&profile, 300);
     assert_share_at_least(&profile, "crash_work", 0.95);
@@ -154,22 +109,9 @@ fn ctrl_c_writes_the_profile_taken_so_far() {
     let start = Instant::now();
     // Its own process group, so the signal reaches stackscope and the workload together,
     // as Ctrl-C in a terminal does.
-    let child = Command::new(stackscope_bin())
-        .current_dir(dir.path())
-        .args([
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            spin.as_os_str(),
-            os("30"),
-        ])
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn stackscope");
+    let child = spawn_piped(
+        record_command(dir.path(), &out, &[], &[spin.as_os_str(), os("30")]).process_group(0),
+    );
     let pgid = child.id() as i32;
     std::thread::sleep(Duration::from_millis(1500));
     // SAFETY: kill(2) with a negative pid signals our own child's process group.
@@ -182,12 +124,7 @@ fn ctrl_c_writes_the_profile_taken_so_far() {
         "stackscope took {:?} to stop after SIGINT",
         run.wall
     );
-    assert_eq!(
-        run.code(),
-        Some(130),
-        "exit code (128 + SIGINT); stderr:\n{}",
-        run.stderr
-    );
+    run.assert_exit(130, "128 + SIGINT");
     let profile = read_json(&out);
     assert_min_samples(&profile, 300);
     assert_share_at_least(&profile, "spin_work", 0.99);
@@ -241,14 +178,7 @@ fn unprivileged_whole_system_names_perf_event_paranoid() {
     cmd.current_dir(dir.path())
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
         .arg(stackscope_bin())
-        .args([
-            os("record"),
-            os("-a"),
-            os("-d"),
-            os("1"),
-            os("-o"),
-            out.as_os_str(),
-        ]);
+        .args(record_args(&out, &["-a", "-d", "1"], &[]));
     let run = run_with_deadline(cmd);
     run.assert_one_line_error(&["perf_event_paranoid"]);
     assert!(

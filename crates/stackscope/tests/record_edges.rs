@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use stackscope_profile::{FrameKind, Profile};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TRUNCATED: &str = "[truncated]";
@@ -110,22 +110,9 @@ fn jit_code_is_named_from_the_perf_map_and_unwinds_to_main() {
     let dir = tempdir();
     let prog = workload("jit");
     let out = dir.path().join("profile.json");
-    let run = stackscope(
-        dir.path(),
-        [
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-            os("4000"),
-        ],
-    );
+    let run = record(dir.path(), &out, &[], &[prog.as_os_str(), os("4000")]);
     // The workload prints `pid PID` before writing its map; clean up before any assertion.
-    let pid: Option<u32> = run
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok());
+    let pid = run.printed_pid("pid ");
     let map = PerfMap(pid.map(|p| format!("/tmp/perf-{p}.map").into()));
     let pid = pid.unwrap_or_else(|| {
         panic!(
@@ -197,35 +184,18 @@ fn attached_process_exiting_ends_the_recording() {
 
 /// The pid of the child of `parent` whose `comm` is `comm` (after exec), once there is one.
 fn wait_for_child(parent: u32, comm: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
+    wait_until(&format!("no child `{comm}` of {parent} appeared"), || {
+        let mut entries = std::fs::read_dir("/proc").expect("read /proc").flatten();
+        entries.find_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
             // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
-            let Some((head, rest)) = stat.rsplit_once(") ") else {
-                continue;
-            };
+            let (head, rest) = stat.rsplit_once(") ")?;
             let name = head.split_once(" (").map(|h| h.1);
             let ppid = rest.split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
-            if ppid == Some(parent) && name == Some(comm) {
-                return pid;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no child `{comm}` of {parent} appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+            (ppid == Some(parent) && name == Some(comm)).then_some(pid)
+        })
+    })
 }
 
 #[test]
@@ -235,21 +205,12 @@ fn command_killed_by_sigkill_gives_a_profile_and_exit_137() {
     let spin = workload("spin");
     let out = dir.path().join("profile.json");
     let start = Instant::now();
-    let child = Command::new(stackscope_bin())
-        .current_dir(dir.path())
-        .args([
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            spin.as_os_str(),
-            os("30"),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn stackscope");
+    let child = spawn_piped(&mut record_command(
+        dir.path(),
+        &out,
+        &[],
+        &[spin.as_os_str(), os("30")],
+    ));
     let target = wait_for_child(child.id(), "spin");
     std::thread::sleep(Duration::from_millis(1000));
     // SAFETY: kill(2) on the pid of the workload stackscope launched, still its unreaped child.
@@ -262,12 +223,7 @@ fn command_killed_by_sigkill_gives_a_profile_and_exit_137() {
         "stackscope took {:?} to stop after its command was killed",
         run.wall
     );
-    assert_eq!(
-        run.code(),
-        Some(137),
-        "exit code (128 + SIGKILL); stderr:\n{}",
-        run.stderr
-    );
+    run.assert_exit(137, "128 + SIGKILL");
     let profile = read_json(&out);
     assert_min_samples(&profile, 300);
     assert!(
@@ -285,17 +241,7 @@ fn output_into_a_missing_directory_fails_before_the_command_runs() {
     let missing = dir.path().join("no-such-dir");
     let out = missing.join("out.json");
     let marker = dir.path().join("command-ran");
-    let run = stackscope(
-        dir.path(),
-        [
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            os("touch"),
-            marker.as_os_str(),
-        ],
-    );
+    let run = record(dir.path(), &out, &[], &[os("touch"), marker.as_os_str()]);
     run.assert_one_line_error(&["no-such-dir"]);
     assert!(
         !marker.exists(),

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use stackscope_profile::FrameKind;
+use stackscope_profile::{FrameKind, Profile};
 
 #[test]
 fn user_and_kernel_frames_join_into_one_stack() {
@@ -53,6 +53,16 @@ fn user_and_kernel_frames_join_into_one_stack() {
     assert_eq!(kernel_module.as_deref(), Some("[kernel.kallsyms]"));
 }
 
+/// Names of the profile's frames of `kind`.
+fn names_of_kind(profile: &Profile, kind: FrameKind) -> Vec<&str> {
+    profile
+        .frames
+        .iter()
+        .filter(|f| f.kind == kind)
+        .map(|f| f.name.as_str())
+        .collect()
+}
+
 #[test]
 fn user_stacks_only_has_no_kernel_frames() {
     let _serial = serial();
@@ -61,12 +71,7 @@ fn user_stacks_only_has_no_kernel_frames() {
     let (_, profile) = record_json(dir.path(), &["-U"], &[prog.as_os_str()]);
 
     assert_min_samples(&profile, 300);
-    let kernel: Vec<&str> = profile
-        .frames
-        .iter()
-        .filter(|f| f.kind == FrameKind::Kernel)
-        .map(|f| f.name.as_str())
-        .collect();
+    let kernel = names_of_kind(&profile, FrameKind::Kernel);
     assert!(kernel.is_empty(), "kernel frames with -U: {kernel:?}");
     assert_share_at_least(&profile, "kernel_work", 0.99);
     assert_share_at_least(&profile, "main", 0.99);
@@ -80,12 +85,7 @@ fn kernel_stacks_only_has_no_user_frames() {
     let (_, profile) = record_json(dir.path(), &["-K"], &[prog.as_os_str()]);
 
     assert_min_samples(&profile, 300);
-    let user: Vec<&str> = profile
-        .frames
-        .iter()
-        .filter(|f| f.kind == FrameKind::User)
-        .map(|f| f.name.as_str())
-        .collect();
+    let user = names_of_kind(&profile, FrameKind::User);
     assert!(user.is_empty(), "user frames with -K: {user:?}");
     assert_share_at_least(&profile, "ksys_read", 0.80);
 }
@@ -95,21 +95,12 @@ fn folded_delimiter_and_kernel_annotation() {
     let _serial = serial();
     let dir = tempdir();
     let prog = workload("syscalls");
-    let out = dir.path().join("profile.folded");
-    let run = stackscope(
+    let text = record_text(
         dir.path(),
-        [
-            os("record"),
-            os("--delimited"),
-            os("--annotate-kernel"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-        ],
+        "profile.folded",
+        &["--delimited", "--annotate-kernel"],
+        &[prog.as_os_str()],
     );
-    run.assert_ok();
-    let text = std::fs::read_to_string(&out).expect("folded output written");
     let lines = parse_folded(&text);
 
     let delimited = folded_share(&lines, |f| f.iter().any(|x| x == "-"));

@@ -73,21 +73,12 @@ fn folded_output_by_format_flag() {
     let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
-    let out = dir.path().join("profile.out");
-    let run = stackscope(
+    let text = record_text(
         dir.path(),
-        [
-            os("record"),
-            os("--format"),
-            os("folded"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-        ],
+        "profile.out",
+        &["--format", "folded"],
+        &[prog.as_os_str()],
     );
-    run.assert_ok();
-    let text = std::fs::read_to_string(&out).expect("folded output written");
     let lines = parse_folded(&text);
     let total: u64 = lines.iter().map(|l| l.1).sum();
     assert!(
@@ -115,19 +106,7 @@ fn bcc_text_output_by_txt_extension() {
     let _serial = serial();
     let dir = tempdir();
     let prog = workload("split_nofp");
-    let out = dir.path().join("profile.txt");
-    let run = stackscope(
-        dir.path(),
-        [
-            os("record"),
-            os("-o"),
-            out.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-        ],
-    );
-    run.assert_ok();
-    let text = std::fs::read_to_string(&out).expect("bcc output written");
+    let text = record_text(dir.path(), "profile.txt", &[], &[prog.as_os_str()]);
 
     // bcc profile's text: per stack, frames leaf first (4-space indent), then
     // `    -                comm (pid)`, then `        COUNT`, then a blank line.
@@ -252,17 +231,7 @@ fn report_round_trips_json_and_folded() {
 
     // Folded as recorded -> report -> folded is unchanged.
     let recorded = d.join("rec.folded");
-    let run = stackscope(
-        d,
-        [
-            os("record"),
-            os("-o"),
-            recorded.as_os_str(),
-            os("--"),
-            prog.as_os_str(),
-        ],
-    );
-    run.assert_ok();
+    record(d, &recorded, &[], &[prog.as_os_str()]).assert_ok();
     report(d, &recorded, &d.join("again.folded"));
     assert_eq!(
         sorted_lines(&recorded),

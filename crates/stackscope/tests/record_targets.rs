@@ -81,15 +81,12 @@ fn forked_children_are_attributed_to_their_own_pid() {
     // The workload prints `parent PID`, `child1 PID`, `child2 PID`; stackscope passes the
     // command's stdout through.
     let pid_of = |role: &str| -> u32 {
-        run.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(role)?.trim().parse().ok())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no `{role} PID` line in the command's stdout:\n{}",
-                    run.stdout
-                )
-            })
+        run.printed_pid(role).unwrap_or_else(|| {
+            panic!(
+                "no `{role} PID` line in the command's stdout:\n{}",
+                run.stdout
+            )
+        })
     };
     let (parent, one, two) = (pid_of("parent "), pid_of("child1 "), pid_of("child2 "));
 
@@ -177,22 +174,15 @@ fn attach_to_running_processes_by_pid_for_a_duration() {
 
 /// The tid of the thread of `pid` named `comm`, once it exists.
 fn wait_for_thread(pid: u32, comm: &str) -> u32 {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
-            for task in tasks.flatten() {
-                let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-                if name.trim() == comm {
-                    return task.file_name().to_string_lossy().parse().unwrap();
-                }
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "thread {comm} of {pid} never appeared"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("thread {comm} of {pid} never appeared"), || {
+        let mut tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .ok()?
+            .flatten();
+        tasks.find_map(|task| {
+            let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+            (name.trim() == comm).then(|| task.file_name().to_string_lossy().parse().unwrap())
+        })
+    })
 }
 
 #[test]

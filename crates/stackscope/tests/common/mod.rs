@@ -123,6 +123,25 @@ impl Run {
         self
     }
 
+    /// Panics with stderr unless stackscope exited with `code`, `why` saying where the code
+    /// comes from.
+    pub fn assert_exit(&self, code: i32, why: &str) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "exit code ({why}); stderr:\n{}",
+            self.stderr
+        );
+    }
+
+    /// The pid the command printed on a stdout line `ROLE PID` (`role` with its trailing
+    /// space); stackscope passes the command's stdout through.
+    pub fn printed_pid(&self, role: &str) -> Option<u32> {
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(role)?.trim().parse().ok())
+    }
+
     /// The non-empty lines stackscope wrote to stderr.
     pub fn stderr_lines(&self) -> Vec<&str> {
         self.stderr
@@ -173,14 +192,56 @@ where
     run_with_deadline(cmd)
 }
 
-pub fn run_with_deadline(mut cmd: Command) -> Run {
-    let start = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
+/// The arguments `record -o OUT OPTIONS... [-- COMMAND...]`.
+pub fn record_args<'a>(
+    out: &'a Path,
+    options: &[&'a str],
+    command: &[&'a OsStr],
+) -> Vec<&'a OsStr> {
+    let mut args: Vec<&OsStr> = vec![OsStr::new("record"), OsStr::new("-o"), out.as_os_str()];
+    args.extend(options.iter().map(|o| OsStr::new(*o)));
+    if !command.is_empty() {
+        args.push(OsStr::new("--"));
+        args.extend_from_slice(command);
+    }
+    args
+}
+
+/// `stackscope record -o OUT OPTIONS... [-- COMMAND...]` in `dir`, not started yet.
+pub fn record_command(dir: &Path, out: &Path, options: &[&str], command: &[&OsStr]) -> Command {
+    let mut cmd = Command::new(stackscope_bin());
+    cmd.current_dir(dir)
+        .args(record_args(out, options, command));
+    cmd
+}
+
+/// Runs `stackscope record -o OUT OPTIONS... [-- COMMAND...]` in `dir` to its end, however it
+/// exits.
+pub fn record(dir: &Path, out: &Path, options: &[&str], command: &[&OsStr]) -> Run {
+    run_with_deadline(record_command(dir, out, options, command))
+}
+
+/// Records into `dir/name` (a format other than JSON), asserts that stackscope exited 0 and
+/// returns the text it wrote.
+pub fn record_text(dir: &Path, name: &str, options: &[&str], command: &[&OsStr]) -> String {
+    let out = dir.join(name);
+    record(dir, &out, options, command).assert_ok();
+    std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("{} was not written: {e}", out.display()))
+}
+
+/// Starts `cmd` (stackscope) with stdout and stderr piped, for [`wait_output`].
+pub fn spawn_piped(cmd: &mut Command) -> Child {
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn stackscope");
+        .expect("spawn stackscope")
+}
+
+pub fn run_with_deadline(mut cmd: Command) -> Run {
+    let start = Instant::now();
+    let child = spawn_piped(&mut cmd);
     wait_output(child, start)
 }
 
@@ -241,13 +302,7 @@ pub fn read_json(path: &Path) -> Profile {
 /// stackscope exited 0.
 pub fn record_json(dir: &Path, options: &[&str], command: &[&OsStr]) -> (Run, Profile) {
     let out = dir.join("profile.json");
-    let mut args: Vec<&OsStr> = vec![OsStr::new("record"), OsStr::new("-o"), out.as_os_str()];
-    args.extend(options.iter().map(OsStr::new));
-    if !command.is_empty() {
-        args.push(OsStr::new("--"));
-        args.extend_from_slice(command);
-    }
-    let run = stackscope(dir, &args);
+    let run = record(dir, &out, options, command);
     run.assert_ok();
     let profile = read_json(&out);
     (run, profile)
@@ -377,6 +432,19 @@ pub fn folded_share(lines: &[(Vec<String>, u64)], pred: impl Fn(&[String]) -> bo
 pub fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Polls `found` every 20 ms until it answers, for at most 10 s; past that panics with
+/// `what` (what never appeared).
+pub fn wait_until<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(value) = found() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// A temporary directory for one test's files.
