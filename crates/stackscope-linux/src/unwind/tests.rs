@@ -17,9 +17,11 @@ use super::*;
 
 const STACK_COPY: u64 = 32 * 1024;
 
-/// main -> outer -> middle -> leaf, leaf spinning until killed. `noipa` keeps gcc from
+/// middle -> leaf, leaf spinning until killed (after writing "ready"). `noipa` keeps gcc from
 /// inlining, cloning or tail-calling them.
-const SIMPLE_C: &str = r#"
+macro_rules! spinning_leaf_and_middle_c {
+    () => {
+        r#"
 #include <unistd.h>
 volatile unsigned long spins;
 volatile int stop;
@@ -29,22 +31,24 @@ __attribute__((noipa)) int leaf(int x) {
     return x + 1;
 }
 __attribute__((noipa)) int middle(int x) { return leaf(x * 3) + 2; }
-__attribute__((noipa)) int outer(int x) { return middle(x + 5) * 7; }
+"#
+    };
+}
+
+/// main -> outer -> middle, for a program defining middle before.
+macro_rules! outer_and_main_c {
+    () => {
+        r#"__attribute__((noipa)) int outer(int x) { return middle(x + 5) * 7; }
 int main(int argc, char **argv) { (void)argv; return outer(argc) & 0x7f; }
-"#;
+"#
+    };
+}
+
+/// main -> outer -> middle -> leaf, leaf spinning until killed.
+const SIMPLE_C: &str = concat!(spinning_leaf_and_middle_c!(), outer_and_main_c!());
 
 /// middle and leaf live in a shared library opened with dlopen; outer calls through a pointer.
-const LIB_C: &str = r#"
-#include <unistd.h>
-volatile unsigned long spins;
-volatile int stop;
-__attribute__((noipa)) int leaf(int x) {
-    write(1, "ready\n", 6);
-    while (!stop) spins++;
-    return x + 1;
-}
-__attribute__((noipa)) int middle(int x) { return leaf(x * 3) + 2; }
-"#;
+const LIB_C: &str = spinning_leaf_and_middle_c!();
 
 const DLOPEN_MAIN_C: &str = r#"
 #include <dlfcn.h>
@@ -59,7 +63,8 @@ int main(int argc, char **argv) {
 "#;
 
 /// leaf spends nearly all its time inside the vDSO's clock_gettime.
-const VDSO_C: &str = r#"
+const VDSO_C: &str = concat!(
+    r#"
 #include <time.h>
 #include <unistd.h>
 volatile long sink;
@@ -70,9 +75,12 @@ __attribute__((noipa)) int leaf(int x) {
     return x;
 }
 __attribute__((noipa)) int middle(int x) { return leaf(x * 3) + 2; }
-__attribute__((noipa)) int outer(int x) { return middle(x + 5) * 7; }
-int main(int argc, char **argv) { (void)argv; return outer(argc) & 0x7f; }
-"#;
+"#,
+    outer_and_main_c!()
+);
+
+/// Optimised, with debug info, without frame pointers: how most of the tests build.
+const NO_FP: &[&str] = &["-O2", "-g", "-fomit-frame-pointer"];
 
 const RECURSE_RS: &str = r#"
 use std::hint::black_box;
@@ -124,6 +132,23 @@ fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> PathBuf {
         .arg(&src)
         .arg("-ldl"));
     out.canonicalize().unwrap()
+}
+
+/// Builds SIMPLE_C as `name` with gcc `args` and runs it, stopped in leaf.
+fn simple_in_leaf(dir: &Path, name: &str, args: &[&str]) -> (PathBuf, Tracee) {
+    let exe = gcc(dir, name, SIMPLE_C, args);
+    let t = Tracee::start(&exe, &[], Target::Function(&exe, &leaf));
+    (exe, t)
+}
+
+/// The innermost frames of SIMPLE_C stopped in leaf, leaf first.
+fn simple_frames(exe: &Path) -> [(&Path, &str); 4] {
+    [
+        (exe, "leaf"),
+        (exe, "middle"),
+        (exe, "outer"),
+        (exe, "main"),
+    ]
 }
 
 fn section_names(path: &Path) -> Vec<String> {
@@ -302,6 +327,21 @@ fn describe(t: &Tracee, out: &[u64]) -> String {
         .collect()
 }
 
+/// Asserts the unwind ended complete; returns the stack described, for later messages.
+fn complete_trace(t: &Tracee, out: &[u64], end: &UnwindEnd) -> String {
+    let trace = describe(t, out);
+    assert_eq!(*end, UnwindEnd::Complete, "stack:\n{trace}");
+    trace
+}
+
+/// Asserts the outermost frame of `out` is in `exe`'s `_start`.
+fn assert_outermost_is_start(t: &Tracee, exe: &Path, out: &[u64], trace: &str) {
+    assert!(
+        t.named(exe, "_start").contains(out.last().unwrap()),
+        "outermost frame is not _start; stack:\n{trace}"
+    );
+}
+
 /// Checks `out` starts with the given functions, in order, and ends in the exe's `_start`
 /// after passing through libc.
 fn assert_complete_through(
@@ -311,8 +351,7 @@ fn assert_complete_through(
     end: &UnwindEnd,
     expected: &[(&Path, &str)],
 ) {
-    let trace = describe(t, out);
-    assert_eq!(*end, UnwindEnd::Complete, "stack:\n{trace}");
+    let trace = complete_trace(t, out, end);
     assert!(out.len() > expected.len(), "stack:\n{trace}");
     for (i, (path, name)) in expected.iter().enumerate() {
         let range = t.named(path, name);
@@ -326,36 +365,15 @@ fn assert_complete_through(
         t.path_of(out[expected.len()]).contains("libc.so"),
         "main's caller is not libc; stack:\n{trace}"
     );
-    let start = t.named(exe, "_start");
-    assert!(
-        start.contains(out.last().unwrap()),
-        "outermost frame is not _start; stack:\n{trace}"
-    );
+    assert_outermost_is_start(t, exe, out, &trace);
 }
 
 fn simple(pie: bool) {
     let dir = tempfile::tempdir().unwrap();
     let pie_flag = if pie { "-pie" } else { "-no-pie" };
-    let exe = gcc(
-        dir.path(),
-        "simple",
-        SIMPLE_C,
-        &["-O2", "-g", "-fomit-frame-pointer", pie_flag],
-    );
-    let t = Tracee::start(&exe, &[], Target::Function(&exe, &leaf));
+    let (exe, t) = simple_in_leaf(dir.path(), "simple", &[NO_FP, &[pie_flag]].concat());
     let (out, end) = t.unwind();
-    assert_complete_through(
-        &t,
-        &exe,
-        &out,
-        &end,
-        &[
-            (&exe, "leaf"),
-            (&exe, "middle"),
-            (&exe, "outer"),
-            (&exe, "main"),
-        ],
-    );
+    assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
 }
 
 #[test]
@@ -375,14 +393,9 @@ fn unwinds_through_dlopened_shared_library() {
         dir.path(),
         "libdeep.so",
         LIB_C,
-        &["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"],
+        &[NO_FP, &["-shared", "-fPIC"]].concat(),
     );
-    let exe = gcc(
-        dir.path(),
-        "dlmain",
-        DLOPEN_MAIN_C,
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
+    let exe = gcc(dir.path(), "dlmain", DLOPEN_MAIN_C, NO_FP);
     let t = Tracee::start(
         &exe,
         &[lib.to_str().unwrap()],
@@ -406,16 +419,10 @@ fn unwinds_through_dlopened_shared_library() {
 #[test]
 fn unwinds_out_of_the_vdso() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = gcc(
-        dir.path(),
-        "vdso",
-        VDSO_C,
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
+    let exe = gcc(dir.path(), "vdso", VDSO_C, NO_FP);
     let t = Tracee::start(&exe, &[], Target::Vdso);
     let (out, end) = t.unwind();
-    let trace = describe(&t, &out);
-    assert_eq!(end, UnwindEnd::Complete, "stack:\n{trace}");
+    let trace = complete_trace(&t, &out, &end);
     // vDSO frame(s), libc's clock_gettime, then ours.
     let first_ours = out
         .iter()
@@ -429,10 +436,7 @@ fn unwinds_out_of_the_vdso() {
             first_ours + i
         );
     }
-    assert!(
-        t.named(&exe, "_start").contains(out.last().unwrap()),
-        "stack:\n{trace}"
-    );
+    assert_outermost_is_start(&t, &exe, &out, &trace);
 }
 
 #[test]
@@ -456,8 +460,7 @@ fn rust_deep_recursion_unwinds_completely() {
     );
     t.stack = t.read_stack(256 * 1024);
     let (out, end) = t.unwind();
-    let trace = describe(&t, &out);
-    assert_eq!(end, UnwindEnd::Complete, "stack:\n{trace}");
+    let trace = complete_trace(&t, &out, &end);
     assert!(
         t.function(&exe, is_spin).contains(&out[0]),
         "stack:\n{trace}"
@@ -474,22 +477,13 @@ fn rust_deep_recursion_unwinds_completely() {
         matches!((at_rust_main, at_c_main), (Some(r), Some(c)) if r < c),
         "stack:\n{trace}"
     );
-    assert!(
-        t.named(&exe, "_start").contains(out.last().unwrap()),
-        "stack:\n{trace}"
-    );
+    assert_outermost_is_start(&t, &exe, &out, &trace);
 }
 
 #[test]
 fn short_stack_copy_is_truncated() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = gcc(
-        dir.path(),
-        "simple",
-        SIMPLE_C,
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
-    let t = Tracee::start(&exe, &[], Target::Function(&exe, &leaf));
+    let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
     let (out, end) = t.unwind_with(&mut Unwinder::new(), &t.stack[..64]);
     assert_eq!(end, UnwindEnd::Truncated, "stack:\n{}", describe(&t, &out));
     assert_eq!(out[0], t.regs.ip);
@@ -500,13 +494,7 @@ fn short_stack_copy_is_truncated() {
 #[test]
 fn unmapped_ip_and_bad_return_address_are_broken() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = gcc(
-        dir.path(),
-        "simple",
-        SIMPLE_C,
-        &["-O2", "-g", "-fomit-frame-pointer"],
-    );
-    let t = Tracee::start(&exe, &[], Target::Function(&exe, &leaf));
+    let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
     let mut unwinder = Unwinder::new();
 
     let mut out = Vec::new();
@@ -534,36 +522,17 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
 #[test]
 fn one_unwinder_serves_several_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let pie = gcc(
-        dir.path(),
-        "pie",
-        SIMPLE_C,
-        &["-O2", "-fomit-frame-pointer", "-pie"],
-    );
-    let nopie = gcc(
+    let (pie, a) = simple_in_leaf(dir.path(), "pie", &["-O2", "-fomit-frame-pointer", "-pie"]);
+    let (nopie, b) = simple_in_leaf(
         dir.path(),
         "nopie",
-        SIMPLE_C,
         &["-O2", "-fomit-frame-pointer", "-no-pie"],
     );
-    let a = Tracee::start(&pie, &[], Target::Function(&pie, &leaf));
-    let b = Tracee::start(&nopie, &[], Target::Function(&nopie, &leaf));
     let mut unwinder = Unwinder::new();
     for _ in 0..2 {
         for (t, exe) in [(&a, &pie), (&b, &nopie)] {
             let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
-            assert_complete_through(
-                t,
-                exe,
-                &out,
-                &end,
-                &[
-                    (exe, "leaf"),
-                    (exe, "middle"),
-                    (exe, "outer"),
-                    (exe, "main"),
-                ],
-            );
+            assert_complete_through(t, exe, &out, &end, &simple_frames(exe));
         }
     }
     unwinder.forget(a.pid);
@@ -609,16 +578,5 @@ fn binary_without_unwind_info_is_listed_and_unwinds_by_frame_pointer() {
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
     let listed = unwinder.modules_without_unwind_info();
     assert_eq!(listed, [Arc::<str>::from(exe.to_str().unwrap())]);
-    assert_complete_through(
-        &t,
-        &exe,
-        &out,
-        &end,
-        &[
-            (&exe, "leaf"),
-            (&exe, "middle"),
-            (&exe, "outer"),
-            (&exe, "main"),
-        ],
-    );
+    assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
 }
