@@ -135,6 +135,54 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
+/// Writes `source` to `dir/src_name` and runs `compiler ARGS -o dir/out_name SOURCE`.
+fn compile(
+    dir: &Path,
+    compiler: &str,
+    (src_name, source): (&str, &str),
+    args: &[&str],
+    out_name: &str,
+) -> PathBuf {
+    let src = write(dir, src_name, source);
+    let out = dir.join(out_name);
+    run(Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src));
+    out
+}
+
+/// `strip STRIP_FLAG -o out binary`.
+fn strip(strip_flag: &str, binary: &Path, out: &Path) {
+    run(Command::new("strip")
+        .arg(strip_flag)
+        .arg("-o")
+        .arg(out)
+        .arg(binary));
+}
+
+/// Copies the debug sections of `binary` into `out`.
+fn keep_debug(binary: &Path, out: &Path) {
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(binary)
+        .arg(out));
+}
+
+/// Frames of the one `offset` of `binary`, outermost first.
+fn frames_at(
+    symbolizer: &mut Symbolizer,
+    binary: &Path,
+    build_id: Option<&[u8]>,
+    offset: u64,
+) -> Vec<SymFrame> {
+    symbolizer
+        .symbolize_file(binary, build_id, &[offset])
+        .unwrap()
+        .remove(0)
+}
+
 /// 1-based line of the first line of `source` containing `marker`.
 fn line_of(source: &str, marker: &str) -> u32 {
     let idx = source
@@ -171,15 +219,8 @@ fn names(frames: &[SymFrame]) -> Vec<&str> {
 }
 
 fn build_c_program(dir: &Path, extra: &[&str]) -> PathBuf {
-    let src = write(dir, "prog.c", C_PROGRAM);
-    let out = dir.join("prog");
-    run(Command::new("gcc")
-        .args(["-O2", "-g"])
-        .args(extra)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src));
-    out
+    let args = [&["-O2", "-g"], extra].concat();
+    compile(dir, "gcc", ("prog.c", C_PROGRAM), &args, "prog")
 }
 
 /// Symbolizes every byte of the function `name` in `binary`.
@@ -264,12 +305,13 @@ fn c_program_static_function() {
 #[test]
 fn shared_library() {
     let dir = TempDir::new().unwrap();
-    let src = write(dir.path(), "lib.c", C_LIBRARY);
-    let lib = dir.path().join("libdemo.so");
-    run(Command::new("gcc")
-        .args(["-O2", "-g", "-shared", "-fPIC", "-o"])
-        .arg(&lib)
-        .arg(&src));
+    let lib = compile(
+        dir.path(),
+        "gcc",
+        ("lib.c", C_LIBRARY),
+        &["-O2", "-g", "-shared", "-fPIC"],
+        "libdemo.so",
+    );
     let (exported, _) = symbol_offset(&lib, |n| n == "lib_exported");
     let (private, _) = symbol_offset(&lib, |n| n == "lib_private");
     let mut symbolizer = Symbolizer::new();
@@ -286,30 +328,25 @@ fn shared_library() {
 #[test]
 fn cpp_names_are_demangled() {
     let dir = TempDir::new().unwrap();
-    let src = write(dir.path(), "prog.cpp", CPP_PROGRAM);
-    let prog = dir.path().join("cprog");
-    run(Command::new("g++")
-        .args(["-O2", "-g", "-o"])
-        .arg(&prog)
-        .arg(&src));
+    let prog = compile(
+        dir.path(),
+        "g++",
+        ("prog.cpp", CPP_PROGRAM),
+        &["-O2", "-g"],
+        "cprog",
+    );
     let (start, _) = symbol_offset(&prog, |n| n.starts_with("_ZNK6shapes6Widget7compute"));
     let mut symbolizer = Symbolizer::new();
-    let frames = symbolizer.symbolize_file(&prog, None, &[start]).unwrap();
-    assert_eq!(frames[0][0].name, "shapes::Widget::compute(int) const");
-    assert!(frames[0][0].file.as_deref().unwrap().ends_with("prog.cpp"));
+    let frames = frames_at(&mut symbolizer, &prog, None, start);
+    assert_eq!(frames[0].name, "shapes::Widget::compute(int) const");
+    assert!(frames[0].file.as_deref().unwrap().ends_with("prog.cpp"));
 
     // Without DWARF the name comes from the symbol table and must be demangled as well.
     let stripped = dir.path().join("cprog-nodebug");
-    run(Command::new("strip")
-        .arg("--strip-debug")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&prog));
-    let frames = symbolizer
-        .symbolize_file(&stripped, None, &[start])
-        .unwrap();
-    assert_eq!(frames[0][0].name, "shapes::Widget::compute(int) const");
-    assert_eq!(frames[0][0].file, None);
+    strip("--strip-debug", &prog, &stripped);
+    let frames = frames_at(&mut symbolizer, &stripped, None, start);
+    assert_eq!(frames[0].name, "shapes::Widget::compute(int) const");
+    assert_eq!(frames[0].file, None);
 }
 
 fn has_legacy_hash(name: &str) -> bool {
@@ -318,22 +355,34 @@ fn has_legacy_hash(name: &str) -> bool {
 }
 
 fn build_rust(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let src = write(dir, "rprog.rs", RUST_PROGRAM);
-    let out = dir.join(name);
-    run(Command::new("rustc")
-        .args([
-            "--edition",
-            "2021",
-            "--crate-name",
-            "rprog",
-            "-C",
-            "opt-level=3",
-        ])
-        .args(flags)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src));
-    out
+    let common: &[&str] = &[
+        "--edition",
+        "2021",
+        "--crate-name",
+        "rprog",
+        "-C",
+        "opt-level=3",
+    ];
+    let args = [common, flags].concat();
+    compile(dir, "rustc", ("rprog.rs", RUST_PROGRAM), &args, name)
+}
+
+/// `rprog::outer_work` under the legacy mangling.
+fn is_legacy_outer_work(symbol: &str) -> bool {
+    symbol.starts_with("_ZN") && symbol.contains("10outer_work17h")
+}
+
+/// Builds the Rust program as `name` with `flags`, symbolizes all of `outer_work` (the symbol
+/// `pred` picks) and asserts some address has the inlined `mix_step` frame, named `mix_name`.
+fn check_rust_build(name: &str, flags: &[&str], pred: impl Fn(&str) -> bool, mix_name: &str) {
+    let dir = TempDir::new().unwrap();
+    let prog = build_rust(dir.path(), name, flags);
+    let mut symbolizer = Symbolizer::new();
+    let all = symbolize_function(&mut symbolizer, &prog, &prog, pred);
+    assert!(
+        check_rust_outer_work(&all, mix_name) > 0,
+        "no inlined mix_step frame"
+    );
 }
 
 /// Checks frames over all of `rprog::outer_work`; returns how many addresses had the inlined
@@ -375,49 +424,33 @@ fn check_rust_outer_work(all: &[Vec<SymFrame>], mix_name: &str) -> usize {
 
 #[test]
 fn rust_legacy_mangling_full_debuginfo() {
-    let dir = TempDir::new().unwrap();
-    let prog = build_rust(dir.path(), "legacy", &["-C", "debuginfo=2"]);
-    let mut symbolizer = Symbolizer::new();
-    let all = symbolize_function(&mut symbolizer, &prog, &prog, |n| {
-        n.starts_with("_ZN") && n.contains("10outer_work17h")
-    });
-    assert!(
-        check_rust_outer_work(&all, "rprog::mix_step") > 0,
-        "no inlined mix_step frame"
+    check_rust_build(
+        "legacy",
+        &["-C", "debuginfo=2"],
+        is_legacy_outer_work,
+        "rprog::mix_step",
     );
 }
 
 #[test]
 fn rust_v0_mangling_full_debuginfo() {
-    let dir = TempDir::new().unwrap();
-    let prog = build_rust(
-        dir.path(),
+    check_rust_build(
         "v0",
         &["-C", "debuginfo=2", "-C", "symbol-mangling-version=v0"],
-    );
-    let mut symbolizer = Symbolizer::new();
-    let all = symbolize_function(&mut symbolizer, &prog, &prog, |n| {
-        n.starts_with("_R") && n.contains("10outer_work")
-    });
-    assert!(
-        check_rust_outer_work(&all, "rprog::mix_step") > 0,
-        "no inlined mix_step frame"
+        |n| n.starts_with("_R") && n.contains("10outer_work"),
+        "rprog::mix_step",
     );
 }
 
 #[test]
 fn rust_line_tables_only() {
-    let dir = TempDir::new().unwrap();
-    let prog = build_rust(dir.path(), "lines", &["-C", "debuginfo=line-tables-only"]);
-    let mut symbolizer = Symbolizer::new();
-    let all = symbolize_function(&mut symbolizer, &prog, &prog, |n| {
-        n.starts_with("_ZN") && n.contains("10outer_work17h")
-    });
     // Line tables only still describe inlined calls, but without linkage names: inlined
     // functions come out unqualified. The real function's name comes from the symbol table.
-    assert!(
-        check_rust_outer_work(&all, "mix_step") > 0,
-        "no inlined mix_step frame"
+    check_rust_build(
+        "lines",
+        &["-C", "debuginfo=line-tables-only"],
+        is_legacy_outer_work,
+        "mix_step",
     );
 }
 
@@ -425,12 +458,9 @@ fn rust_line_tables_only() {
 fn rust_symbol_table_only() {
     let dir = TempDir::new().unwrap();
     let prog = build_rust(dir.path(), "nodebug", &["-C", "debuginfo=0"]);
-    let (start, _) = symbol_offset(&prog, |n| {
-        n.starts_with("_ZN") && n.contains("10outer_work17h")
-    });
-    let mut symbolizer = Symbolizer::new();
-    let frames = symbolizer.symbolize_file(&prog, None, &[start]).unwrap();
-    assert_eq!(names(&frames[0]), ["rprog::outer_work"]);
+    let (start, _) = symbol_offset(&prog, is_legacy_outer_work);
+    let frames = frames_at(&mut Symbolizer::new(), &prog, None, start);
+    assert_eq!(names(&frames), ["rprog::outer_work"]);
 }
 
 /// Stripped binary plus its debug file under `<debug dir>/.build-id/xx/yyyy.debug`.
@@ -439,16 +469,9 @@ fn stripped_binary_uses_build_id_debug_file() {
     let dir = TempDir::new().unwrap();
     let prog = build_c_program(dir.path(), &["-Wl,--build-id=sha1"]);
     let debug = dir.path().join("prog.debug");
-    run(Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(&prog)
-        .arg(&debug));
+    keep_debug(&prog, &debug);
     let stripped = dir.path().join("prog-stripped");
-    run(Command::new("strip")
-        .arg("--strip-all")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&prog));
+    strip("--strip-all", &prog, &stripped);
 
     let data = std::fs::read(&stripped).unwrap();
     let file = object::File::parse(&*data).unwrap();
@@ -466,15 +489,13 @@ fn stripped_binary_uses_build_id_debug_file() {
     let (local, _) = symbol_offset(&prog, |n| n == "local_work");
     // Without the debug dir the static function cannot be named.
     let mut plain = Symbolizer::with_debug_dirs(vec![dir.path().join("empty")]);
-    let frames = plain.symbolize_file(&stripped, None, &[local]).unwrap();
-    assert!(frames[0].iter().all(|f| f.name != "local_work"));
+    let frames = frames_at(&mut plain, &stripped, None, local);
+    assert!(frames.iter().all(|f| f.name != "local_work"));
 
     let mut symbolizer = Symbolizer::with_debug_dirs(vec![debug_dir]);
-    let frames = symbolizer
-        .symbolize_file(&stripped, None, &[local])
-        .unwrap();
-    assert_eq!(frames[0][0].name, "local_work");
-    assert!(frames[0][0].line.is_some());
+    let frames = frames_at(&mut symbolizer, &stripped, None, local);
+    assert_eq!(frames[0].name, "local_work");
+    assert!(frames[0].line.is_some());
     let all = symbolize_function(&mut symbolizer, &prog, &stripped, |n| n == "outer_loop");
     check_c_outer_loop(&all);
 }
@@ -486,30 +507,19 @@ fn caller_build_id_finds_debug_file() {
     let dir = TempDir::new().unwrap();
     let prog = build_c_program(dir.path(), &["-Wl,--build-id=none"]);
     let stripped = dir.path().join("prog-stripped");
-    run(Command::new("strip")
-        .arg("--strip-all")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&prog));
+    strip("--strip-all", &prog, &stripped);
     let build_id = [0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89];
     let debug_dir = dir.path().join("debug");
     let target = debug_dir.join(".build-id/ab/cdef0123456789.debug");
     std::fs::create_dir_all(target.parent().unwrap()).unwrap();
-    run(Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(&prog)
-        .arg(&target));
+    keep_debug(&prog, &target);
 
     let (local, _) = symbol_offset(&prog, |n| n == "local_work");
     let mut symbolizer = Symbolizer::with_debug_dirs(vec![debug_dir]);
-    let without = symbolizer
-        .symbolize_file(&stripped, None, &[local])
-        .unwrap();
-    assert!(without[0].iter().all(|f| f.name != "local_work"));
-    let with = symbolizer
-        .symbolize_file(&stripped, Some(&build_id), &[local])
-        .unwrap();
-    assert_eq!(with[0][0].name, "local_work");
+    let without = frames_at(&mut symbolizer, &stripped, None, local);
+    assert!(without.iter().all(|f| f.name != "local_work"));
+    let with = frames_at(&mut symbolizer, &stripped, Some(&build_id), local);
+    assert_eq!(with[0].name, "local_work");
 }
 
 /// A binary with a `.gnu_debuglink` (and no build-id) finds its debug file by name in the
@@ -519,17 +529,10 @@ fn stripped_binary_uses_debug_link() {
     let dir = TempDir::new().unwrap();
     let prog = build_c_program(dir.path(), &["-Wl,--build-id=none"]);
     let debug = dir.path().join("prog.debug");
-    run(Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(&prog)
-        .arg(&debug));
+    keep_debug(&prog, &debug);
     let stripped = dir.path().join("bin").join("prog");
     std::fs::create_dir_all(stripped.parent().unwrap()).unwrap();
-    run(Command::new("strip")
-        .arg("--strip-all")
-        .arg("-o")
-        .arg(&stripped)
-        .arg(&prog));
+    strip("--strip-all", &prog, &stripped);
     run(Command::new("objcopy")
         .arg(format!("--add-gnu-debuglink={}", debug.display()))
         .arg(&stripped));
@@ -539,11 +542,9 @@ fn stripped_binary_uses_debug_link() {
 
     let (local, _) = symbol_offset(&prog, |n| n == "local_work");
     let mut symbolizer = Symbolizer::with_debug_dirs(vec![debug_dir]);
-    let frames = symbolizer
-        .symbolize_file(&stripped, None, &[local])
-        .unwrap();
-    assert_eq!(frames[0][0].name, "local_work");
-    assert!(frames[0][0].line.is_some());
+    let frames = frames_at(&mut symbolizer, &stripped, None, local);
+    assert_eq!(frames[0].name, "local_work");
+    assert!(frames[0].line.is_some());
 }
 
 #[test]
