@@ -12,6 +12,7 @@ use std::time::Duration;
 use stackscope_linux::maps::Mapping;
 use stackscope_linux::sampler::{Event, SampleError, Sampler, SamplerConfig, StackMode, UserRegs};
 use stackscope_linux::target::Target;
+use stackscope_testkit::compile;
 
 const BUSY_C: &str = r#"
 #include <fcntl.h>
@@ -95,21 +96,14 @@ int main(int argc, char **argv) {
 fn build_busy() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let src = dir.path().join("busy.c");
-    std::fs::write(&src, BUSY_C).unwrap();
-    let exe = dir.path().join("busy");
-    let out = Command::new("gcc")
-        .args(["-O1", "-g", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc runs");
-    assert!(
-        out.status.success(),
-        "gcc failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let exe = compile(
+        "gcc",
+        dir.path(),
+        ("busy.c", BUSY_C),
+        &["-O1", "-g", "-pthread"],
+        &[],
+        "busy",
     );
-    let exe = exe.canonicalize().unwrap();
     (dir, exe)
 }
 

@@ -6,6 +6,7 @@ use std::process::Command;
 
 use object::{Object, ObjectSegment, ObjectSymbol};
 use stackscope_symbols::{SymFrame, SymbolError, Symbolizer};
+use stackscope_testkit::{compile, run};
 use tempfile::TempDir;
 
 const C_PROGRAM: &str = r#"#include <stdio.h>
@@ -118,39 +119,10 @@ fn main() {
 }
 "#;
 
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// Writes `source` to `dir/src_name` and runs `compiler ARGS -o dir/out_name SOURCE`.
-fn compile(
-    dir: &Path,
-    compiler: &str,
-    (src_name, source): (&str, &str),
-    args: &[&str],
-    out_name: &str,
-) -> PathBuf {
-    let src = write(dir, src_name, source);
-    let out = dir.join(out_name);
-    run(Command::new(compiler)
-        .args(args)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src));
-    out
 }
 
 /// `strip STRIP_FLAG -o out binary`.
@@ -220,7 +192,7 @@ fn names(frames: &[SymFrame]) -> Vec<&str> {
 
 fn build_c_program(dir: &Path, extra: &[&str]) -> PathBuf {
     let args = [&["-O2", "-g"], extra].concat();
-    compile(dir, "gcc", ("prog.c", C_PROGRAM), &args, "prog")
+    compile("gcc", dir, ("prog.c", C_PROGRAM), &args, &[], "prog")
 }
 
 /// Symbolizes every byte of the function `name` in `binary`.
@@ -306,10 +278,11 @@ fn c_program_static_function() {
 fn shared_library() {
     let dir = TempDir::new().unwrap();
     let lib = compile(
-        dir.path(),
         "gcc",
+        dir.path(),
         ("lib.c", C_LIBRARY),
         &["-O2", "-g", "-shared", "-fPIC"],
+        &[],
         "libdemo.so",
     );
     let (exported, _) = symbol_offset(&lib, |n| n == "lib_exported");
@@ -329,10 +302,11 @@ fn shared_library() {
 fn cpp_names_are_demangled() {
     let dir = TempDir::new().unwrap();
     let prog = compile(
-        dir.path(),
         "g++",
+        dir.path(),
         ("prog.cpp", CPP_PROGRAM),
         &["-O2", "-g"],
+        &[],
         "cprog",
     );
     let (start, _) = symbol_offset(&prog, |n| n.starts_with("_ZNK6shapes6Widget7compute"));
@@ -364,7 +338,7 @@ fn build_rust(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
         "opt-level=3",
     ];
     let args = [common, flags].concat();
-    compile(dir, "rustc", ("rprog.rs", RUST_PROGRAM), &args, name)
+    compile("rustc", dir, ("rprog.rs", RUST_PROGRAM), &args, &[], name)
 }
 
 /// `rprog::outer_work` under the legacy mangling.

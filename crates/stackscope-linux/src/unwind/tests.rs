@@ -12,6 +12,7 @@ use nix::sys::ptrace;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use object::{Object, ObjectSegment, ObjectSymbol};
+use stackscope_testkit::{compile, run};
 
 use super::*;
 
@@ -110,28 +111,10 @@ fn main() {
 }
 "#;
 
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
+/// Compiles `source` as `dir/name` (from `dir/name.c`), linking libdl for dlopen.
 fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> PathBuf {
-    let src = dir.join(format!("{name}.c"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.join(name);
-    run(Command::new("gcc")
-        .args(args)
-        .arg("-o")
-        .arg(&out)
-        .arg(&src)
-        .arg("-ldl"));
-    out.canonicalize().unwrap()
+    let src_name = format!("{name}.c");
+    compile("gcc", dir, (&src_name, source), args, &["-ldl"], name)
 }
 
 /// Builds SIMPLE_C as `name` with gcc `args` and runs it, stopped in leaf.
@@ -442,14 +425,15 @@ fn unwinds_out_of_the_vdso() {
 #[test]
 fn rust_deep_recursion_unwinds_completely() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("recurse.rs");
-    std::fs::write(&src, RECURSE_RS).unwrap();
-    let exe = dir.path().join("recurse");
-    run(Command::new("rustc")
-        .args(["-C", "opt-level=3", "-C", "force-frame-pointers=no", "-o"])
-        .arg(&exe)
-        .arg(&src));
-    let exe = exe.canonicalize().unwrap();
+    // The crate name, and so the symbol names below, come from the source file's name.
+    let exe = compile(
+        "rustc",
+        dir.path(),
+        ("recurse.rs", RECURSE_RS),
+        &["-C", "opt-level=3", "-C", "force-frame-pointers=no"],
+        &[],
+        "recurse",
+    );
     let depth = 400;
     let is_spin = |n: &str| n.starts_with("_ZN7recurse4spin");
     let is_recurse = |n: &str| n.starts_with("_ZN7recurse7recurse");

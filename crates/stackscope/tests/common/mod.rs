@@ -81,17 +81,12 @@ pub fn workload(name: &str) -> PathBuf {
     // never execute a half-written file.
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
     let (compiler, args) = recipe(name);
-    let result = Command::new(compiler)
-        .current_dir(workloads_src())
-        .args(&args)
-        .arg("-o")
-        .arg(&tmp)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed?): {e}"));
-    assert!(
-        result.status.success(),
-        "building workload {name} with {compiler} {args:?} failed:\n{}",
-        String::from_utf8_lossy(&result.stderr)
+    stackscope_testkit::run(
+        Command::new(compiler)
+            .current_dir(workloads_src())
+            .args(&args)
+            .arg("-o")
+            .arg(&tmp),
     );
     std::fs::rename(&tmp, &out).expect("rename built workload");
     built.insert(name.to_string(), out.clone());

@@ -1,0 +1,43 @@
+//! The test programs builder shared by stackscope's test suites: writes a C, C++ or Rust
+//! program into a test's directory, compiles it, and fails the test loudly, with the command
+//! and the compiler's errors, when that does not work. A dev-dependency only; not part of
+//! stackscope.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs `cmd` to its end; panics with the command and its stderr unless it exits 0.
+pub fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} (is it installed?): {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Writes `text` to `dir/src_name`, runs `compiler ARGS -o dir/out_name dir/src_name LIBS`
+/// and returns the canonical path of the output. `libs` come after the source because the
+/// linker only takes from a library what the files before it need.
+pub fn compile(
+    compiler: &str,
+    dir: &Path,
+    (src_name, text): (&str, &str),
+    args: &[&str],
+    libs: &[&str],
+    out_name: &str,
+) -> PathBuf {
+    let src = dir.join(src_name);
+    std::fs::write(&src, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", src.display()));
+    let out = dir.join(out_name);
+    run(Command::new(compiler)
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .arg(&src)
+        .args(libs));
+    out.canonicalize()
+        .unwrap_or_else(|e| panic!("{compiler} wrote no {}: {e}", out.display()))
+}
