@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stackscope_profile::{Metadata, Profile, Thread, UnwindStats};
+use stackscope_profile::{Metadata, Profile, Thread};
 use stackscope_symbols::Symbolizer;
 
 use crate::maps::ProcessMaps;
 use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
-use crate::stacks::{RawFrame, StackTable};
+use crate::stacks::{RawFrame, StackTable, UserEnd};
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
 
@@ -39,6 +39,9 @@ pub struct Recording {
     /// everything read before the failure).
     pub failure: Option<SampleError>,
 }
+
+/// The most user stack a perf_event sample can carry: the whole sample must fit in 64 KiB.
+pub const MAX_STACK_COPY: u32 = crate::perf::MAX_STACK_BYTES;
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -136,10 +139,7 @@ struct Collector {
     comms: HashMap<u32, String>,
     unwinder: Unwinder,
     table: StackTable,
-    stats: UnwindStats,
     lost: u64,
-    /// Samples whose user stack broke, by the module of the last frame reached.
-    broken_in: HashMap<Arc<str>, u64>,
     user: bool,
     kernel: bool,
     stack_bytes: Option<u32>,
@@ -154,9 +154,7 @@ impl Collector {
             comms: HashMap::new(),
             unwinder: Unwinder::new(),
             table: StackTable::default(),
-            stats: UnwindStats::default(),
             lost: 0,
-            broken_in: HashMap::new(),
             user: config.user,
             kernel: config.kernel,
             stack_bytes: match config.stack_mode {
@@ -227,17 +225,20 @@ impl Collector {
                 self.frames.push(RawFrame::Kernel(addr));
             }
         }
-        if self.user && sample.pid != 0 {
-            self.user_stack(sample);
-        }
+        let end = if self.user && sample.pid != 0 {
+            self.user_stack(sample)
+        } else {
+            UserEnd::NoStack
+        };
         if self.frames.is_empty() {
             return;
         }
         self.table
-            .add(sample.pid, sample.tid, sample.cpu, &self.frames, 1);
+            .add(sample.pid, sample.tid, sample.cpu, &self.frames, end);
     }
 
-    fn user_stack(&mut self, sample: &SampleEvent<'_>) {
+    /// Unwinds the sample's user stack onto `self.frames`; says how the unwinding ended.
+    fn user_stack(&mut self, sample: &SampleEvent<'_>) -> UserEnd {
         let pid = sample.pid;
         let process = self.processes.entry(pid).or_default();
         if !process.known {
@@ -246,46 +247,41 @@ impl Collector {
             process.known = true;
         }
         let end = match (self.stack_bytes, sample.user_regs) {
-            (Some(_), Some(regs)) => Some(self.unwinder.unwind(
+            (Some(_), Some(regs)) => match self.unwinder.unwind(
                 pid,
                 &process.maps,
                 regs,
                 sample.user_stack,
                 &mut self.addrs,
-            )),
+            ) {
+                UnwindEnd::Complete => UserEnd::Complete,
+                UnwindEnd::Truncated => UserEnd::Truncated,
+                UnwindEnd::Broken { module } => {
+                    UserEnd::Broken(module.unwrap_or_else(|| "[unknown]".into()))
+                }
+            },
             (None, _) if !sample.user_callchain.is_empty() => {
                 self.addrs.clear();
                 for (i, &addr) in sample.user_callchain.iter().enumerate() {
                     self.addrs
                         .push(if i == 0 { addr } else { addr.saturating_sub(1) });
                 }
-                None
+                UserEnd::Unjudged
             }
             // A kernel thread, or a sample without user state.
-            _ => return,
+            _ => return UserEnd::NoStack,
         };
         if self.addrs.is_empty() {
-            return;
-        }
-        self.stats.user_stacks += 1;
-        match &end {
-            Some(UnwindEnd::Complete) => self.stats.complete += 1,
-            Some(UnwindEnd::Truncated) => self.stats.truncated += 1,
-            Some(UnwindEnd::Broken { module }) => {
-                let module = module.clone().unwrap_or_else(|| "[unknown]".into());
-                *self.broken_in.entry(module).or_insert(0) += 1;
-            }
-            // A frame-pointer chain from the kernel ends wherever the chain does; whether that
-            // is the true root is judged from its outermost frame once symbols are known.
-            None => {}
+            return UserEnd::NoStack;
         }
         for &addr in &self.addrs {
             let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
             self.frames.push(frame);
         }
-        if matches!(end, Some(UnwindEnd::Truncated)) {
+        if end == UserEnd::Truncated {
             self.frames.push(RawFrame::Truncated);
         }
+        end
     }
 
     fn finish(self, mut meta: Metadata, config: &SamplerConfig, kernel_excluded: bool) -> Profile {
@@ -297,6 +293,9 @@ impl Collector {
             comm: thread_comm(&comms, pid, tid),
             process_name: thread_comm(&comms, pid, pid),
         };
+        meta.lost_samples = self.lost;
+        let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
+        let stats = &tally.stats;
         let mut hints = Vec::new();
         let missing = self.unwinder.modules_without_unwind_info();
         if !missing.is_empty() {
@@ -308,22 +307,32 @@ impl Collector {
                 if missing.len() > 3 { ", ..." } else { "" }
             ));
         }
-        if let (Some(bytes), true) = (self.stack_bytes, self.stats.truncated > 0) {
-            let share = percent(self.stats.truncated, self.stats.user_stacks);
-            if share >= 1.0 {
+        if let Some(bytes) = self.stack_bytes {
+            let share = percent(stats.truncated, stats.user_stacks);
+            if share >= 1.0 && bytes < MAX_STACK_COPY {
                 hints.push(format!(
-                    "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most 65528)"
+                    "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most {MAX_STACK_COPY})"
+                ));
+            } else if share >= 1.0 {
+                hints.push(format!(
+                    "{share:.1}% of stacks were deeper than the largest stack copy perf_event allows ({MAX_STACK_COPY} bytes): their outermost frames are cut and marked [truncated]"
                 ));
             }
         }
-        let broken: u64 = self.broken_in.values().sum();
-        if broken > 0 && percent(broken, self.stats.user_stacks) >= 1.0 {
-            let mut worst: Vec<(&Arc<str>, &u64)> = self.broken_in.iter().collect();
-            worst.sort_by(|a, b| b.1.cmp(a.1));
-            let (module, _) = worst[0];
+        let broken: u64 = tally.broken_in.values().sum();
+        if percent(broken, stats.user_stacks) >= 1.0 {
+            let mut worst: Vec<(&Arc<str>, &u64)> = tally.broken_in.iter().collect();
+            worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
             hints.push(format!(
-                "{:.1}% of stacks broke off, most in {module}: it may lack unwind info, or run JIT code without a /tmp/perf-PID.map",
-                percent(broken, self.stats.user_stacks)
+                "{:.1}% of stacks broke off, most in {}: it may lack unwind info, or run JIT code without a /tmp/perf-PID.map",
+                percent(broken, stats.user_stacks),
+                worst[0].0
+            ));
+        }
+        let short = percent(tally.short_chains, stats.user_stacks);
+        if short >= 10.0 {
+            hints.push(format!(
+                "{short:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
             ));
         }
         if self.lost > 0 {
@@ -337,22 +346,7 @@ impl Collector {
                 "kernel stacks were not sampled: kernel.perf_event_paranoid forbids it for this user; run as root, grant CAP_PERFMON, or set kernel.perf_event_paranoid=1".into(),
             );
         }
-        meta.lost_samples = self.lost;
-        meta.hints = hints;
-        meta.unwind = self.stats;
-        let frame_pointers = self.stack_bytes.is_none();
-        let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
-        profile.meta.unwind.with_unknown = tally.with_unknown;
-        if frame_pointers {
-            let unwind = &mut profile.meta.unwind;
-            unwind.complete = tally.rooted;
-            let broken = percent(unwind.user_stacks - unwind.complete, unwind.user_stacks);
-            if broken >= 10.0 {
-                profile.meta.hints.push(format!(
-                    "{broken:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
-                ));
-            }
-        }
+        profile.meta.hints = hints;
         profile
     }
 }

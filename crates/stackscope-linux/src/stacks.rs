@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use stackscope_profile::{Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use stackscope_profile::{
+    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
+};
 use stackscope_symbols::{SymFrame, Symbolizer};
 
 use crate::maps::Mapping;
@@ -38,6 +40,21 @@ enum ModuleKey {
     Vdso,
 }
 
+/// How the unwinding of a sample's user stack ended.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UserEnd {
+    /// The sample had no user stack (a kernel thread, or user stacks not wanted).
+    NoStack,
+    /// The unwinder reached the outermost frame.
+    Complete,
+    /// The copied stack memory ended first.
+    Truncated,
+    /// The unwinder could not go on past a frame in this module.
+    Broken(Arc<str>),
+    /// The chain came from frame pointers: whether it is whole is judged by its root frame.
+    Unjudged,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct StackKey {
     pid: u32,
@@ -45,6 +62,7 @@ struct StackKey {
     cpu: u32,
     /// Leaf first: kernel frames, then user frames.
     frames: Box<[RawFrame]>,
+    end: UserEnd,
 }
 
 /// Counts of unique raw stacks, with the modules they refer to.
@@ -86,19 +104,20 @@ impl StackTable {
         }
     }
 
-    /// Counts one sample of `frames` (leaf first).
-    pub fn add(&mut self, pid: u32, tid: u32, cpu: u32, frames: &[RawFrame], count: u64) {
+    /// Counts one sample of `frames` (leaf first) whose user stack ended as `end`.
+    pub fn add(&mut self, pid: u32, tid: u32, cpu: u32, frames: &[RawFrame], end: UserEnd) {
         let key = StackKey {
             pid,
             tid,
             cpu,
             frames: frames.into(),
+            end,
         };
-        *self.counts.entry(key).or_insert(0) += count;
+        *self.counts.entry(key).or_insert(0) += 1;
     }
 
-    /// Symbolizes every unique address once and builds the profile. `thread` names a
-    /// (pid, tid) pair.
+    /// Symbolizes every unique address once and builds the profile, with the figures on how
+    /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair.
     pub fn into_profile(
         self,
         symbolizer: &mut Symbolizer,
@@ -125,18 +144,19 @@ impl StackTable {
                     chain.push(builder.frame(frame.clone()));
                 }
             }
-            if unknown_user {
-                tally.with_unknown += count;
-            }
-            if outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name)) {
-                tally.rooted += count;
-            }
+            tally.count(
+                &key.end,
+                *count,
+                unknown_user,
+                outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name)),
+            );
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid))
                 .or_insert_with(|| builder.thread(thread(key.pid, key.tid)));
             builder.add(tid, stack, Some(key.cpu), *count);
         }
+        builder.meta_mut().unwind = tally.stats.clone();
         let mut profile = builder.finish();
         // A stable order makes outputs reproducible run to run.
         profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
@@ -144,19 +164,44 @@ impl StackTable {
     }
 }
 
-/// Figures about the user stacks that only symbols can tell.
+/// How whole the user stacks came out.
 #[derive(Debug, Default)]
 pub struct Tally {
-    /// Samples whose user part holds a frame with no name.
-    pub with_unknown: u64,
-    /// Samples whose outermost user frame is where threads begin (one of [`ENTRY_POINTS`]).
-    pub rooted: u64,
+    pub stats: UnwindStats,
+    /// Samples whose stack broke off, by the module of the last frame reached.
+    pub broken_in: HashMap<Arc<str>, u64>,
+    /// Frame-pointer chains that did not reach an entry point.
+    pub short_chains: u64,
+}
+
+impl Tally {
+    /// Counts `count` samples of one stack. A stack whose outermost user frame is an entry
+    /// point is whole however its unwinding ended: the unwind tables of some entry stubs
+    /// (the dynamic loader's `_start`) do not mark the end of the chain.
+    fn count(&mut self, end: &UserEnd, count: u64, unknown: bool, rooted: bool) {
+        if *end == UserEnd::NoStack {
+            return;
+        }
+        self.stats.user_stacks += count;
+        if unknown {
+            self.stats.with_unknown += count;
+        }
+        match end {
+            UserEnd::Complete => self.stats.complete += count,
+            UserEnd::Truncated => self.stats.truncated += count,
+            _ if rooted => self.stats.complete += count,
+            UserEnd::Broken(module) => *self.broken_in.entry(module.clone()).or_insert(0) += count,
+            UserEnd::Unjudged => self.short_chains += count,
+            UserEnd::NoStack => {}
+        }
+    }
 }
 
 /// Functions every stack of a process or thread starts in: glibc's program and thread
-/// entries. A frame-pointer chain that ends elsewhere was cut short.
+/// entries (and the dynamic loader's, before the program starts).
 const ENTRY_POINTS: &[&str] = &[
     "_start",
+    "_dl_start_user",
     "__libc_start_main",
     "__libc_start_main_impl",
     "__libc_start_call_main",
@@ -284,4 +329,32 @@ fn unknown(kind: FrameKind, module: Option<&str>) -> Frame {
 /// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`.
 fn file_name(path: &str) -> String {
     path.rsplit('/').next().unwrap_or(path).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tally_judges_broken_and_frame_pointer_stacks_by_their_root() {
+        let mut tally = Tally::default();
+        let ld: Arc<str> = "/lib64/ld-linux-x86-64.so.2".into();
+        tally.count(&UserEnd::Complete, 5, false, true);
+        tally.count(&UserEnd::Truncated, 2, false, false);
+        // The dynamic loader's _start has no end-of-chain mark: the unwinder gives up there,
+        // but the stack is whole.
+        tally.count(&UserEnd::Broken(ld.clone()), 3, false, true);
+        tally.count(&UserEnd::Broken(ld.clone()), 4, true, false);
+        tally.count(&UserEnd::Unjudged, 6, false, true);
+        tally.count(&UserEnd::Unjudged, 7, false, false);
+        tally.count(&UserEnd::NoStack, 100, false, false);
+
+        let s = &tally.stats;
+        assert_eq!(s.user_stacks, 5 + 2 + 3 + 4 + 6 + 7);
+        assert_eq!(s.complete, 5 + 3 + 6);
+        assert_eq!(s.truncated, 2);
+        assert_eq!(s.with_unknown, 4);
+        assert_eq!(tally.broken_in.get(&ld), Some(&4));
+        assert_eq!(tally.short_chains, 7);
+    }
 }

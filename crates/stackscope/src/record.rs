@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use stackscope_linux::record::{record, RecordOptions};
+use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
 use stackscope_profile::format;
@@ -23,9 +23,12 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     if args.cpu.is_some() && !args.all_cpus {
         bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");
     }
-    if !args.stack_size.is_multiple_of(8) || args.stack_size == 0 || args.stack_size > 65528 {
+    if !args.stack_size.is_multiple_of(8)
+        || args.stack_size == 0
+        || args.stack_size > MAX_STACK_COPY
+    {
         bail!(
-            "--stack-size {} is invalid: it must be a multiple of 8 between 8 and 65528",
+            "--stack-size {} is invalid: it must be a multiple of 8 between 8 and {MAX_STACK_COPY}",
             args.stack_size
         );
     }
