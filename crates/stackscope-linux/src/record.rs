@@ -219,11 +219,8 @@ impl Collector {
     fn sample(&mut self, sample: &SampleEvent<'_>) {
         self.frames.clear();
         if self.kernel {
-            for (i, &addr) in sample.kernel_stack.iter().enumerate() {
-                // Return addresses point after the call; step back into it.
-                let addr = if i == 0 { addr } else { addr.saturating_sub(1) };
-                self.frames.push(RawFrame::Kernel(addr));
-            }
+            let addrs = lookup_addresses(sample.kernel_stack);
+            self.frames.extend(addrs.map(RawFrame::Kernel));
         }
         let end = if self.user && sample.pid != 0 {
             self.user_stack(sample)
@@ -262,10 +259,7 @@ impl Collector {
             },
             (None, _) if !sample.user_callchain.is_empty() => {
                 self.addrs.clear();
-                for (i, &addr) in sample.user_callchain.iter().enumerate() {
-                    self.addrs
-                        .push(if i == 0 { addr } else { addr.saturating_sub(1) });
-                }
+                self.addrs.extend(lookup_addresses(sample.user_callchain));
                 UserEnd::Unjudged
             }
             // A kernel thread, or a sample without user state.
@@ -349,6 +343,16 @@ impl Collector {
         profile.meta.hints = hints;
         profile
     }
+}
+
+/// The addresses to symbolize for a callchain, leaf first: the sampled instruction itself, then
+/// each return address stepped back into its call instruction (it points after the call, which
+/// may already be the next function or the next inlined range).
+fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    chain
+        .iter()
+        .enumerate()
+        .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
 }
 
 fn thread_comm(comms: &HashMap<u32, String>, pid: u32, tid: u32) -> String {

@@ -230,16 +230,25 @@ impl Names {
                 if frames.contains_key(raw) {
                     continue;
                 }
-                match *raw {
-                    RawFrame::Kernel(addr) => kernel.push(addr),
-                    RawFrame::User { module, offset } => {
-                        by_module.entry(module).or_default().push(offset)
+                // Addresses are queued for their symbolizer and filled in below; the rest
+                // need no symbols.
+                let known = match *raw {
+                    RawFrame::Kernel(addr) => {
+                        kernel.push(addr);
+                        Vec::new()
                     }
-                    RawFrame::Jit { pid, addr } => jit.entry(pid).or_default().push(addr),
-                    RawFrame::Unmapped(_) => {}
-                    RawFrame::Truncated => {}
-                }
-                frames.insert(*raw, Vec::new());
+                    RawFrame::User { module, offset } => {
+                        by_module.entry(module).or_default().push(offset);
+                        Vec::new()
+                    }
+                    RawFrame::Jit { pid, addr } => {
+                        jit.entry(pid).or_default().push(addr);
+                        Vec::new()
+                    }
+                    RawFrame::Unmapped(_) => vec![unknown(FrameKind::User, None)],
+                    RawFrame::Truncated => vec![Frame::marker("[truncated]")],
+                };
+                frames.insert(*raw, known);
             }
         }
 
@@ -291,13 +300,6 @@ impl Names {
             }
         }
 
-        for (raw, list) in frames.iter_mut() {
-            match raw {
-                RawFrame::Unmapped(_) => *list = vec![unknown(FrameKind::User, None)],
-                RawFrame::Truncated => *list = vec![Frame::marker("[truncated]")],
-                _ => {}
-            }
-        }
         Names { frames }
     }
 
