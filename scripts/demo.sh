@@ -9,10 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-if ! command -v gcc >/dev/null; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null
-fi
+scripts/install-deps.sh
 
 echo "building stackscope (release)..."
 cargo build --release -p stackscope --quiet

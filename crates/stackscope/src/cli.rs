@@ -3,7 +3,9 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use stackscope_profile::format::Format;
 
 #[derive(Parser)]
 #[command(
@@ -46,6 +48,12 @@ pub enum Command {
         stackscope report profile.json -o flame.svg\n  \
         stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
     Report(ReportArgs),
+    /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
+    Profile(crate::profile::ProfileArgs),
+    /// Sample a guest kernel (QEMU) or a program under gdbserver over the GDB remote protocol.
+    Gdb(crate::gdb::GdbArgs),
+    /// A differential flamegraph of two profiles.
+    Diff(crate::diff::DiffArgs),
 }
 
 #[derive(Args)]
@@ -55,10 +63,9 @@ pub struct OutputArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Output format. Default: from the --output extension (.svg, .folded, .txt = bcc,
-    /// .json), else svg.
-    #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
+    /// Output format. Default: from the --output extension, else svg.
+    #[arg(long, value_name = "FORMAT", value_parser = format_name())]
+    pub format: Option<Format>,
 
     /// Put a delimiter between user and kernel frames (`-` in folded, `--` in bcc text), as
     /// bcc profile's -d does.
@@ -72,18 +79,6 @@ pub struct OutputArgs {
     /// Title of the flamegraph.
     #[arg(long, value_name = "TEXT")]
     pub title: Option<String>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-pub enum FormatArg {
-    /// Flamegraph SVG (interactive in a browser).
-    Svg,
-    /// Folded stacks, one line per stack: `comm;root;...;leaf COUNT` (bcc profile -f, inferno).
-    Folded,
-    /// bcc profile's default text: each stack leaf first, `- comm (pid)`, then the count.
-    Bcc,
-    /// stackscope's lossless JSON, which `stackscope report` reads back.
-    Json,
 }
 
 #[derive(Args)]
@@ -134,6 +129,13 @@ pub struct RecordArgs {
     #[arg(short = 'I', long)]
     pub include_idle: bool,
 
+    /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
+    /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
+    /// from the binaries' unwind tables, so no stack memory leaves the kernel (needs root or
+    /// CAP_BPF+CAP_PERFMON).
+    #[arg(long, value_enum, default_value = "perf")]
+    pub backend: BackendArg,
+
     /// How to unwind user stacks: `dwarf` copies stack memory and unwinds with the binaries'
     /// unwind tables (whole stacks without frame pointers); `fp` follows frame pointers in the
     /// kernel (cheaper; breaks on code built without them).
@@ -154,6 +156,12 @@ pub struct RecordArgs {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Perf,
+    Bpf,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum UnwindArg {
     Dwarf,
     Fp,
@@ -166,6 +174,13 @@ pub struct ReportArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// The `--format` values: the names [`Format::NAMES`] lists, so every format is named in one
+/// place and `--help` shows them all.
+fn format_name() -> impl TypedValueParser<Value = Format> {
+    PossibleValuesParser::new(Format::NAMES)
+        .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
 }
 
 #[cfg(test)]

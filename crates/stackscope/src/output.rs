@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use stackscope_profile::format::{self, Format, WriteOptions};
 use stackscope_profile::Profile;
 
-use crate::cli::{FormatArg, OutputArgs};
+use crate::cli::OutputArgs;
 
 /// Where and how to write.
 pub struct Output {
@@ -20,23 +20,14 @@ pub struct Output {
 
 impl Output {
     pub fn from_args(args: &OutputArgs, default_title: String) -> Output {
-        let explicit = args.format.map(|f| match f {
-            FormatArg::Svg => Format::Svg,
-            FormatArg::Folded => Format::Folded,
-            FormatArg::Bcc => Format::Bcc,
-            FormatArg::Json => Format::Json,
-        });
-        let format = explicit
+        let format = args
+            .format
             .or_else(|| args.output.as_deref().and_then(Format::from_path))
             .unwrap_or(Format::Svg);
-        let path = args.output.clone().unwrap_or_else(|| {
-            PathBuf::from(match format {
-                Format::Svg => "flame.svg",
-                Format::Folded => "stackscope.folded",
-                Format::Bcc => "stackscope.txt",
-                Format::Json => "stackscope.json",
-            })
-        });
+        let path = args
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format.default_file()));
         Output {
             path,
             format,

@@ -11,7 +11,7 @@ use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
 use stackscope_profile::format;
 
-use crate::cli::{RecordArgs, UnwindArg};
+use crate::cli::{BackendArg, RecordArgs, UnwindArg};
 use crate::output::Output;
 
 /// The frequency bcc profile and perf users expect from a CPU profiler: odd, so sampling does
@@ -19,6 +19,9 @@ use crate::output::Output;
 const DEFAULT_FREQUENCY: u64 = 999;
 
 pub fn run(args: RecordArgs) -> Result<i32> {
+    if args.backend == BackendArg::Bpf {
+        bail!("--backend bpf is not built yet");
+    }
     let target = target(&args)?;
     if args.cpu.is_some() && !args.all_cpus {
         bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");

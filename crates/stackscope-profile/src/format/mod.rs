@@ -57,6 +57,17 @@ impl Format {
         }
     }
 
+    /// The file written when the user names none: `flame.svg` for SVG, else
+    /// `stackscope.<extension>`.
+    pub fn default_file(self) -> &'static str {
+        match self {
+            Format::Svg => "flame.svg",
+            Format::Folded => "stackscope.folded",
+            Format::Bcc => "stackscope.txt",
+            Format::Json => "stackscope.json",
+        }
+    }
+
     /// The canonical name, one of [`Format::NAMES`].
     pub fn name(self) -> &'static str {
         match self {

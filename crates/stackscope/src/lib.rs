@@ -1,0 +1,36 @@
+//! The `stackscope` commands, as a library so that the `stackscope` binary and the drop-in
+//! shims (`stackscope-perf`, `stackscope-dtrace`) share one implementation of each.
+
+pub mod cli;
+mod diff;
+mod gdb;
+mod output;
+mod profile;
+mod record;
+mod report;
+
+use clap::Parser;
+
+/// Runs the `stackscope` command line and exits with its status.
+pub fn main() -> ! {
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Record(args) => record::run(args),
+        cli::Command::Report(args) => report::run(args),
+        cli::Command::Profile(args) => profile::run(args),
+        cli::Command::Gdb(args) => gdb::run(args),
+        cli::Command::Diff(args) => diff::run(args),
+    };
+    exit(result)
+}
+
+/// Exits with the command's status, or prints its error in one line and exits with 1.
+pub fn exit(result: anyhow::Result<i32>) -> ! {
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("stackscope: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
