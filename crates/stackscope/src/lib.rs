@@ -4,6 +4,7 @@
 pub mod cli;
 mod diff;
 mod gdb;
+mod input;
 mod output;
 mod profile;
 mod record;
