@@ -7,8 +7,10 @@
 //! [`write()`] produced as JSON or folded stacks, and validates it.
 
 mod bcc;
+pub mod dtrace;
 mod folded;
 mod json;
+pub mod perf_script;
 pub mod summary;
 mod svg;
 
