@@ -5,6 +5,7 @@ set -euo pipefail
 
 apt_packages=(
     gcc libc6-dev util-linux   # C test workloads, taskset/setpriv in tests
+    golang-go                  # `go tool pprof` reads the pprof writer's output in tests
 )
 missing=()
 for pkg in "${apt_packages[@]}"; do

@@ -1,16 +1,21 @@
 //! Readers and writers of [`Profile`]s: folded stacks (bcc `profile -f`, flamegraph input),
-//! bcc `profile`'s default text, flamegraph SVG (rendered by inferno) and stackscope's own
-//! lossless JSON.
+//! bcc `profile`'s default text, flamegraph SVG (rendered by inferno), stackscope's own
+//! lossless JSON, pprof, speedscope, the Firefox Profiler's processed format, the Asterinas
+//! OSDK's JSON, `perf script` text and DTrace aggregation text.
 //!
 //! Writers take a valid profile (every index in range) and refuse an invalid one with an
 //! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
-//! [`write()`] produced as JSON or folded stacks, and validates it.
+//! [`write()`] produced as stackscope JSON, OSDK JSON or folded stacks, and validates it.
 
 mod bcc;
 pub mod dtrace;
+mod firefox;
 mod folded;
 mod json;
+mod osdk;
 pub mod perf_script;
+pub mod pprof;
+mod speedscope;
 pub mod summary;
 mod svg;
 
@@ -20,37 +25,78 @@ use std::path::Path;
 
 pub use summary::summary;
 
-/// An output (and, for folded and JSON, input) format.
+/// An output (and, for folded, JSON and OSDK JSON, input) format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Folded,
     Bcc,
     Svg,
     Json,
+    /// Gzipped `perftools.profiles.Profile` protocol buffer, for `go tool pprof`.
+    Pprof,
+    /// speedscope's file format: one sampled profile per thread.
+    Speedscope,
+    /// The Firefox Profiler's processed profile format.
+    Firefox,
+    /// The Asterinas OSDK's `cargo osdk profile` JSON: per sampling round, each CPU's stack.
+    Osdk,
+    /// `perf script` text, as inferno's perf collapser reads it.
+    PerfScript,
+    /// DTrace aggregation text (`@[ustack()] = count()` output).
+    Dtrace,
 }
 
 impl Format {
     /// The canonical names [`Format::from_name`] accepts, in the order a help text should list
     /// them.
-    pub const NAMES: &'static [&'static str] = &["folded", "bcc", "svg", "json"];
+    pub const NAMES: &'static [&'static str] = &[
+        "folded",
+        "bcc",
+        "svg",
+        "json",
+        "pprof",
+        "speedscope",
+        "firefox",
+        "osdk",
+        "perf-script",
+        "dtrace",
+    ];
 
-    /// Parses a format name: `folded`, `bcc`, `svg` or `json`, plus the aliases `collapsed`
-    /// (folded) and `flamegraph` (svg). Case does not matter.
+    /// Parses a format name, one of [`Format::NAMES`], plus the aliases `collapsed` (folded),
+    /// `flamegraph` (svg) and `firefox-profiler` (firefox). Case does not matter.
     pub fn from_name(name: &str) -> Option<Format> {
         match name.to_ascii_lowercase().as_str() {
             "folded" | "collapsed" => Some(Format::Folded),
             "bcc" => Some(Format::Bcc),
             "svg" | "flamegraph" => Some(Format::Svg),
             "json" => Some(Format::Json),
+            "pprof" => Some(Format::Pprof),
+            "speedscope" => Some(Format::Speedscope),
+            "firefox" | "firefox-profiler" => Some(Format::Firefox),
+            "osdk" => Some(Format::Osdk),
+            "perf-script" => Some(Format::PerfScript),
+            "dtrace" => Some(Format::Dtrace),
             _ => None,
         }
     }
 
-    /// Guesses the format from a file extension: `.svg`, `.folded`/`.collapsed`/`.stacks`,
-    /// `.json`, and `.txt` for bcc text.
+    /// Guesses the format from a file name: `.svg`, `.folded`/`.collapsed`/`.stacks`, `.json`,
+    /// `.txt` for bcc text, `.pb.gz`/`.pprof` for pprof, and the double extensions
+    /// `.speedscope.json` and `.firefox.json`, which win over plain `.json`.
     pub fn from_path(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        for (suffix, format) in [
+            (".speedscope.json", Format::Speedscope),
+            (".firefox.json", Format::Firefox),
+            (".pb.gz", Format::Pprof),
+        ] {
+            if name.ends_with(suffix) {
+                return Some(format);
+            }
+        }
         let ext = path.extension()?.to_str()?.to_ascii_lowercase();
         match ext.as_str() {
+            "pprof" => Some(Format::Pprof),
             "svg" => Some(Format::Svg),
             "folded" | "collapsed" | "stacks" => Some(Format::Folded),
             "json" => Some(Format::Json),
@@ -67,6 +113,12 @@ impl Format {
             Format::Folded => "stackscope.folded",
             Format::Bcc => "stackscope.txt",
             Format::Json => "stackscope.json",
+            Format::Pprof => "stackscope.pb.gz",
+            Format::Speedscope => "stackscope.speedscope.json",
+            Format::Firefox => "stackscope.firefox.json",
+            Format::Osdk => "stackscope.osdk.json",
+            Format::PerfScript => "stackscope.perf-script",
+            Format::Dtrace => "stackscope.dtrace",
         }
     }
 
@@ -77,6 +129,12 @@ impl Format {
             Format::Bcc => "bcc",
             Format::Svg => "svg",
             Format::Json => "json",
+            Format::Pprof => "pprof",
+            Format::Speedscope => "speedscope",
+            Format::Firefox => "firefox",
+            Format::Osdk => "osdk",
+            Format::PerfScript => "perf-script",
+            Format::Dtrace => "dtrace",
         }
     }
 }
@@ -121,6 +179,12 @@ pub fn write(
         Format::Bcc => bcc::write(profile, opts, &mut out)?,
         Format::Svg => svg::write(profile, opts, &mut out)?,
         Format::Json => json::write(profile, &mut out)?,
+        Format::Pprof => pprof::write(profile, opts, &mut out)?,
+        Format::Speedscope => speedscope::write(profile, opts, &mut out)?,
+        Format::Firefox => firefox::write(profile, opts, &mut out)?,
+        Format::Osdk => osdk::write(profile, &mut out)?,
+        Format::PerfScript => perf_script::write(profile, opts, &mut out)?,
+        Format::Dtrace => dtrace::write(profile, opts, &mut out)?,
     }
     out.flush()
 }
@@ -136,13 +200,16 @@ pub enum ReadError {
     Folded { line: usize, problem: String },
     #[error("stackscope JSON, {place}: {problem}")]
     Json { place: String, problem: String },
+    #[error("OSDK profile JSON, {place}: {problem}")]
+    Osdk { place: String, problem: String },
 }
 
-/// Reads a profile written by `write` as JSON, or folded stacks; detects which from the content.
+/// Reads a profile written by `write` as JSON, OSDK JSON or folded stacks; detects which from
+/// the content.
 ///
-/// JSON is recognised by its start, `{` then `"` (whitespace between allowed); a folded line
-/// starts with a command name. Folded input yields one thread per distinct `comm` (pid and
-/// tid 0).
+/// JSON is recognised by its start, `{` then `"` (whitespace between allowed); OSDK JSON is JSON
+/// whose first key is `"stack_traces"`; a folded line starts with a command name. Folded input
+/// yields one thread per distinct `comm` (pid and tid 0); OSDK input one thread per CPU.
 pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
         offset: e.valid_up_to(),
@@ -153,7 +220,9 @@ pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
             start.find(|c: &char| !c.is_whitespace()),
             None | Some('"' | '}')
         );
-    if is_json {
+    if is_json && osdk::detect(text) {
+        osdk::read(text)
+    } else if is_json {
         json::read(text)
     } else {
         folded::read(text)

@@ -1,0 +1,117 @@
+//! The Firefox Profiler's processed profile format, built with `fxprof-processed-profile`: one
+//! process per pid, one thread per profiled thread, frames by name in a User or Kernel
+//! category, and each sample weighted by its count.
+//!
+//! The model keeps counts, not times: a thread's samples are laid out one after another, each
+//! `count` sampling intervals long, so the timeline shows their proportions in model order.
+
+use crate::{FrameKind, Profile};
+use fxprof_processed_profile::{
+    CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
+    ProcessHandle, Profile as FxProfile, ReferenceTimestamp, SamplingInterval, ThreadHandle,
+    Timestamp,
+};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::pprof::sample_nanos;
+use super::WriteOptions;
+
+/// The interval shown when the profile does not say how often it sampled.
+const DEFAULT_INTERVAL_NANOS: u64 = 1_000_000;
+
+/// Builds the Firefox Profiler profile for `profile`.
+pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> FxProfile {
+    let product = opts.title.clone().unwrap_or_else(|| {
+        if profile.meta.command.is_empty() {
+            "stackscope".to_string()
+        } else {
+            profile.meta.command.join(" ")
+        }
+    });
+    let interval = sample_nanos(profile).unwrap_or(DEFAULT_INTERVAL_NANOS);
+    // The model has no start time; a fixed one keeps the output reproducible.
+    let mut fx = FxProfile::new(
+        &product,
+        ReferenceTimestamp::from_millis_since_unix_epoch(0.0),
+        SamplingInterval::from_nanos(interval),
+    );
+    let user: CategoryPairHandle = fx.add_category("User", CategoryColor::Yellow).into();
+    let kernel: CategoryPairHandle = fx.add_category("Kernel", CategoryColor::Orange).into();
+    let other: CategoryPairHandle = CategoryHandle::OTHER.into();
+
+    let start = Timestamp::from_nanos_since_reference(0);
+    let mut processes: HashMap<u32, ProcessHandle> = HashMap::new();
+    let threads: Vec<ThreadHandle> = profile
+        .threads
+        .iter()
+        .map(|t| {
+            let process = *processes.entry(t.pid).or_insert_with(|| {
+                let name = if t.process_name.is_empty() {
+                    &t.comm
+                } else {
+                    &t.process_name
+                };
+                fx.add_process(name, t.pid, start)
+            });
+            let thread = fx.add_thread(process, t.tid, start, t.tid == t.pid);
+            fx.set_thread_name(thread, &t.comm);
+            thread
+        })
+        .collect();
+
+    let names: Vec<_> = profile
+        .frames
+        .iter()
+        .map(|f| {
+            let name = if f.name.is_empty() {
+                "[unknown]"
+            } else {
+                &f.name
+            };
+            fx.intern_string(name)
+        })
+        .collect();
+
+    let mut clock = vec![0u64; threads.len()];
+    for sample in &profile.samples {
+        let thread = threads[sample.thread as usize];
+        let frames = profile.stack(sample.stack).frames.iter().map(|&f| {
+            let category_pair = match profile.frame(f).kind {
+                FrameKind::User => user,
+                FrameKind::Kernel => kernel,
+                FrameKind::Marker => other,
+            };
+            FrameInfo {
+                frame: Frame::Label(names[f as usize]),
+                category_pair,
+                flags: FrameFlags::empty(),
+            }
+        });
+        let stack = fx.intern_stack_frames(thread, frames);
+        // A weight is an i32: larger counts take several samples.
+        let mut left = sample.count;
+        while left > 0 {
+            let weight = left.min(i32::MAX as u64);
+            left -= weight;
+            let now = &mut clock[sample.thread as usize];
+            let time = Timestamp::from_nanos_since_reference(*now);
+            let busy = weight.saturating_mul(interval);
+            *now = now.saturating_add(busy);
+            fx.add_sample(
+                thread,
+                time,
+                stack,
+                CpuDelta::from_nanos(busy),
+                weight as i32,
+            );
+        }
+    }
+    fx
+}
+
+/// Writes `profile` as a Firefox Profiler processed profile (JSON).
+pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, &to_fxprof(profile, opts))?;
+    out.write_all(b"\n")
+}

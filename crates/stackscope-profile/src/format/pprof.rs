@@ -1,0 +1,431 @@
+//! pprof: a gzipped `perftools.profiles.Profile` protocol buffer, as `go tool pprof` reads it.
+//!
+//! Each sample carries two values, `samples/count` and `cpu/nanoseconds` (count × sampling
+//! period; the latter only when the period is known as a time). A location is one machine
+//! address: a frame and the frames inlined into it (the model's [`Frame::inlined`] flag marks
+//! a frame that shares its caller's address) become one location with one line per frame,
+//! innermost first. Every module becomes a mapping; kernel frames belong to
+//! `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
+//! no address range; pprof then goes by the function names, files and lines.
+
+use crate::{Frame, FrameKind, Profile};
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use prost::Message;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::{push_name, WriteOptions};
+
+/// The module kernel frames belong to when the source named none.
+const KERNEL_MODULE: &str = "[kernel.kallsyms]";
+
+/// The messages of profile.proto that the writer fills, field numbers as in the proto file.
+pub mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+        #[prost(int64, tag = "14")]
+        pub default_sample_type: i64,
+    }
+
+    #[derive(Clone, Copy, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+        #[prost(int64, tag = "4")]
+        pub num_unit: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+        #[prost(bool, tag = "5")]
+        pub is_folded: bool,
+    }
+
+    #[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+        #[prost(int64, tag = "3")]
+        pub column: i64,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+        #[prost(int64, tag = "5")]
+        pub start_line: i64,
+    }
+}
+
+/// The time one sample stands for, in nanoseconds, when the profile says: one period of a
+/// frequency, or the period of a clock event (counted in nanoseconds).
+pub(crate) fn sample_nanos(profile: &Profile) -> Option<u64> {
+    let meta = &profile.meta;
+    match (meta.frequency_hz, meta.period) {
+        (Some(hz), _) if hz > 0 => Some(1_000_000_000 / hz).filter(|&n| n > 0),
+        (_, Some(period))
+            if period > 0 && matches!(meta.event.as_str(), "cpu-clock" | "task-clock") =>
+        {
+            Some(period)
+        }
+        _ => None,
+    }
+}
+
+/// Builds the protocol buffer message (not yet encoded) for `profile`.
+pub fn to_message(profile: &Profile) -> proto::Profile {
+    Encoder::new(profile).encode()
+}
+
+/// Writes `profile` as a gzipped pprof protocol buffer.
+pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
+    let bytes = to_message(profile).encode_to_vec();
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&bytes)?;
+    gz.finish()?;
+    Ok(())
+}
+
+struct Encoder<'a> {
+    profile: &'a Profile,
+    message: proto::Profile,
+    strings: HashMap<String, i64>,
+    functions: HashMap<(String, Option<String>), u64>,
+    mappings: HashMap<String, u64>,
+    /// Locations by mapping and lines (innermost first).
+    locations: HashMap<(u64, Vec<proto::Line>), u64>,
+}
+
+impl<'a> Encoder<'a> {
+    fn new(profile: &'a Profile) -> Self {
+        let mut encoder = Encoder {
+            profile,
+            message: proto::Profile::default(),
+            strings: HashMap::new(),
+            functions: HashMap::new(),
+            mappings: HashMap::new(),
+            locations: HashMap::new(),
+        };
+        // The string table must start with the empty string.
+        encoder.string("");
+        encoder
+    }
+
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.message.string_table.len() as i64;
+        self.message.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn value_type(&mut self, ty: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType {
+            r#type: self.string(ty),
+            unit: self.string(unit),
+        }
+    }
+
+    fn encode(mut self) -> proto::Profile {
+        let meta = &self.profile.meta;
+        let nanos = sample_nanos(self.profile);
+        let count_type = self.value_type("samples", "count");
+        self.message.sample_type.push(count_type);
+        if let Some(nanos) = nanos {
+            let cpu_type = self.value_type("cpu", "nanoseconds");
+            self.message.sample_type.push(cpu_type);
+            self.message.period_type = Some(cpu_type);
+            self.message.period = clamp(nanos);
+            self.message.default_sample_type = cpu_type.r#type;
+        } else {
+            self.message.period_type = Some(count_type);
+            self.message.period = 1;
+        }
+        self.message.duration_nanos = clamp_f64(meta.duration_secs * 1e9);
+        for comment in comments(self.profile) {
+            let i = self.string(&comment);
+            self.message.comment.push(i);
+        }
+
+        let keys = [
+            self.string("thread"),
+            self.string("pid"),
+            self.string("tid"),
+            self.string("cpu"),
+        ];
+        let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
+        for sample in &self.profile.samples {
+            let location_id = match stack_locations.get(&sample.stack) {
+                Some(ids) => ids.clone(),
+                None => {
+                    let ids = self.stack(sample.stack);
+                    stack_locations.insert(sample.stack, ids.clone());
+                    ids
+                }
+            };
+            let mut value = vec![clamp(sample.count)];
+            if let Some(nanos) = nanos {
+                value.push(clamp(sample.count.saturating_mul(nanos)));
+            }
+            let thread = self.profile.thread(sample.thread);
+            let mut label = vec![
+                proto::Label {
+                    key: keys[0],
+                    str: self.string(&thread.comm),
+                    ..Default::default()
+                },
+                proto::Label {
+                    key: keys[1],
+                    num: thread.pid.into(),
+                    ..Default::default()
+                },
+                proto::Label {
+                    key: keys[2],
+                    num: thread.tid.into(),
+                    ..Default::default()
+                },
+            ];
+            if let Some(cpu) = sample.cpu {
+                label.push(proto::Label {
+                    key: keys[3],
+                    num: cpu.into(),
+                    ..Default::default()
+                });
+            }
+            self.message.sample.push(proto::Sample {
+                location_id,
+                value,
+                label,
+            });
+        }
+        self.message
+    }
+
+    /// The location ids of a stack, leaf first as pprof wants them.
+    fn stack(&mut self, stack: u32) -> Vec<u64> {
+        let frames = &self.profile.stack(stack).frames;
+        // Group root first: a frame that is not inlined opens a location, the inlined frames
+        // after it (its callees at the same address) join it.
+        let mut groups: Vec<&[u32]> = Vec::new();
+        let mut start = 0;
+        for i in 1..=frames.len() {
+            if i == frames.len() || !self.profile.frame(frames[i]).inlined {
+                if start < i {
+                    groups.push(&frames[start..i]);
+                }
+                start = i;
+            }
+        }
+        groups
+            .into_iter()
+            .rev()
+            .map(|group| self.location(group))
+            .collect()
+    }
+
+    /// The location of one address: `group` holds its frames root first.
+    fn location(&mut self, group: &[u32]) -> u64 {
+        let profile = self.profile;
+        let outer = profile.frame(group[0]);
+        let mapping_id = self.mapping(outer);
+        let lines: Vec<proto::Line> = group
+            .iter()
+            .rev()
+            .map(|&f| {
+                let frame = profile.frame(f);
+                proto::Line {
+                    function_id: self.function(frame),
+                    line: frame.line.map_or(0, i64::from),
+                    column: 0,
+                }
+            })
+            .collect();
+        let key = (mapping_id, lines);
+        if let Some(&id) = self.locations.get(&key) {
+            return id;
+        }
+        let id = self.message.location.len() as u64 + 1;
+        self.message.location.push(proto::Location {
+            id,
+            mapping_id,
+            address: 0,
+            line: key.1.clone(),
+            is_folded: false,
+        });
+        self.locations.insert(key, id);
+        id
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        // pprof prints names one per line.
+        let mut name = String::new();
+        push_name(&mut name, &frame.name, false);
+        let key = (name, frame.file.clone());
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.message.function.len() as u64 + 1;
+        let name = self.string(&key.0);
+        let filename = self.string(frame.file.as_deref().unwrap_or(""));
+        self.message.function.push(proto::Function {
+            id,
+            name,
+            // The model keeps demangled names only.
+            system_name: name,
+            filename,
+            start_line: 0,
+        });
+        self.functions.insert(key, id);
+        id
+    }
+
+    /// The mapping of a frame's module; 0 (none) for a frame with no module outside the kernel.
+    fn mapping(&mut self, frame: &Frame) -> u64 {
+        let module = match (&frame.module, frame.kind) {
+            (Some(m), _) if !m.is_empty() => m.as_str(),
+            (_, FrameKind::Kernel) => KERNEL_MODULE,
+            _ => return 0,
+        };
+        if let Some(&id) = self.mappings.get(module) {
+            return id;
+        }
+        let id = self.message.mapping.len() as u64 + 1;
+        let filename = self.string(module);
+        // Symbols were resolved when the profile was taken: pprof must not look for them again.
+        self.message.mapping.push(proto::Mapping {
+            id,
+            filename,
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+            ..Default::default()
+        });
+        self.mappings.insert(module.to_string(), id);
+        id
+    }
+}
+
+/// What pprof shows as comments: how the profile was taken, and its hints.
+fn comments(profile: &Profile) -> Vec<String> {
+    let meta = &profile.meta;
+    let mut out = Vec::new();
+    if !meta.source.is_empty() || !meta.event.is_empty() {
+        out.push(format!("source: {}, event: {}", meta.source, meta.event));
+    }
+    if let Some(hz) = meta.frequency_hz {
+        out.push(format!("frequency: {hz} Hz"));
+    }
+    if let Some(period) = meta.period {
+        out.push(format!("period: {period}"));
+    }
+    if !meta.command.is_empty() {
+        out.push(format!("command: {}", meta.command.join(" ")));
+    }
+    if meta.lost_samples > 0 {
+        out.push(format!("lost samples: {}", meta.lost_samples));
+    }
+    out.extend(meta.hints.iter().cloned());
+    out
+}
+
+fn clamp(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn clamp_f64(x: f64) -> i64 {
+    if x.is_finite() && x > 0.0 {
+        // `as` saturates at i64::MAX.
+        x as i64
+    } else {
+        0
+    }
+}

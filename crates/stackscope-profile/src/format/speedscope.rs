@@ -1,0 +1,138 @@
+//! speedscope's file format (`https://www.speedscope.app/file-format-schema.json`): shared
+//! frames, and one "sampled" profile per thread whose samples are stacks of frame indices,
+//! root first, each weighted by its count (in nanoseconds when the sampling period is known).
+
+use crate::Profile;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+use super::pprof::sample_nanos;
+use super::WriteOptions;
+
+const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct File<'a> {
+    #[serde(rename = "$schema")]
+    schema: &'static str,
+    shared: Shared<'a>,
+    profiles: Vec<SampledProfile>,
+    name: String,
+    active_profile_index: usize,
+    exporter: String,
+}
+
+#[derive(Serialize)]
+struct Shared<'a> {
+    frames: Vec<SharedFrame<'a>>,
+}
+
+#[derive(Serialize, PartialEq, Eq, Hash, Clone)]
+struct SharedFrame<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    file: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    line: Option<u32>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SampledProfile {
+    r#type: &'static str,
+    name: String,
+    unit: &'static str,
+    start_value: u64,
+    end_value: u64,
+    samples: Vec<Vec<usize>>,
+    weights: Vec<u64>,
+}
+
+/// Writes `profile` as speedscope JSON. The file is named after the title option, else the
+/// profiled command.
+pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
+    let nanos = sample_nanos(profile);
+    let mut frames: Vec<SharedFrame> = Vec::new();
+    let mut frame_index: HashMap<SharedFrame, usize> = HashMap::new();
+    // Model frame id -> shared frame index; speedscope tells frames apart by name, file and
+    // line only, so frames that differ in nothing else share one entry.
+    let shared_of: Vec<usize> = profile
+        .frames
+        .iter()
+        .map(|f| {
+            let frame = SharedFrame {
+                name: if f.name.is_empty() {
+                    "[unknown]"
+                } else {
+                    &f.name
+                },
+                // Without a source file, the module is the best place speedscope can show.
+                file: f.file.as_deref().or(f.module.as_deref()),
+                line: f.line,
+            };
+            *frame_index.entry(frame.clone()).or_insert_with(|| {
+                frames.push(frame);
+                frames.len() - 1
+            })
+        })
+        .collect();
+
+    let mut profiles: Vec<SampledProfile> = profile
+        .threads
+        .iter()
+        .map(|t| SampledProfile {
+            r#type: "sampled",
+            name: format!("{} (pid {}, tid {})", t.comm, t.pid, t.tid),
+            unit: if nanos.is_some() {
+                "nanoseconds"
+            } else {
+                "none"
+            },
+            start_value: 0,
+            end_value: 0,
+            samples: Vec::new(),
+            weights: Vec::new(),
+        })
+        .collect();
+    for sample in &profile.samples {
+        let p = &mut profiles[sample.thread as usize];
+        let weight = sample.count.saturating_mul(nanos.unwrap_or(1));
+        p.samples.push(
+            profile
+                .stack(sample.stack)
+                .frames
+                .iter()
+                .map(|&f| shared_of[f as usize])
+                .collect(),
+        );
+        p.weights.push(weight);
+        p.end_value = p.end_value.saturating_add(weight);
+    }
+    // Threads with no samples would only be empty tabs.
+    profiles.retain(|p| !p.samples.is_empty());
+    let active_profile_index = profiles
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, p)| (p.end_value, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+
+    let name = opts.title.clone().unwrap_or_else(|| {
+        if profile.meta.command.is_empty() {
+            "stackscope".to_string()
+        } else {
+            profile.meta.command.join(" ")
+        }
+    });
+    let file = File {
+        schema: SCHEMA,
+        shared: Shared { frames },
+        profiles,
+        name,
+        active_profile_index,
+        exporter: format!("stackscope {}", env!("CARGO_PKG_VERSION")),
+    };
+    serde_json::to_writer(&mut *out, &file)?;
+    out.write_all(b"\n")
+}

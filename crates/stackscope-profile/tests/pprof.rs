@@ -1,0 +1,262 @@
+//! The pprof writer: the decoded message of the fixture profile against a golden dump, and the
+//! real consumer, `go tool pprof`, reading what we write.
+
+mod fixture;
+
+use flate2::read::GzDecoder;
+use prost::Message;
+use stackscope_profile::format::pprof::proto;
+use stackscope_profile::format::{write, Format, WriteOptions};
+use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use std::fmt::Write as _;
+use std::io::Read;
+use std::path::Path;
+use std::process::Command;
+
+fn pprof_bytes(profile: &Profile) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(profile, Format::Pprof, &WriteOptions::default(), &mut out).unwrap();
+    out
+}
+
+fn decode(gz: &[u8]) -> proto::Profile {
+    let mut raw = Vec::new();
+    GzDecoder::new(gz)
+        .read_to_end(&mut raw)
+        .expect("pprof output is gzip");
+    proto::Profile::decode(raw.as_slice()).expect("pprof output is a Profile message")
+}
+
+/// A readable, stable dump of the message: every table with strings resolved.
+fn dump(p: &proto::Profile) -> String {
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let mut out = String::new();
+    let vt = |v: &proto::ValueType| format!("{}/{}", s(v.r#type), s(v.unit));
+    let types: Vec<String> = p.sample_type.iter().map(vt).collect();
+    writeln!(out, "sample_type: {}", types.join(", ")).unwrap();
+    writeln!(
+        out,
+        "period: {} {}",
+        p.period,
+        p.period_type.as_ref().map(vt).unwrap_or_default()
+    )
+    .unwrap();
+    writeln!(out, "default_sample_type: {}", s(p.default_sample_type)).unwrap();
+    writeln!(out, "duration_nanos: {}", p.duration_nanos).unwrap();
+    for c in &p.comment {
+        writeln!(out, "comment: {}", s(*c)).unwrap();
+    }
+    for m in &p.mapping {
+        writeln!(
+            out,
+            "mapping {}: {} build_id={:?} functions={} filenames={} lines={} inline={}",
+            m.id,
+            s(m.filename),
+            s(m.build_id),
+            m.has_functions,
+            m.has_filenames,
+            m.has_line_numbers,
+            m.has_inline_frames
+        )
+        .unwrap();
+    }
+    for f in &p.function {
+        writeln!(
+            out,
+            "function {}: {:?} system={:?} file={:?}",
+            f.id,
+            s(f.name),
+            s(f.system_name),
+            s(f.filename)
+        )
+        .unwrap();
+    }
+    for l in &p.location {
+        let lines: Vec<String> = l
+            .line
+            .iter()
+            .map(|x| format!("f{}:{}", x.function_id, x.line))
+            .collect();
+        writeln!(
+            out,
+            "location {}: mapping {} address {:#x} lines [{}]",
+            l.id,
+            l.mapping_id,
+            l.address,
+            lines.join(" ")
+        )
+        .unwrap();
+    }
+    for sample in &p.sample {
+        let labels: Vec<String> = sample
+            .label
+            .iter()
+            .map(|l| {
+                if l.str != 0 {
+                    format!("{}={}", s(l.key), s(l.str))
+                } else {
+                    format!("{}={}", s(l.key), l.num)
+                }
+            })
+            .collect();
+        writeln!(
+            out,
+            "sample {:?} locations {:?} labels {}",
+            sample.value,
+            sample.location_id,
+            labels.join(",")
+        )
+        .unwrap();
+    }
+    out
+}
+
+#[test]
+fn pprof_golden() {
+    let p = decode(&pprof_bytes(&fixture::profile()));
+    fixture::check_golden("profile.pprof.txt", &dump(&p));
+}
+
+#[test]
+fn inlined_frames_are_lines_of_one_location() {
+    let p = decode(&pprof_bytes(&fixture::profile()));
+    let s = |i: i64| p.string_table[i as usize].as_str();
+    let name_of = |id: u64| s(p.function.iter().find(|f| f.id == id).unwrap().name);
+    // `square` was inlined into `compute`: one location, innermost line first.
+    let loc = p
+        .location
+        .iter()
+        .find(|l| l.line.iter().any(|x| name_of(x.function_id) == "square"))
+        .expect("a location for square");
+    let names: Vec<&str> = loc.line.iter().map(|x| name_of(x.function_id)).collect();
+    assert_eq!(names, ["square", "compute"]);
+    assert_eq!(loc.line.iter().map(|x| x.line).collect::<Vec<_>>(), [9, 21]);
+    // Every kernel frame sits in the kernel mapping.
+    let kernel = p
+        .mapping
+        .iter()
+        .find(|m| s(m.filename) == "[kernel.kallsyms]")
+        .expect("a kernel mapping");
+    for l in &p.location {
+        let first = name_of(l.line[0].function_id);
+        if ["ksys_read", "do_idle", "entry_SYSCALL_64"].contains(&first) {
+            assert_eq!(l.mapping_id, kernel.id, "{first}");
+        }
+    }
+    // Values: count, and count × 1/99 s in nanoseconds.
+    let total: i64 = p.sample.iter().map(|x| x.value[0]).sum();
+    assert_eq!(total, 31);
+    for x in &p.sample {
+        assert_eq!(x.value[1], x.value[0] * (1_000_000_000 / 99));
+    }
+}
+
+fn go() -> Command {
+    let mut cmd = Command::new("go");
+    // pprof keeps a cache of fetched profiles under $HOME; keep it out of the way.
+    cmd.env("PPROF_TMPDIR", std::env::temp_dir());
+    cmd
+}
+
+/// Runs `go tool pprof ARGS FILE` and returns its stdout; fails the test with pprof's stderr.
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = go()
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .output()
+        .expect(
+            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
+        );
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn write_file(profile: &Profile, dir: &Path, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, pprof_bytes(profile)).unwrap();
+    path
+}
+
+#[test]
+fn go_tool_pprof_reads_the_fixture() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(&fixture::profile(), dir.path(), "profile.pb.gz");
+
+    // Flat counts by function: square 16 (12 + 4 on the I/O thread), do-idle stack 5.
+    let top = go_pprof(&["-top", "-sample_index=samples", "-nodecount=100"], &file);
+    let flat = |name: &str| -> Option<i64> {
+        top.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let shown = f.get(5..)?.join(" ");
+            (shown.trim_end_matches(" (inline)") == name).then(|| f[0].parse().ok())?
+        })
+    };
+    assert_eq!(flat("square"), Some(16), "{top}");
+    assert_eq!(flat("default_idle"), Some(5), "{top}");
+    assert_eq!(flat("ksys_read"), Some(4), "{top}");
+
+    // -traces prints every sample with its labels and marks inlined frames.
+    let traces = go_pprof(&["-traces"], &file);
+    let has_label = |key: &str, value: &str| {
+        traces
+            .lines()
+            .any(|l| l.split_whitespace().eq([key, value].into_iter()))
+    };
+    assert!(has_label("thread:", "worker-io"), "{traces}");
+    assert!(has_label("pid:", "4242"), "{traces}");
+    assert!(has_label("tid:", "4243"), "{traces}");
+    assert!(has_label("cpu:", "1"), "{traces}");
+    assert!(
+        traces
+            .lines()
+            .any(|l| l.contains("square") && l.contains("(inline)")),
+        "{traces}"
+    );
+    // The default value is CPU time: duration and period show in the header.
+    assert!(traces.contains("Type: cpu"), "{traces}");
+}
+
+fn odd_profile() -> Profile {
+    let mut b = ProfileBuilder::new(Metadata::default());
+    let empty = b.frame(Frame::default());
+    let k = b.frame(Frame {
+        name: "kernel_only".to_string(),
+        kind: FrameKind::Kernel,
+        ..Frame::default()
+    });
+    let inl_root = b.frame(Frame {
+        name: "inlined_at_root".to_string(),
+        inlined: true,
+        ..Frame::default()
+    });
+    let t = b.thread(Thread::default());
+    let s1 = b.stack(&[k]);
+    b.add(t, s1, None, 3);
+    let s2 = b.stack(&[empty]);
+    b.add(t, s2, Some(0), 0);
+    let s3 = b.stack(&[]);
+    b.add(t, s3, None, 2);
+    let s4 = b.stack(&[inl_root, empty]);
+    b.add(t, s4, None, 1 << 40);
+    b.finish()
+}
+
+#[test]
+fn odd_profiles_are_readable_by_go_tool_pprof() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(&odd_profile(), dir.path(), "odd.pb.gz");
+    let p = decode(&std::fs::read(&file).unwrap());
+    // No period known: counts only.
+    assert_eq!(p.sample_type.len(), 1);
+    let top = go_pprof(&["-top", "-nodefraction=0"], &file);
+    assert!(top.contains("kernel_only"), "{top}");
+    assert!(top.contains("inlined_at_root"), "{top}");
+
+    let empty = write_file(&Profile::default(), dir.path(), "empty.pb.gz");
+    go_pprof(&["-top"], &empty);
+}
