@@ -5,6 +5,7 @@ set -euo pipefail
 
 apt_packages=(
     gcc libc6-dev util-linux   # C test workloads, taskset/setpriv in tests
+    gdbserver                  # stackscope gdb tested against a second real stub
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
 )
 missing=()

@@ -5,7 +5,8 @@
 //! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
 //! parsed unwind sections of every file seen, shared between processes.
 
-mod module;
+/// Public for stackscope-gdb, which builds a framehop module from a guest ELF the same way.
+pub mod module;
 #[cfg(test)]
 mod tests;
 

@@ -37,7 +37,7 @@ struct SectionBytes {
 
 /// What framehop needs from one ELF file, parsed once.
 #[derive(Debug)]
-pub(super) struct ModuleFile {
+pub struct ModuleFile {
     loads: Vec<LoadSegment>,
     text_svma: Option<Range<u64>>,
     got_svma: Option<Range<u64>>,
@@ -50,7 +50,7 @@ pub(super) struct ModuleFile {
 impl ModuleFile {
     /// Reads the headers and CFI sections of the ELF file at `path`; when the file has no CFI
     /// but a build-id, `.debug_frame` is looked for in the matching separate debug file.
-    pub(super) fn open(file: File, path: &Path) -> io::Result<Self> {
+    pub fn open(file: File, path: &Path) -> io::Result<Self> {
         let cache = ReadCache::new(file);
         let mut module = Self::parse(&cache).map_err(|e| {
             io::Error::new(
@@ -139,11 +139,11 @@ impl ModuleFile {
     }
 
     /// True when the file has `.eh_frame` or `.debug_frame`.
-    pub(super) fn has_unwind_info(&self) -> bool {
+    pub fn has_unwind_info(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
-    pub(super) fn build_id(&self) -> Option<&[u8]> {
+    pub fn build_id(&self) -> Option<&[u8]> {
         self.build_id.as_deref()
     }
 
@@ -174,7 +174,7 @@ impl ModuleFile {
     }
 
     /// Section data for `framehop::Module::new`; ELF addresses are stated relative to 0.
-    pub(super) fn section_info(&self) -> ExplicitModuleSectionInfo<Arc<[u8]>> {
+    pub fn section_info(&self) -> ExplicitModuleSectionInfo<Arc<[u8]>> {
         ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: self.text_svma.clone(),

@@ -1,0 +1,370 @@
+//! The commands a sampler needs from a GDB stub (QEMU's, gdbserver): the handshake, the thread
+//! list, registers, memory, stopping and resuming, the target's auxiliary vector and load
+//! offsets, and detaching.
+
+use std::fmt;
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::Error;
+use crate::packet::{decode_hex, unescape, Connection, Stream};
+
+/// Where the stub listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remote {
+    /// `host:port` (an empty host means localhost).
+    Tcp(String),
+    /// A Unix socket path.
+    Unix(PathBuf),
+}
+
+impl Remote {
+    /// As the Asterinas OSDK reads `--remote`: an address whose last `:` field is a port
+    /// number is TCP, anything else a Unix socket path.
+    pub fn parse(addr: &str) -> Remote {
+        match addr.rsplit_once(':') {
+            Some((host, port)) if !port.is_empty() && port.parse::<u16>().is_ok() => {
+                let host = if host.is_empty() { "localhost" } else { host };
+                Remote::Tcp(format!("{host}:{port}"))
+            }
+            _ => Remote::Unix(PathBuf::from(addr)),
+        }
+    }
+}
+
+impl fmt::Display for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Remote::Tcp(a) => write!(f, "{a}"),
+            Remote::Unix(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
+/// x86-64 registers an unwinder needs, from the `g` packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Registers {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// Why the target stopped, from a stop reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    /// Stopped with this signal (`S`/`T`); 2 (SIGINT) or 5 (SIGTRAP) after an interrupt.
+    Signal(u8),
+    /// Exited with this status (`W`).
+    Exited(u8),
+    /// Killed by this signal (`X`).
+    Killed(u8),
+}
+
+/// What the stub said it supports (`qSupported`).
+#[derive(Debug, Clone, Default)]
+pub struct Features {
+    pub packet_size: Option<usize>,
+    pub no_ack: bool,
+    pub auxv: bool,
+    pub libraries_svr4: bool,
+    /// The binary memory read `x` (GDB 16's `binary-upload`).
+    pub binary_upload: bool,
+}
+
+/// A connected client.
+pub struct Client<S> {
+    conn: Connection<S>,
+    features: Features,
+    /// The thread `Hg` last selected, to skip selecting it again.
+    selected: Option<u64>,
+}
+
+/// Reply timeout used when the caller does not choose one.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Client<Box<dyn Stream>> {
+    /// Connects over TCP or a Unix socket and does the handshake.
+    pub fn connect(remote: &Remote, timeout: Duration) -> Result<Self, Error> {
+        let connect_err = |source: std::io::Error| {
+            let hint = match source.kind() {
+                std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
+                    " (is QEMU running with -gdb, or gdbserver listening there?)"
+                }
+                _ => "",
+            };
+            Error::Connect {
+                remote: remote.to_string(),
+                source,
+                hint,
+            }
+        };
+        let stream: Box<dyn Stream> = match remote {
+            Remote::Tcp(addr) => {
+                let stream = TcpStream::connect(addr).map_err(connect_err)?;
+                // Small request/reply packets: Nagle would add tens of milliseconds per round.
+                stream.set_nodelay(true).map_err(connect_err)?;
+                Box::new(stream)
+            }
+            Remote::Unix(path) => Box::new(UnixStream::connect(path).map_err(connect_err)?),
+        };
+        Client::handshake(stream, timeout)
+    }
+}
+
+impl<S: Stream> Client<S> {
+    /// Negotiates features on a fresh connection and turns acknowledgements off where the
+    /// stub allows.
+    pub fn handshake(stream: S, timeout: Duration) -> Result<Self, Error> {
+        let mut conn = Connection::new(stream, timeout);
+        // A fresh stub may wait for an ack of a packet it thinks it sent; one `+` is harmless.
+        conn.send_raw(b'+')?;
+        let reply = conn.request(b"qSupported:swbreak+;hwbreak+;vContSupported+")?;
+        let features = parse_features(&reply);
+        if features.no_ack {
+            let reply = conn.request(b"QStartNoAckMode")?;
+            if reply != b"OK" {
+                return Err(conn.malformed(&reply, "expected OK"));
+            }
+            conn.disable_acks();
+        }
+        Ok(Client {
+            conn,
+            features,
+            selected: None,
+        })
+    }
+
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// Why the target is stopped now (`?`); stubs stop the target when a client connects.
+    pub fn status(&mut self) -> Result<Stop, Error> {
+        self.conn.send(b"?")?;
+        self.stop_reply()
+    }
+
+    /// The target's threads (QEMU: one per vCPU, in CPU order), as the stub numbers them.
+    pub fn threads(&mut self) -> Result<Vec<u64>, Error> {
+        let mut threads = Vec::new();
+        let mut reply = self.conn.request(b"qfThreadInfo")?;
+        loop {
+            match reply.split_first() {
+                Some((b'm', list)) => {
+                    for id in list.split(|&b| b == b',') {
+                        let tid = parse_thread_id(id)
+                            .ok_or_else(|| self.conn.malformed(&reply, "bad thread id"))?;
+                        threads.push(tid);
+                    }
+                }
+                Some((b'l', _)) => break,
+                _ => return Err(self.conn.malformed(&reply, "expected a thread list")),
+            }
+            reply = self.conn.request(b"qsThreadInfo")?;
+        }
+        Ok(threads)
+    }
+
+    /// Registers of one thread (`Hg` + `g`), in the x86-64 order both QEMU and gdbserver
+    /// use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes each, little-endian.
+    pub fn registers(&mut self, thread: u64) -> Result<Registers, Error> {
+        if self.selected != Some(thread) {
+            let reply = self.conn.request(format!("Hg{thread:x}").as_bytes())?;
+            if reply != b"OK" {
+                return Err(self.conn.malformed(&reply, "expected OK"));
+            }
+            self.selected = Some(thread);
+        }
+        let reply = self.conn.request(b"g")?;
+        let reg = |i: usize| -> Option<u64> {
+            let hex = reply.get(i * 16..(i + 1) * 16)?;
+            // `xx` marks a register the stub cannot read.
+            let bytes = decode_hex(hex)?;
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        };
+        match (reg(16), reg(7), reg(6)) {
+            (Some(ip), Some(sp), Some(bp)) => Ok(Registers { ip, sp, bp }),
+            _ => Err(self
+                .conn
+                .malformed(&reply, "expected at least 17 x86-64 registers in hex")),
+        }
+    }
+
+    /// Reads up to `len` bytes at `addr`; a stub may return fewer (the rest is unreadable).
+    pub fn read_memory(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, Error> {
+        if self.features.binary_upload {
+            let reply = self.conn.request(format!("x{addr:x},{len:x}").as_bytes())?;
+            return match reply.split_first() {
+                Some((b'b', data)) => match unescape(data) {
+                    Some(bytes) if bytes.len() <= len => Ok(bytes),
+                    _ => Err(self.conn.malformed(&reply, "bad binary data")),
+                },
+                _ => Err(self
+                    .conn
+                    .malformed(&reply, "expected b followed by binary data")),
+            };
+        }
+        let reply = self.conn.request(format!("m{addr:x},{len:x}").as_bytes())?;
+        match decode_hex(&reply) {
+            Some(bytes) if bytes.len() <= len && !bytes.is_empty() => Ok(bytes),
+            _ => Err(self
+                .conn
+                .malformed(&reply, "expected memory contents in hex")),
+        }
+    }
+
+    /// Stops the running target and returns why it stopped. A stop the target made on its
+    /// own (a signal) while running is returned the same way.
+    pub fn interrupt(&mut self) -> Result<Stop, Error> {
+        self.conn.send_raw(0x03)?;
+        self.stop_reply()
+    }
+
+    /// Lets the target run; `signal` is delivered to it (gdbserver) when not 0.
+    pub fn resume(&mut self, signal: u8) -> Result<(), Error> {
+        self.selected = None;
+        if signal == 0 {
+            self.conn.send(b"c")
+        } else {
+            self.conn.send(format!("C{signal:02x}").as_bytes())
+        }
+    }
+
+    /// Detaches, leaving the target running. The target must be stopped.
+    pub fn detach(&mut self) -> Result<(), Error> {
+        let reply = self.conn.request(b"D")?;
+        if reply != b"OK" {
+            return Err(self.conn.malformed(&reply, "expected OK"));
+        }
+        Ok(())
+    }
+
+    /// The target's auxiliary vector (Linux programs under gdbserver), when the stub has one.
+    pub fn auxv(&mut self) -> Result<Option<Vec<(u64, u64)>>, Error> {
+        if !self.features.auxv {
+            return Ok(None);
+        }
+        let data = self.read_object("auxv")?;
+        Ok(Some(
+            data.chunks_exact(16)
+                .map(|p| {
+                    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    (word(&p[..8]), word(&p[8..]))
+                })
+                .collect(),
+        ))
+    }
+
+    /// The text offset from `qOffsets` (`Text=xxx;Data=xxx`), when the stub gives one.
+    pub fn text_offset(&mut self) -> Result<Option<u64>, Error> {
+        self.conn.send(b"qOffsets")?;
+        let reply = self.conn.receive()?;
+        if reply.is_empty() || reply.starts_with(b"E") {
+            return Ok(None);
+        }
+        let text = String::from_utf8_lossy(&reply).into_owned();
+        let offset = text
+            .split(';')
+            .find_map(|f| {
+                f.strip_prefix("Text=")
+                    .or_else(|| f.strip_prefix("TextSeg="))
+            })
+            .and_then(|v| u64::from_str_radix(v, 16).ok());
+        match offset {
+            Some(o) => Ok(Some(o)),
+            None => Err(self.conn.malformed(&reply, "expected Text=...")),
+        }
+    }
+
+    /// The svr4 library list (XML), when the stub supports `qXfer:libraries-svr4:read`.
+    pub fn libraries_svr4(&mut self) -> Result<Option<String>, Error> {
+        if !self.features.libraries_svr4 {
+            return Ok(None);
+        }
+        let data = self.read_object("libraries-svr4")?;
+        Ok(Some(String::from_utf8_lossy(&data).into_owned()))
+    }
+
+    /// Reads a whole `qXfer` object in packet-sized pieces.
+    fn read_object(&mut self, object: &str) -> Result<Vec<u8>, Error> {
+        let piece = self.features.packet_size.unwrap_or(4096).clamp(64, 65536) - 8;
+        let mut data = Vec::new();
+        loop {
+            let reply = self
+                .conn
+                .request(format!("qXfer:{object}:read::{:x},{piece:x}", data.len()).as_bytes())?;
+            let (last, body) = match reply.split_first() {
+                Some((b'l', body)) => (true, body),
+                Some((b'm', body)) => (false, body),
+                _ => {
+                    return Err(self
+                        .conn
+                        .malformed(&reply, "expected m or l followed by data"))
+                }
+            };
+            let bytes = unescape(body).ok_or_else(|| self.conn.malformed(&reply, "bad escape"))?;
+            let empty = bytes.is_empty();
+            data.extend_from_slice(&bytes);
+            // An empty `m` would loop forever.
+            if last || empty || data.len() > 64 << 20 {
+                return Ok(data);
+            }
+        }
+    }
+
+    /// Waits for a stop reply, skipping console output (`O`) packets.
+    fn stop_reply(&mut self) -> Result<Stop, Error> {
+        loop {
+            let reply = self.conn.receive()?;
+            let code = || reply.get(1..3).and_then(decode_hex).map(|b| b[0]);
+            let stop = match reply.first() {
+                Some(b'S' | b'T') => code().map(Stop::Signal),
+                Some(b'W') => code().map(Stop::Exited),
+                Some(b'X') => code().map(Stop::Killed),
+                Some(b'O') if reply.len() > 1 && decode_hex(&reply[1..]).is_some() => continue,
+                _ => None,
+            };
+            return match stop {
+                Some(Stop::Exited(status)) => {
+                    Err(Error::Exited(format!("exited with status {status}")))
+                }
+                Some(Stop::Killed(signal)) => {
+                    Err(Error::Exited(format!("was killed by signal {signal}")))
+                }
+                Some(stop) => Ok(stop),
+                None => Err(self.conn.malformed(&reply, "expected a stop reply")),
+            };
+        }
+    }
+}
+
+/// A thread id as the stub writes it: hex, or `pPID.TID` with the multiprocess extension.
+fn parse_thread_id(id: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(id).ok()?;
+    let tid = match text.strip_prefix('p') {
+        Some(rest) => rest.split_once('.').map_or(rest, |(_, t)| t),
+        None => text,
+    };
+    u64::from_str_radix(tid, 16).ok().filter(|&t| t != 0)
+}
+
+fn parse_features(reply: &[u8]) -> Features {
+    let text = String::from_utf8_lossy(reply);
+    let mut features = Features::default();
+    for item in text.split(';') {
+        match item {
+            "QStartNoAckMode+" => features.no_ack = true,
+            "qXfer:auxv:read+" => features.auxv = true,
+            "qXfer:libraries-svr4:read+" => features.libraries_svr4 = true,
+            "binary-upload+" => features.binary_upload = true,
+            _ => {
+                if let Some(size) = item.strip_prefix("PacketSize=") {
+                    features.packet_size = usize::from_str_radix(size, 16).ok();
+                }
+            }
+        }
+    }
+    features
+}

@@ -1,0 +1,25 @@
+//! GDB remote protocol client and guest sampler.
+//!
+//! Profiles what runs behind a GDB stub — a guest kernel in QEMU (`-gdb tcp::1234`, one thread
+//! per vCPU) or a program under `gdbserver` — by stopping it, reading each vCPU's registers
+//! and stack memory, and resuming it, many times a second. Stacks are unwound with DWARF CFI
+//! from the target's ELF file (by frame pointers where it has none) and symbolized from it into
+//! a [`stackscope_profile::Profile`], each vCPU a thread.
+//!
+//! Layers: [`packet`] (framing over any byte stream, so it is tested on recorded exchanges),
+//! [`client`] (the commands), [`image`] (the ELF file), [`sample`] (the sampling loop).
+//! It does not parse arguments nor format output.
+
+pub mod client;
+mod error;
+pub mod image;
+mod names;
+pub mod packet;
+pub mod sample;
+
+pub use client::{Client, Remote, DEFAULT_TIMEOUT};
+pub use error::Error;
+pub use image::{Image, ImageError};
+pub use names::rust_clean;
+pub use packet::Stream;
+pub use sample::{prepare, record, Progress, Recording, SamplerOptions, Stats};

@@ -1,0 +1,505 @@
+//! The sampling loop: each round stops the target, reads every selected vCPU's registers,
+//! unwinds its stack from target memory (DWARF CFI from the ELF, frame pointers where there is
+//! none), and resumes it; at the end the counted address stacks are symbolized once each into
+//! a [`Profile`].
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{FrameAddress, Unwinder as _};
+use stackscope_profile::{
+    Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
+};
+use stackscope_symbols::Symbolizer;
+
+use crate::client::{Client, Registers, Stop};
+use crate::error::Error;
+use crate::image::Image;
+use crate::names::rust_clean;
+use crate::packet::Stream;
+
+/// Deepest stack followed.
+pub const MAX_FRAMES: usize = 256;
+/// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
+const AT_ENTRY: u64 = 9;
+/// Where x86-64 kernels live (the upper half of the address space).
+const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+
+/// What to sample and for how long.
+#[derive(Debug, Clone)]
+pub struct SamplerOptions {
+    /// Time between the starts of two rounds; zero samples back to back.
+    pub interval: Duration,
+    /// Stop after this many rounds.
+    pub rounds: Option<u64>,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// vCPU `i` (the stub's `i`-th thread) is sampled when bit `i` is set.
+    pub cpu_mask: u128,
+    /// Shorten Rust names as the Asterinas OSDK does.
+    pub rust_clean: bool,
+    /// Sampling frequency to record in the profile's metadata, when sampling by frequency.
+    pub frequency_hz: Option<u64>,
+}
+
+/// Where sampling stands, for a progress display.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub rounds: u64,
+    pub elapsed: Duration,
+}
+
+/// How fast sampling went and how long the target was held per round.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub rounds: u64,
+    pub stacks: u64,
+    pub elapsed: Duration,
+    /// From sending the interrupt to sending the continue.
+    pub pause_median: Duration,
+    pub pause_p95: Duration,
+}
+
+impl Stats {
+    pub fn rounds_per_sec(&self) -> f64 {
+        self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn stacks_per_sec(&self) -> f64 {
+        self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The result of a sampling run.
+pub struct Recording {
+    pub profile: Profile,
+    pub stats: Stats,
+    /// Why sampling ended before its time, when it did (the target exited, the connection
+    /// dropped, the stub misbehaved). The profile holds what was collected until then.
+    pub failure: Option<Error>,
+    /// How many vCPUs (threads) the stub has, and how many were sampled.
+    pub vcpus: usize,
+    pub sampled_vcpus: usize,
+    /// The load bias found for a position-independent file.
+    pub bias: u64,
+}
+
+/// What [`prepare`] found out before sampling starts.
+pub struct Target {
+    /// `(vCPU index, stub thread id)` of the vCPUs to sample.
+    vcpus: Vec<(u32, u64)>,
+    all_vcpus: usize,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+}
+
+impl Target {
+    pub fn vcpus(&self) -> usize {
+        self.all_vcpus
+    }
+
+    pub fn sampled_vcpus(&self) -> usize {
+        self.vcpus.len()
+    }
+}
+
+/// Checks the target is there, lists its vCPUs, and places the ELF file at its load address.
+/// The target is left stopped, as connecting left it.
+pub fn prepare<S: Stream>(
+    client: &mut Client<S>,
+    image: &mut Image,
+    cpu_mask: u128,
+) -> Result<Target, Error> {
+    client.status()?;
+    let threads = client.threads()?;
+    let vcpus: Vec<(u32, u64)> = threads
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < 128 && cpu_mask & (1u128 << i) != 0)
+        .map(|(i, &tid)| (i as u32, tid))
+        .collect();
+    if vcpus.is_empty() {
+        return Err(Error::Exited(format!(
+            "has {} vCPU(s), none of which --cpu-mask {cpu_mask:#x} selects",
+            threads.len()
+        )));
+    }
+    if image.is_position_independent() {
+        image.set_bias(load_bias(client, image)?);
+    }
+    Ok(Target {
+        vcpus,
+        all_vcpus: threads.len(),
+        unwinder: image.unwinder(),
+    })
+}
+
+/// Where a position-independent file was loaded: `AT_ENTRY` against the file's entry point,
+/// else the stub's text offset; 0 when the stub tells neither.
+fn load_bias<S: Stream>(client: &mut Client<S>, image: &Image) -> Result<u64, Error> {
+    if let Some(auxv) = client.auxv()? {
+        if let Some(&(_, entry)) = auxv.iter().find(|(key, _)| *key == AT_ENTRY) {
+            return Ok(entry.wrapping_sub(image.entry()));
+        }
+    }
+    Ok(client.text_offset()?.unwrap_or(0))
+}
+
+/// Samples until the options' limit, `stop`, or the target's end, then detaches (leaving the
+/// target running) and symbolizes. Errors before the first round are returned; later ones end
+/// sampling and are reported in [`Recording::failure`] beside what was collected.
+pub fn record<S: Stream>(
+    client: &mut Client<S>,
+    image: &Image,
+    target: Target,
+    options: &SamplerOptions,
+    stop: &AtomicBool,
+    mut on_round: impl FnMut(Progress),
+) -> Recording {
+    let mut stacks = StackCounts::default();
+    let mut pauses = Vec::new();
+    let mut cache = CacheX86_64::new();
+    let mut memory = Memory::default();
+    let mut addrs = Vec::with_capacity(64);
+    let start = Instant::now();
+    // Connecting stopped the target; the first round starts after it ran.
+    let mut failure = client.resume(0).err();
+    let mut running = failure.is_none();
+    let mut next = start + options.interval;
+    let mut rounds = 0u64;
+    while failure.is_none() {
+        if options.rounds.is_some_and(|n| rounds >= n) || stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if options
+            .duration
+            .is_some_and(|d| start.elapsed() + options.interval.min(d) > d && rounds > 0)
+        {
+            break;
+        }
+        if !wait_until(next, stop) {
+            break;
+        }
+        let now = Instant::now();
+        // A slow round does not make the next ones come in a burst.
+        next = (next + options.interval).max(now);
+        let round = (|| -> Result<(), Error> {
+            let signal = match client.interrupt()? {
+                Stop::Signal(s) => s,
+                _ => 0,
+            };
+            running = false;
+            memory.clear();
+            for &(vcpu, thread) in &target.vcpus {
+                let regs = client.registers(thread)?;
+                let complete = unwind(
+                    &target.unwinder,
+                    &mut cache,
+                    client,
+                    &mut memory,
+                    regs,
+                    &mut addrs,
+                )?;
+                stacks.add(vcpu, &addrs, complete);
+            }
+            // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
+            let deliver = if matches!(signal, 0 | 2 | 5) {
+                0
+            } else {
+                signal
+            };
+            client.resume(deliver)?;
+            running = true;
+            Ok(())
+        })();
+        match round {
+            Ok(()) => {
+                pauses.push(now.elapsed());
+                rounds += 1;
+                on_round(Progress {
+                    rounds,
+                    elapsed: start.elapsed(),
+                });
+            }
+            Err(e) => failure = Some(e),
+        }
+    }
+    let elapsed = start.elapsed();
+    let target_gone = failure.as_ref().is_some_and(Error::is_end_of_target);
+    if !target_gone {
+        let detached = (|| -> Result<(), Error> {
+            if running {
+                client.interrupt()?;
+            }
+            client.detach()
+        })();
+        if let (Err(e), None) = (detached, &failure) {
+            failure = Some(e);
+        }
+    }
+    pauses.sort();
+    let stats = Stats {
+        rounds,
+        stacks: stacks.total,
+        elapsed,
+        pause_median: percentile(&pauses, 50),
+        pause_p95: percentile(&pauses, 95),
+    };
+    let meta = Metadata {
+        source: "gdb".into(),
+        event: "gdb-interrupt".into(),
+        frequency_hz: options.frequency_hz,
+        duration_secs: elapsed.as_secs_f64(),
+        hints: if image.has_unwind_info() {
+            Vec::new()
+        } else {
+            vec![format!(
+                "{} has no .eh_frame or .debug_frame: stacks were unwound by frame pointers, which breaks in code built without them (build with -C force-frame-pointers=yes / -fno-omit-frame-pointer, or keep unwind tables)",
+                image.path().display()
+            )]
+        },
+        ..Metadata::default()
+    };
+    let profile = stacks.into_profile(image, meta, options.rust_clean);
+    Recording {
+        profile,
+        stats,
+        failure,
+        vcpus: target.all_vcpus,
+        sampled_vcpus: target.vcpus.len(),
+        bias: image.bias(),
+    }
+}
+
+/// Sleeps until `deadline`, waking early for `stop`; false when stopped.
+fn wait_until(deadline: Instant, stop: &AtomicBool) -> bool {
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return true;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) * p).div_ceil(100)]
+}
+
+/// Target memory read during one round, in aligned chunks so that the words an unwind reads
+/// cost one request per chunk; cleared every round, since the target ran in between.
+#[derive(Default)]
+struct Memory {
+    chunks: HashMap<u64, Option<Vec<u8>>>,
+}
+
+/// Bytes per memory request: a few stack frames, and far below every stub's packet size.
+const CHUNK: u64 = 512;
+
+impl Memory {
+    fn clear(&mut self) {
+        self.chunks.clear();
+    }
+
+    /// The 8-byte little-endian word at `addr`; `Ok(None)` when the target cannot read it.
+    fn word<S: Stream>(&mut self, client: &mut Client<S>, addr: u64) -> Result<Option<u64>, Error> {
+        let mut bytes = [0u8; 8];
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            let Some(a) = addr.checked_add(i as u64) else {
+                return Ok(None);
+            };
+            let base = a & !(CHUNK - 1);
+            let chunk = match self.chunks.get(&base) {
+                Some(chunk) => chunk,
+                None => {
+                    let read = match client.read_memory(base, CHUNK as usize) {
+                        Ok(bytes) => Some(bytes),
+                        Err(Error::Stub { .. }) => None,
+                        Err(e) => return Err(e),
+                    };
+                    self.chunks.entry(base).or_insert(read)
+                }
+            };
+            match chunk.as_ref().and_then(|c| c.get((a - base) as usize)) {
+                Some(&b) => *byte = b,
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(u64::from_le_bytes(bytes)))
+    }
+}
+
+/// Unwinds one vCPU's stack into `out`, leaf first: the pc, then each return address minus 1
+/// (inside the call, as symbolization wants). True when the unwind reached the outermost frame.
+fn unwind<S: Stream>(
+    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    cache: &mut CacheX86_64,
+    client: &mut Client<S>,
+    memory: &mut Memory,
+    regs: Registers,
+    out: &mut Vec<u64>,
+) -> Result<bool, Error> {
+    out.clear();
+    out.push(regs.ip);
+    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+    let mut failed = None;
+    while out.len() < MAX_FRAMES {
+        let sp_before = uregs.sp();
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            match memory.word(client, addr) {
+                Ok(Some(w)) => Ok(w),
+                Ok(None) => Err(()),
+                Err(e) => {
+                    failed = Some(e);
+                    Err(())
+                }
+            }
+        };
+        let result = unwinder.unwind_frame(address, &mut uregs, cache, &mut read);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match result {
+            Ok(None) | Ok(Some(0)) => return Ok(true),
+            Ok(Some(return_address)) => {
+                // Every real frame pops at least its return address; anything else loops.
+                if uregs.sp() <= sp_before {
+                    return Ok(false);
+                }
+                let Some(next) = FrameAddress::from_return_address(return_address) else {
+                    return Ok(true);
+                };
+                out.push(return_address - 1);
+                address = next;
+            }
+            Err(_) => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
+/// Address stacks counted per vCPU.
+#[derive(Default)]
+struct StackCounts {
+    counts: HashMap<(u32, Vec<u64>), u64>,
+    total: u64,
+    complete: u64,
+}
+
+impl StackCounts {
+    fn add(&mut self, vcpu: u32, addrs: &[u64], complete: bool) {
+        self.total += 1;
+        self.complete += u64::from(complete);
+        match self.counts.get_mut(&(vcpu, addrs.to_vec())) {
+            Some(n) => *n += 1,
+            None => {
+                self.counts.insert((vcpu, addrs.to_vec()), 1);
+            }
+        }
+    }
+
+    /// Symbolizes each unique address once, then builds the profile (each vCPU a thread).
+    fn into_profile(self, image: &Image, meta: Metadata, clean: bool) -> Profile {
+        let mut unique: Vec<u64> = self
+            .counts
+            .keys()
+            .flat_map(|(_, a)| a.iter().copied())
+            .collect();
+        unique.sort_unstable();
+        unique.dedup();
+        let module = image
+            .path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let (known, offsets): (Vec<u64>, Vec<u64>) = unique
+            .iter()
+            .filter_map(|&a| image.file_offset(a).map(|o| (a, o)))
+            .unzip();
+        let mut symbolizer = Symbolizer::new();
+        let resolved = symbolizer
+            .symbolize_file(image.path(), None, &offsets)
+            .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
+        let mut names: HashMap<u64, Vec<Frame>> = HashMap::new();
+        for (addr, syms) in known.into_iter().zip(resolved) {
+            let kind = kind_of(addr);
+            let frames = syms
+                .into_iter()
+                .map(|s| Frame {
+                    name: if clean { rust_clean(&s.name) } else { s.name },
+                    module: module.clone(),
+                    file: s.file,
+                    line: s.line,
+                    inlined: s.inlined,
+                    kind,
+                })
+                .collect();
+            names.insert(addr, frames);
+        }
+
+        let mut builder = ProfileBuilder::new(meta);
+        let mut with_unknown = 0;
+        let mut threads = HashMap::new();
+        let mut keys: Vec<_> = self.counts.into_iter().collect();
+        // A stable order makes outputs reproducible run to run.
+        keys.sort();
+        let mut chain = Vec::new();
+        for ((vcpu, addrs), count) in keys {
+            chain.clear();
+            let mut unknown = false;
+            for &addr in addrs.iter().rev() {
+                match names.get(&addr) {
+                    Some(frames) if !frames.is_empty() => {
+                        for f in frames {
+                            chain.push(builder.frame(f.clone()));
+                        }
+                    }
+                    _ => {
+                        unknown = true;
+                        chain.push(builder.frame(Frame {
+                            name: "[unknown]".into(),
+                            kind: kind_of(addr),
+                            ..Frame::default()
+                        }));
+                    }
+                }
+            }
+            if unknown {
+                with_unknown += count;
+            }
+            let stack = builder.stack(&chain);
+            let thread = *threads.entry(vcpu).or_insert_with(|| {
+                builder.thread(Thread {
+                    pid: 1,
+                    tid: vcpu,
+                    comm: format!("cpu{vcpu}"),
+                    process_name: module.clone().unwrap_or_else(|| "guest".into()),
+                })
+            });
+            builder.add(thread, stack, Some(vcpu), count);
+        }
+        builder.meta_mut().unwind = UnwindStats {
+            user_stacks: self.total,
+            complete: self.complete,
+            with_unknown,
+            truncated: 0,
+        };
+        builder.finish()
+    }
+}
+
+fn kind_of(addr: u64) -> FrameKind {
+    if addr >= KERNEL_HALF {
+        FrameKind::Kernel
+    } else {
+        FrameKind::User
+    }
+}
