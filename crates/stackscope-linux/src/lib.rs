@@ -12,3 +12,4 @@ pub mod sampler;
 mod stacks;
 pub mod target;
 pub mod unwind;
+pub mod unwind_table;

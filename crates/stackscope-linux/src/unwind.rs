@@ -43,12 +43,24 @@ pub enum UnwindEnd {
 
 /// Identity of a file on disk: a rebuilt binary at the same path gets a new entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-struct FileKey {
+pub(crate) struct FileKey {
     dev: u64,
     ino: u64,
     size: u64,
     mtime: i64,
     mtime_nsec: i64,
+}
+
+impl FileKey {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
+        FileKey {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
 }
 
 /// What a process's unwinder was built from; `generation` alone could repeat for a
@@ -199,13 +211,7 @@ impl Unwinder {
     fn file(&mut self, pid: u32, m: &Mapping) -> Option<Arc<ModuleFile>> {
         let file = open_mapped_file(pid, m)?;
         let meta = file.metadata().ok()?;
-        let key = FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: meta.mtime(),
-            mtime_nsec: meta.mtime_nsec(),
-        };
+        let key = FileKey::of(&meta);
         self.files
             .entry(key)
             .or_insert_with(|| {
@@ -219,7 +225,7 @@ impl Unwinder {
 
 /// Opens the file behind a mapping as the process sees it: through its root (it may live in
 /// another mount namespace), or through `map_files` when the file was deleted or replaced.
-fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
+pub(crate) fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
     if let Some(path) = m.path.strip_suffix(" (deleted)") {
         return File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
             .or_else(|_| File::open(path))
@@ -231,7 +237,7 @@ fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
 }
 
 /// The vDSO is the same image in every process on this kernel, so ours stands in for theirs.
-fn own_vdso() -> Option<Arc<ModuleFile>> {
+pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
     static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
     VDSO.get_or_init(|| {
         let maps = ProcessMaps::from_proc(std::process::id()).ok()?;

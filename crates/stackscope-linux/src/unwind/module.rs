@@ -65,7 +65,7 @@ impl ModuleFile {
     }
 
     /// Parses an ELF image already in memory (the vDSO).
-    pub(super) fn from_bytes(data: &[u8]) -> Result<Self, object::Error> {
+    pub(crate) fn from_bytes(data: &[u8]) -> Result<Self, object::Error> {
         Self::parse(data)
     }
 
@@ -153,7 +153,7 @@ impl ModuleFile {
     /// the bias is that avma minus the segment's stated address. A file's first mapping
     /// usually is not its text, and non-PIE files have a non-zero `p_vaddr`, so
     /// `mapping.start` alone is not the base.
-    pub(super) fn bias(&self, mapping: &Mapping) -> Option<u64> {
+    pub(crate) fn bias(&self, mapping: &Mapping) -> Option<u64> {
         let covers = |seg: &&LoadSegment| {
             let first_page = seg.offset & !(PAGE - 1);
             first_page <= mapping.offset && mapping.offset < seg.offset.saturating_add(seg.filesz)

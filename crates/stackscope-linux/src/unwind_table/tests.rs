@@ -1,0 +1,418 @@
+//! Checks tables built from real binaries (gcc programs with and without frame pointers, the
+//! system's libc) row by row against `readelf --debug-dump=frames-interp`, and the per-process
+//! assembly against the addresses of a running program.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
+use stackscope_testkit::compile;
+
+use super::*;
+use crate::maps::ProcessMaps;
+
+const PROGRAM_C: &str = r#"
+#include <stdio.h>
+#include <unistd.h>
+volatile unsigned long spins;
+__attribute__((noipa)) int leaf(int x) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d", x);
+    for (int i = 0; i < 1000; i++) spins += buf[i & 7];
+    return x + 1;
+}
+__attribute__((noipa)) int middle(int x) { return leaf(x * 3) + 2; }
+int main(int argc, char **argv) {
+    (void)argv;
+    puts("ready");
+    fflush(stdout);
+    for (;;) middle(argc);
+}
+"#;
+
+fn gcc(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
+    compile(
+        "gcc",
+        dir,
+        (&format!("{name}.c"), PROGRAM_C),
+        args,
+        &[],
+        name,
+    )
+}
+
+/// The libc this test process runs with.
+fn libc_path() -> PathBuf {
+    let maps = ProcessMaps::from_proc(std::process::id()).unwrap();
+    let m = maps
+        .iter()
+        .find(|m| m.path.contains("/libc.so") || m.path.contains("/libc-"))
+        .expect("libc is mapped");
+    PathBuf::from(&*m.path)
+}
+
+/// One `.eh_frame` FDE as readelf interprets it.
+struct ReadelfFde {
+    start: u64,
+    end: u64,
+    /// (address, CFA column, rbp column, ra column)
+    rows: Vec<(u64, String, Option<String>, String)>,
+}
+
+fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
+    let out = Command::new("readelf")
+        .arg("--debug-dump=frames-interp")
+        .arg(path)
+        .output()
+        .expect("readelf runs (binutils)");
+    // readelf exits 1 when it also follows a debug link to a file with NOBITS sections; the
+    // dump of the file itself is complete all the same.
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Contents of the .eh_frame section"),
+        "readelf shows no .eh_frame for {}",
+        path.display()
+    );
+    let mut fdes = Vec::new();
+    let mut columns: Vec<String> = Vec::new();
+    let mut in_eh_frame = false;
+    for line in text.lines() {
+        if line.starts_with("Contents of the ") {
+            in_eh_frame = line.starts_with("Contents of the .eh_frame section");
+            continue;
+        }
+        if !in_eh_frame {
+            continue;
+        }
+        // A register rule reads `r10 (r10)`: one column, two words.
+        let mut words: Vec<&str> = Vec::new();
+        for w in line.split_whitespace() {
+            if w.starts_with('(') && !words.is_empty() {
+                continue;
+            }
+            words.push(w);
+        }
+        if words.get(3) == Some(&"FDE") {
+            let range = words
+                .iter()
+                .find_map(|w| w.strip_prefix("pc="))
+                .expect("FDE line has pc=");
+            let (s, e) = range.split_once("..").unwrap();
+            fdes.push(ReadelfFde {
+                start: u64::from_str_radix(s, 16).unwrap(),
+                end: u64::from_str_radix(e, 16).unwrap(),
+                rows: Vec::new(),
+            });
+            columns.clear();
+        } else if words.get(3) == Some(&"CIE") || words.get(1) == Some(&"ZERO") {
+            fdes.push(ReadelfFde {
+                start: 0,
+                end: 0,
+                rows: Vec::new(),
+            });
+            columns.clear();
+        } else if words.first() == Some(&"LOC") {
+            columns = words.iter().map(|w| w.to_string()).collect();
+        } else if !words.is_empty() && !columns.is_empty() {
+            let Ok(addr) = u64::from_str_radix(words[0], 16) else {
+                continue;
+            };
+            let col = |name: &str| {
+                let i = columns.iter().position(|c| c == name)?;
+                words.get(i).map(|w| w.to_string())
+            };
+            let fde = fdes.last_mut().unwrap();
+            fde.rows.push((
+                addr,
+                col("CFA").unwrap(),
+                col("rbp"),
+                col("ra").unwrap_or_else(|| "none".into()),
+            ));
+        }
+    }
+    fdes.retain(|f| f.end > f.start);
+    fdes
+}
+
+/// The rule readelf's columns mean, in our model.
+fn expected_rule(cfa: &str, rbp: Option<&str>, ra: &str) -> Option<Rule> {
+    if ra == "u" {
+        return Some(Rule::Stop);
+    }
+    if ra != "c-8" {
+        return Some(Rule::Unsupported);
+    }
+    let rbp_offset = match rbp {
+        None | Some("u") | Some("s") => None,
+        Some(c) => match c.strip_prefix('c').and_then(|n| n.parse::<i16>().ok()) {
+            Some(n) if n % 8 == 0 => Some(n),
+            _ => return Some(Rule::Unsupported),
+        },
+    };
+    let (base, offset) = if let Some(n) = cfa.strip_prefix("rsp+") {
+        (CfaBase::Rsp, n)
+    } else if let Some(n) = cfa.strip_prefix("rbp+") {
+        (CfaBase::Rbp, n)
+    } else if cfa == "exp" {
+        // A PLT expression or something unsupported: told apart by the caller.
+        return None;
+    } else {
+        return Some(Rule::Unsupported);
+    };
+    Some(Rule::Cfa {
+        base,
+        offset: offset.parse().ok()?,
+        rbp_offset,
+    })
+}
+
+/// Every row readelf prints must look up to the same rule in our table; every FDE end not
+/// covered by another FDE must look up to `End`. Returns how many `exp` CFA rows were PLT rows.
+fn assert_agrees_with_readelf(path: &Path, table: &UnwindTable) -> usize {
+    let fdes = readelf_fdes(path);
+    assert!(
+        !fdes.is_empty(),
+        "readelf shows no FDE in {}",
+        path.display()
+    );
+    let mut checked = 0;
+    let mut plt_rows = 0;
+    for fde in &fdes {
+        for (i, (addr, cfa, rbp, ra)) in fde.rows.iter().enumerate() {
+            let got = table
+                .lookup(*addr)
+                .unwrap_or_else(|| panic!("no row for {addr:#x} in {}", path.display()))
+                .rule();
+            match expected_rule(cfa, rbp.as_deref(), ra) {
+                Some(want) => assert_eq!(
+                    got,
+                    want,
+                    "{} at {addr:#x}: readelf says CFA={cfa} rbp={rbp:?} ra={ra}",
+                    path.display()
+                ),
+                None => {
+                    assert!(
+                        matches!(got, Rule::Plt { .. } | Rule::Unsupported),
+                        "{} at {addr:#x}: expression CFA read as {got:?}",
+                        path.display()
+                    );
+                    plt_rows += usize::from(matches!(got, Rule::Plt { .. }));
+                }
+            }
+            // The row also holds up to its end (next row or FDE end).
+            let last = fde.rows.get(i + 1).map_or(fde.end, |r| r.0) - 1;
+            assert_eq!(
+                table.lookup(last).map(Row::rule),
+                Some(got),
+                "{} {last:#x} row {addr:#x} fde {:#x}..{:#x}",
+                path.display(),
+                fde.start,
+                fde.end
+            );
+            checked += 1;
+        }
+    }
+    let mut ranges: Vec<(u64, u64)> = fdes.iter().map(|f| (f.start, f.end)).collect();
+    ranges.sort_unstable();
+    for &(_, end) in &ranges {
+        let covered = ranges.iter().any(|&(s, e)| s <= end && end < e);
+        if !covered {
+            assert_eq!(
+                table.lookup(end).map(|r| r.kind),
+                Some(RowKind::End),
+                "{}: gap after FDE ending at {end:#x}",
+                path.display()
+            );
+        }
+    }
+    assert!(checked > 0);
+    plt_rows
+}
+
+fn assert_well_formed(table: &UnwindTable) {
+    let rows = table.rows();
+    assert!(!rows.is_empty());
+    for w in rows.windows(2) {
+        assert!(w[0].addr < w[1].addr, "rows not sorted: {w:?}");
+        assert!(!w[0].same_rule(&w[1]), "redundant row: {w:?}");
+    }
+    assert_eq!(rows.last().unwrap().kind, RowKind::End);
+}
+
+/// Address of a symbol in an ELF file.
+fn symbol(path: &Path, name: &str) -> u64 {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name() == Ok(name))
+        .unwrap_or_else(|| panic!("no {name} in {}", path.display()))
+        .address()
+}
+
+fn section_address(path: &Path, name: &str) -> Option<u64> {
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.section_by_name(name).map(|s| s.address())
+}
+
+#[test]
+fn table_without_frame_pointers_agrees_with_readelf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = gcc(dir.path(), "nofp", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let table = UnwindTable::from_path(&exe).unwrap();
+    assert_well_formed(&table);
+    let plt_rows = assert_agrees_with_readelf(&exe, &table);
+    assert!(plt_rows > 0, "the PLT expression was not recognised");
+    // No frame pointer: leaf's CFA is rsp-based on entry and rbp is never a CFA base.
+    assert_eq!(
+        table.lookup(symbol(&exe, "leaf")).unwrap().rule(),
+        Rule::Cfa {
+            base: CfaBase::Rsp,
+            offset: 8,
+            rbp_offset: None
+        }
+    );
+    assert!(!table.rows().iter().any(|r| r.kind == RowKind::CfaRbp));
+    // _start says the return address is undefined: the end of every stack.
+    assert_eq!(
+        table.lookup(symbol(&exe, "_start")).unwrap().kind,
+        RowKind::Stop
+    );
+    // The PLT's lazy-binding stubs (after the 16-byte PLT0) use the standard expression.
+    let plt = section_address(&exe, ".plt").expect("a .plt section");
+    assert_eq!(
+        table.lookup(plt + 16).unwrap().rule(),
+        Rule::Plt {
+            offset: 8,
+            threshold: 11
+        }
+    );
+}
+
+#[test]
+fn table_with_frame_pointers_agrees_with_readelf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = gcc(dir.path(), "fp", &["-O1", "-fno-omit-frame-pointer"]);
+    let table = UnwindTable::from_path(&exe).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(&exe, &table);
+    // After `push rbp; mov rbp, rsp`, leaf's CFA is rbp+16 with rbp saved at CFA-16.
+    let leaf = symbol(&exe, "leaf");
+    let body = table
+        .rows()
+        .iter()
+        .find(|r| u64::from(r.addr) > leaf && r.kind == RowKind::CfaRbp)
+        .expect("an rbp-based row in leaf");
+    assert_eq!(
+        body.rule(),
+        Rule::Cfa {
+            base: CfaBase::Rbp,
+            offset: 16,
+            rbp_offset: Some(-16)
+        }
+    );
+}
+
+#[test]
+fn libc_table_agrees_with_readelf() {
+    let libc = libc_path();
+    let table = UnwindTable::from_path(&libc).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(&libc, &table);
+    let stats = table.stats();
+    eprintln!(
+        "{}: {} rows, {} bytes, {stats:?}",
+        libc.display(),
+        table.rows().len(),
+        table.size_bytes()
+    );
+    assert!(!stats.from_debug_frame);
+    assert!(stats.fdes > 1000, "{stats:?}");
+    // Hand-written assembly (signal return, vfork) is rare; a few rows, not hundreds.
+    assert!(stats.unsupported_rows < 100, "{stats:?}");
+}
+
+/// A running copy of PROGRAM_C; killed on drop.
+struct Running(std::process::Child);
+
+impl Running {
+    fn start(exe: &Path) -> Self {
+        let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "ready\n");
+        Running(child)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Load bias of `path` in `pid`, computed from the lowest mapping and the first PT_LOAD,
+/// independently of how the cache does it.
+fn bias_of(pid: u32, path: &Path) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let lowest = maps
+        .lines()
+        .filter(|l| l.ends_with(path.to_str().unwrap()))
+        .filter_map(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .min()
+        .unwrap();
+    let data = std::fs::read(path).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let first = file.segments().map(|s| s.address()).min().unwrap();
+    lowest - (first & !0xfff)
+}
+
+#[test]
+fn process_tables_place_each_file_and_share_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = gcc(dir.path(), "proc", &["-O2", "-fomit-frame-pointer"]);
+    let a = Running::start(&exe);
+    let b = Running::start(&exe);
+    let mut cache = TableCache::new();
+    let pa = cache.process(a.0.id(), &ProcessMaps::from_proc(a.0.id()).unwrap());
+    let pb = cache.process(b.0.id(), &ProcessMaps::from_proc(b.0.id()).unwrap());
+
+    let exe_str = exe.to_str().unwrap();
+    let find = |p: &ProcessTables, path: &str| {
+        p.mappings
+            .iter()
+            .find(|m| &*m.path == path)
+            .unwrap_or_else(|| panic!("{path} not in {:?}", p.mappings))
+            .clone()
+    };
+    let ma = find(&pa, exe_str);
+    let mb = find(&pb, exe_str);
+    let (ida, ta) = ma.table.clone().expect("the executable has a table");
+    assert_eq!(ida, mb.table.as_ref().unwrap().0, "one table per file");
+    assert!(std::sync::Arc::ptr_eq(&ta, &mb.table.unwrap().1));
+    assert_eq!(ma.bias, bias_of(a.0.id(), &exe));
+
+    // leaf's runtime address maps back to leaf's row.
+    let leaf = symbol(&exe, "leaf");
+    let runtime = bias_of(a.0.id(), &exe) + leaf;
+    assert!(ma.start <= runtime && runtime < ma.end);
+    assert_eq!(
+        ta.lookup(runtime.wrapping_sub(ma.bias)),
+        ta.lookup(leaf),
+        "bias"
+    );
+
+    let libc = libc_path();
+    let ml = find(&pa, libc.to_str().unwrap());
+    assert!(ml.table.is_some());
+    assert_eq!(ml.bias, bias_of(a.0.id(), &libc));
+    let vdso = find(&pa, "[vdso]");
+    let (vdso_id, vt) = vdso.table.expect("the vDSO has a table");
+    assert!(!vt.rows().is_empty());
+    assert_eq!(find(&pb, "[vdso]").table.unwrap().0, vdso_id);
+}
