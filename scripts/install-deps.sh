@@ -5,8 +5,11 @@ set -euo pipefail
 
 apt_packages=(
     gcc libc6-dev util-linux   # C test workloads, taskset/setpriv in tests
-    gdbserver                  # stackscope gdb tested against a second real stub
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
+    clang llvm libelf-dev zlib1g-dev pkg-config make   # the eBPF program (clang -target bpf) and libbpf built from source
+    strace                     # the test that no stack memory reaches stackscope (what it reads)
+    qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
+    gdbserver                  # stackscope gdb tested against a second real stub
 )
 missing=()
 for pkg in "${apt_packages[@]}"; do
@@ -16,4 +19,29 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} ..." >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# cargo-flamegraph, driven with PERF=stackscope-perf by the shim tests.
+if ! command -v cargo-flamegraph >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-flamegraph" ]; then
+    echo "installing cargo-flamegraph ..." >&2
+    cargo install flamegraph --locked --quiet
+fi
+
+# speedscope's file-format schema (MIT licensed, shipped in its npm package) and Python's
+# jsonschema: the speedscope writer's test validates its output against them.
+speedscope_schema="${XDG_CACHE_HOME:-$HOME/.cache}/stackscope/speedscope-file-format-schema.json"
+if [ ! -s "$speedscope_schema" ]; then
+    command -v npm >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+    echo "fetching speedscope's file-format schema ..." >&2
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent speedscope@1.25.0 >/dev/null &&
+        tar xzf speedscope-1.25.0.tgz package/dist/release/file-format-schema.json)
+    mkdir -p "$(dirname "$speedscope_schema")"
+    cp "$tmp/package/dist/release/file-format-schema.json" "$speedscope_schema"
+    rm -rf "$tmp"
+fi
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+    echo "installing Python jsonschema ..." >&2
+    python3 -m pip install --quiet jsonschema 2>/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jsonschema >/dev/null
 fi
