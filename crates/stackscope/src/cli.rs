@@ -178,7 +178,7 @@ pub struct ReportArgs {
 
 /// The `--format` values: the names [`Format::NAMES`] lists, so every format is named in one
 /// place and `--help` shows them all.
-fn format_name() -> impl TypedValueParser<Value = Format> {
+pub(crate) fn format_name() -> impl TypedValueParser<Value = Format> {
     PossibleValuesParser::new(Format::NAMES)
         .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
 }

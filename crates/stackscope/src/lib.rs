@@ -8,7 +8,9 @@ mod input;
 mod output;
 mod profile;
 mod record;
+mod record_bpf;
 mod report;
+pub mod shim;
 
 use clap::Parser;
 

@@ -10,6 +10,7 @@ use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
 use stackscope_profile::format;
+use stackscope_profile::Profile;
 
 use crate::cli::{BackendArg, RecordArgs, UnwindArg};
 use crate::output::Output;
@@ -19,9 +20,15 @@ use crate::output::Output;
 const DEFAULT_FREQUENCY: u64 = 999;
 
 pub fn run(args: RecordArgs) -> Result<i32> {
-    if args.backend == BackendArg::Bpf {
-        bail!("--backend bpf is not built yet");
-    }
+    run_with(args, |output, profile| output.write(profile))
+}
+
+/// `record` with another last step: `write` saves the profile where `output` says (checked
+/// writable before sampling began). The drop-in shims use it to trim stacks before writing.
+pub(crate) fn run_with(
+    args: RecordArgs,
+    write: impl FnOnce(&Output, &Profile) -> Result<()>,
+) -> Result<i32> {
     let target = target(&args)?;
     if args.cpu.is_some() && !args.all_cpus {
         bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");
@@ -81,12 +88,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         buffer_pages: 0,
     };
 
-    // Ctrl-C (and SIGTERM) stop the recording; a second one ends stackscope at once.
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
+    let stop = stop_on_signals()?;
 
     let rate = match (frequency, period) {
         (Some(hz), _) => format!("{hz} Hz"),
@@ -102,26 +104,70 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         }
         .to_string(),
     };
-    let recording = record(
-        RecordOptions {
-            target,
-            sampler: config,
-            duration: args.duration.map(Duration::from_secs_f64),
-            stop,
-            command: command.clone(),
-        },
-        || eprintln!("stackscope: sampling {what} at {rate} {until}"),
-    )?;
+    let announce = || eprintln!("stackscope: sampling {what} at {rate} {until}");
+    let duration = args.duration.map(Duration::from_secs_f64);
+    let outcome = match args.backend {
+        BackendArg::Perf => {
+            let recording = record(
+                RecordOptions {
+                    target,
+                    sampler: config,
+                    duration,
+                    stop,
+                    command: command.clone(),
+                },
+                announce,
+            )?;
+            Outcome {
+                profile: recording.profile,
+                exit_status: recording.exit_status,
+                failure: recording.failure.map(|e| e.to_string()),
+            }
+        }
+        BackendArg::Bpf => {
+            crate::record_bpf::record(&args, target, &config, duration, stop, &command, announce)?
+        }
+    };
+    finish(outcome, &output, &command, write)
+}
 
-    if let Some(e) = &recording.failure {
+/// What a recording by either backend hands back.
+pub(crate) struct Outcome {
+    pub profile: Profile,
+    /// The launched command's exit status, when it exited during the recording.
+    pub exit_status: Option<std::process::ExitStatus>,
+    /// Why sampling stopped early, if it failed mid-run.
+    pub failure: Option<String>,
+}
+
+/// Ctrl-C (and SIGTERM) set the returned flag, which stops the recording; a second one ends
+/// stackscope at once.
+pub(crate) fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
+        signal_hook::flag::register(signal, stop.clone())?;
+    }
+    Ok(stop)
+}
+
+/// Reports how the recording ended, prints the summary, writes the profile and returns
+/// stackscope's exit code: the launched command's, else 0 (1 when nothing was sampled).
+fn finish(
+    outcome: Outcome,
+    output: &Output,
+    command: &[String],
+    write: impl FnOnce(&Output, &Profile) -> Result<()>,
+) -> Result<i32> {
+    if let Some(e) = &outcome.failure {
         eprintln!("stackscope: sampling stopped early: {e}");
     }
-    let profile = recording.profile;
-    let exit_code = recording.exit_status.map(|status| match status.code() {
+    let profile = outcome.profile;
+    let exit_code = outcome.exit_status.map(|status| match status.code() {
         Some(code) => code,
         None => 128 + status.signal().unwrap_or(0),
     });
-    if let Some(status) = recording.exit_status {
+    if let Some(status) = outcome.exit_status {
         if let Some(signal) = status.signal() {
             eprintln!(
                 "stackscope: {} was killed by signal {signal}",
@@ -137,7 +183,7 @@ pub fn run(args: RecordArgs) -> Result<i32> {
         );
         return Ok(exit_code.unwrap_or(1));
     }
-    output.write(&profile)?;
+    write(output, &profile)?;
     if !output.is_stdout() {
         eprintln!("stackscope: wrote {}", output.path.display());
     }

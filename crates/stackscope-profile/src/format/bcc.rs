@@ -10,14 +10,17 @@ use std::io::{self, Write};
 const INDENT: &str = "    ";
 
 pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
-    // bcc counts per (process, comm, stack); samples here may also differ by CPU.
-    let mut counts: HashMap<(u32, u32), u64> = HashMap::new();
+    // bcc counts per (process, comm, stack); samples here may also differ by thread id (not
+    // shown) and CPU, so equal blocks add up.
+    let mut counts: HashMap<String, u64> = HashMap::new();
     for sample in &profile.samples {
-        *counts.entry((sample.thread, sample.stack)).or_default() += sample.count;
+        *counts
+            .entry(block(profile, sample.thread, sample.stack, opts))
+            .or_default() += sample.count;
     }
     let mut blocks: Vec<(u64, String)> = counts
         .into_iter()
-        .map(|((thread, stack), count)| (count, block(profile, thread, stack, opts)))
+        .map(|(block, count)| (count, block))
         .collect();
     blocks.sort_unstable();
     for (count, block) in blocks {

@@ -48,6 +48,8 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "spin" => c("spin.c", &[]),
         "syscalls" => c("syscalls.c", &[]),
         "jit" => c("jit.c", &[]),
+        "manystacks" => c("manystacks.c", &["-fomit-frame-pointer"]),
+        "secret" => c("secret.c", &["-fomit-frame-pointer"]),
         // debuginfo=1 (not line-tables-only): only then do inlined subroutines carry their
         // full path (`rust_deep::deep_helper_mix`) in DWARF.
         "rust_deep" => (
@@ -477,4 +479,54 @@ impl Drop for Background {
 
 pub fn os(s: &str) -> &OsStr {
     OsStr::new(s)
+}
+
+/// `stackscope profile ARGS...` in `dir`, run to its end.
+pub fn profile(dir: &Path, args: &[&str]) -> Run {
+    let mut all = vec!["profile"];
+    all.extend_from_slice(args);
+    stackscope(dir, &all)
+}
+
+/// Starts the built workload `name` with `args`, on CPU `cpu` only when given (taskset), and
+/// waits until it runs its own code with its libraries mapped, so a profiler attaching to it
+/// sees the process it will sample.
+pub fn start_workload(name: &str, args: &[&str], cpu: Option<u32>) -> Background {
+    let prog = workload(name);
+    let mut cmd = match cpu {
+        Some(cpu) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpu.to_string()).arg(&prog);
+            c
+        }
+        None => Command::new(&prog),
+    };
+    cmd.args(args);
+    let child = Background::spawn(&mut cmd);
+    let pid = child.pid();
+    wait_until(
+        &format!("{name} (pid {pid}) never mapped its libraries"),
+        || {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            (maps.contains(name) && maps.contains("libc")).then_some(())
+        },
+    );
+    child
+}
+
+/// Share of folded samples with a frame named exactly `name`.
+pub fn folded_share_of(lines: &[(Vec<String>, u64)], name: &str) -> f64 {
+    folded_share(lines, |frames| frames[1..].iter().any(|f| f == name))
+}
+
+/// The most frequent folded lines, to explain a failed assertion.
+pub fn top_folded(lines: &[(Vec<String>, u64)], n: usize) -> String {
+    let mut sorted: Vec<&(Vec<String>, u64)> = lines.iter().collect();
+    sorted.sort_by_key(|l| std::cmp::Reverse(l.1));
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    let mut text = format!("{total} samples in {} lines; top:\n", lines.len());
+    for (frames, count) in sorted.into_iter().take(n) {
+        let _ = writeln!(text, "  {count:6} {}", frames.join(";"));
+    }
+    text
 }

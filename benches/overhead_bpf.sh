@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# What profiling costs the machine, in one run, on the same workloads and at 999 Hz:
+#   bpf       stackscope record --backend bpf (stacks counted and user stacks unwound in the kernel)
+#   perf_copy stackscope record (perf_event + 32 KiB stack copy per sample, unwound in stackscope)
+#   perf_dw   perf record --call-graph dwarf (stack copy, unwound by perf script)
+#   perf_fp   perf record -g (frame pointers; for reference: cheap, but broken stacks here)
+# For each: the workload's CPU time over an unprofiled run of it (slowdown; for bpf this is
+# where the in-kernel work is charged), the profiler's own CPU (recording, plus perf script +
+# inferno-collapse-perf for perf, which stackscope does not need), their sum (extra), and the
+# share of the workload's samples whose stack reaches main (whole stacks).
+# Workloads: split.c built -O2 -fomit-frame-pointer and rust_deep.rs (release, no frame
+# pointers), each a fixed amount of work.
+#
+# Usage: benches/overhead_bpf.sh        (as root; installs perf, time and inferno if missing)
+# Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
+#        RUNS=N rounds (default 3); medians and ratios to perf_dw are printed at the end.
+set -euo pipefail
+trap 'echo "overhead_bpf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+workloads="$root/crates/stackscope/tests/workloads"
+
+need_apt=()
+command -v perf >/dev/null || need_apt+=(linux-perf)
+[ -x /usr/bin/time ] || need_apt+=(time)
+command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+command -v inferno-collapse-perf >/dev/null || cargo install --locked inferno
+
+if [ -z "${STACKSCOPE:-}" ]; then
+    (cd "$root" && cargo build --release -p stackscope --quiet)
+    STACKSCOPE="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
+fi
+
+work=$(mktemp -d -t stackscope-bench.XXXXXX)
+if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
+cd "$work"
+
+gcc -O2 -g -fomit-frame-pointer "$workloads/split.c" -o split_nofp
+rustc -C opt-level=3 -C debuginfo=1 -C force-frame-pointers=no "$workloads/rust_deep.rs" -o rust_deep
+
+# CPU seconds (user + sys) from a /usr/bin/time -f '%U %S' file.
+cpu_of() { awk '{ print $1 + $2 }' "$1"; }
+calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
+
+# Runs the workload "$@" so that its own CPU time lands in wl.time.
+wrapped() {
+    printf '%s\n' /bin/sh -c '/usr/bin/time -o wl.time -f "%U %S" "$@"' sh "$@"
+}
+
+# Samples of comm $2 in folded file $1, and the share (%) of them with a frame named $3.
+folded_stats() {
+    awk -v comm="$2" -v main="$3" '
+        { n = $NF; split($0, f, ";"); if (f[1] != comm) next; total += n
+          sub(/ [0-9]+$/, ""); k = split($0, g, ";")
+          for (i = 2; i <= k; i++) if (g[i] == main) { whole += n; break } }
+        END { printf "%d %.2f", total, total ? 100 * whole / total : 0 }' "$1"
+}
+
+row() { printf '%-10s %-9s %8s %7s %9s %9s %9s %9s\n' "$@"; }
+
+# results[workload/tool/field] = space-separated values, one per round.
+declare -A results
+keep() { results[$1/$2/$3]+="$4 "; }
+
+run_one() {
+    local name=$1 main=$2
+    shift 2
+    local -a cmd
+    mapfile -t cmd < <(wrapped "$@")
+
+    "${cmd[@]}"
+    local base
+    base=$(cpu_of wl.time)
+
+    local tool own post wl samples main_pct stats
+    for tool in bpf perf_copy perf_dw perf_fp; do
+        post=0
+        case $tool in
+        bpf | perf_copy)
+            local backend=bpf
+            [ "$tool" = perf_copy ] && backend=perf
+            /usr/bin/time -o prof.time -f '%U %S' \
+                "$STACKSCOPE" record --backend "$backend" -F 999 -o out.folded -- "${cmd[@]}" \
+                2>prof.stderr || { cat prof.stderr >&2; return 1; }
+            ;;
+        perf_dw | perf_fp)
+            local -a how=(--call-graph dwarf)
+            [ "$tool" = perf_fp ] && how=(-g)
+            /usr/bin/time -o prof.time -f '%U %S' \
+                perf record -q -F 999 "${how[@]}" -o perf.data -- "${cmd[@]}" 2>/dev/null
+            /usr/bin/time -o post.time -f '%U %S' sh -c \
+                'perf script -i perf.data 2>/dev/null | inferno-collapse-perf > out.folded'
+            post=$(cpu_of post.time)
+            ;;
+        esac
+        wl=$(cpu_of wl.time)
+        own=$(calc "$(cpu_of prof.time) - $wl")
+        stats=$(folded_stats out.folded "$name" "$main")
+        samples=${stats% *}
+        main_pct=${stats#* }
+        local slow extra
+        slow=$(calc "$wl - $base")
+        extra=$(calc "$slow + $own + $post")
+        row "$name" "$tool" "$samples" "$main_pct" "$slow" "$own" "$post" "$extra"
+        keep "$name" "$tool" slow "$slow"
+        keep "$name" "$tool" own "$own"
+        keep "$name" "$tool" post "$post"
+        keep "$name" "$tool" extra "$extra"
+        keep "$name" "$tool" main "$main_pct"
+        keep "$name" "$tool" base "$base"
+        [ -n "${KEEP:-}" ] && cp out.folded "$name.$tool.folded"
+    done
+}
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "slowdown: workload CPU s profiled minus unprofiled (same round); own: profiler's CPU s while"
+echo "recording; post: perf script + collapse CPU s; extra = slowdown + own + post; main%: share of"
+echo "the workload's samples whose stack reaches main (whole stacks)"
+row workload tool samples "main%" slowdown own post extra
+for _ in $(seq "${RUNS:-3}"); do
+    run_one split_nofp main ./split_nofp 6000
+    run_one rust_deep rust_deep::main ./rust_deep 6000
+done
+
+echo
+echo "medians over ${RUNS:-3} rounds; extra% = extra / unprofiled workload CPU; ratio = extra / perf_dw's extra"
+printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' workload tool "main%" slowdown own post extra "extra%" ratio
+for name in split_nofp rust_deep; do
+    ref=$(median <<<"${results[$name/perf_dw/extra]}")
+    base=$(median <<<"${results[$name/perf_dw/base]}")
+    for tool in bpf perf_copy perf_dw perf_fp; do
+        m() { median <<<"${results[$name/$tool/$1]}"; }
+        extra=$(m extra)
+        printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' "$name" "$tool" "$(m main)" "$(m slow)" \
+            "$(m own)" "$(m post)" "$extra" "$(calc "100 * $extra / $base")" \
+            "$(calc "$extra / ($ref > 0 ? $ref : 0.001)")"
+    done
+done

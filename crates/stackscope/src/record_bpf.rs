@@ -1,0 +1,138 @@
+//! The eBPF source as the commands use it (`stackscope profile`, `record --backend bpf`): one
+//! request in, the profile and bcc profile's warnings about what the kernel could not keep out.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use stackscope_linux::sampler::SamplerConfig;
+use stackscope_linux::target::Target;
+use stackscope_profile::{FrameKind, Profile};
+
+use crate::cli::RecordArgs;
+use crate::profile::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
+use crate::record::Outcome;
+
+/// The markers bcc prints where a stack could not be stored.
+pub(crate) const MISSED_USER: &str = "[Missed User Stack]";
+pub(crate) const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
+
+/// What to sample with the eBPF source.
+pub(crate) struct Request {
+    pub target: Target,
+    pub cpu: Option<u32>,
+    pub frequency: Option<u64>,
+    pub period: Option<u64>,
+    pub user: bool,
+    pub kernel: bool,
+    pub include_idle: bool,
+    /// Unique stacks the kernel can keep (bcc `--stack-storage-size`).
+    pub stack_storage_size: u32,
+    /// Counted keys the kernel can keep (bcc `--hash-storage-size`).
+    pub hash_storage_size: u32,
+    pub duration: Option<Duration>,
+    pub stop: Arc<AtomicBool>,
+    pub command: Vec<String>,
+}
+
+/// What the eBPF source handed back.
+pub(crate) struct Sampled {
+    pub outcome: Outcome,
+    /// Some stack was lost for lack of stack storage (bcc then suggests a larger
+    /// `--stack-storage-size`).
+    pub storage_full: bool,
+    /// The count map filled up, so samples of new keys were dropped.
+    pub hash_full: bool,
+}
+
+/// Samples until the duration ends, the target exits or `request.stop` is set; `on_start`
+/// runs once sampling runs.
+pub(crate) fn sample(request: Request, on_start: impl FnOnce()) -> Result<Sampled> {
+    let _ = (request, on_start);
+    anyhow::bail!("the eBPF source is not built yet")
+}
+
+/// `stackscope record --backend bpf`: the eBPF source with record's target, rate and stack
+/// choices and bcc's storage sizes; warnings go to stderr.
+pub(crate) fn record(
+    _args: &RecordArgs,
+    target: Target,
+    config: &SamplerConfig,
+    duration: Option<Duration>,
+    stop: Arc<AtomicBool>,
+    command: &[String],
+    on_start: impl FnOnce(),
+) -> Result<Outcome> {
+    let sampled = sample(
+        Request {
+            target,
+            cpu: config.cpu,
+            frequency: config.frequency,
+            period: config.period,
+            user: config.user,
+            kernel: config.kernel,
+            include_idle: config.include_idle,
+            stack_storage_size: DEFAULT_STACK_STORAGE,
+            hash_storage_size: DEFAULT_HASH_STORAGE,
+            duration,
+            stop,
+            command: command.to_vec(),
+        },
+        on_start,
+    )?;
+    for warning in warnings(
+        &sampled,
+        "stackscope profile --stack-storage-size",
+        "stackscope profile --hash-storage-size",
+    ) {
+        eprintln!("stackscope: {warning}");
+    }
+    Ok(sampled.outcome)
+}
+
+/// Stacks that could not be displayed, counted as bcc counts them: one per missed side (user,
+/// kernel) of each entry it prints, an entry being a (process, comm, stack).
+pub(crate) fn missed_stacks(profile: &Profile) -> u64 {
+    let mut entries = HashSet::new();
+    for sample in &profile.samples {
+        let thread = profile.thread(sample.thread);
+        entries.insert((thread.pid, thread.comm.as_str(), sample.stack));
+    }
+    entries
+        .into_iter()
+        .map(|(_, _, stack)| {
+            profile
+                .stack_frames(stack)
+                .filter(|f| {
+                    f.kind == FrameKind::Marker
+                        && (f.name == MISSED_USER || f.name == MISSED_KERNEL)
+                })
+                .count() as u64
+        })
+        .sum()
+}
+
+/// bcc profile's warnings, in its words, naming the flags `stack_flag` and `hash_flag` that
+/// raise the limits.
+pub(crate) fn warnings(sampled: &Sampled, stack_flag: &str, hash_flag: &str) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let missed = missed_stacks(&sampled.outcome.profile);
+    if missed > 0 {
+        let hint = if sampled.storage_full {
+            format!(" Consider increasing {stack_flag}.")
+        } else {
+            String::new()
+        };
+        warnings.push(format!(
+            "WARNING: {missed} stack traces could not be displayed.{hint}"
+        ));
+    }
+    if sampled.hash_full {
+        warnings.push(format!(
+            "WARNING: hash table full. Consider increasing {hash_flag}."
+        ));
+    }
+    warnings
+}

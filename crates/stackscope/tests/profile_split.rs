@@ -1,0 +1,158 @@
+//! `stackscope profile -f -p PID` (bcc's command line, eBPF source) on programs without frame
+//! pointers, where bcc's frame-pointer stacks break: split.c (func_a/func_b 30/70; perf 6.1
+//! with DWARF: 30.7/69.2, main in every stack) and rust_deep (leaf_a/leaf_b 30/70 under 61
+//! frames of recursion). And `record --backend bpf` gives the same split as `record`.
+
+mod common;
+
+use common::*;
+
+/// `profile -f -F 999 -p PID SECS` on a running workload: its folded lines.
+fn profile_folded(name: &str, rounds: &str, secs: &str) -> Vec<(Vec<String>, u64)> {
+    let dir = tempdir();
+    let target = start_workload(name, &[rounds], None);
+    let pid = target.pid().to_string();
+    let run = profile(dir.path(), &["-f", "-F", "999", "-p", &pid, secs]);
+    run.assert_ok();
+    assert!(
+        !run.stdout.starts_with("Sampling"),
+        "-f prints no banner:\n{}",
+        run.stdout
+    );
+    let lines = parse_folded(&run.stdout);
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        total >= 1000,
+        "only {total} samples:\n{}",
+        top_folded(&lines, 5)
+    );
+    assert!(
+        lines.iter().all(|l| l.0[0] == name),
+        "every line starts with the comm {name}:\n{}",
+        run.stdout
+    );
+    // bcc's order: ascending counts.
+    assert!(
+        lines.windows(2).all(|w| w[0].1 <= w[1].1),
+        "lines are not sorted by ascending count:\n{}",
+        run.stdout
+    );
+    lines
+}
+
+fn assert_folded_share(lines: &[(Vec<String>, u64)], name: &str, expected: f64) {
+    let got = folded_share_of(lines, name);
+    assert!(
+        (got - expected).abs() <= 0.03,
+        "share of {name}: {:.1}%, expected {:.1}% ± 3 points\n{}",
+        got * 100.0,
+        expected * 100.0,
+        top_folded(lines, 8)
+    );
+}
+
+fn assert_folded_at_least(lines: &[(Vec<String>, u64)], name: &str, min: f64) {
+    let got = folded_share_of(lines, name);
+    assert!(
+        got >= min,
+        "share of {name}: {:.2}%, expected at least {:.0}%\n{}",
+        got * 100.0,
+        min * 100.0,
+        top_folded(lines, 8)
+    );
+}
+
+#[test]
+fn c_without_frame_pointers_split_and_whole_stacks() {
+    let _serial = serial();
+    let lines = profile_folded("split_nofp", "40000", "4");
+    assert_folded_share(&lines, "func_a", 0.30);
+    assert_folded_share(&lines, "func_b", 0.70);
+    assert_folded_at_least(&lines, "main", 0.99);
+}
+
+#[test]
+fn rust_release_split_and_whole_stacks() {
+    let _serial = serial();
+    let lines = profile_folded("rust_deep", "40000", "4");
+    assert_folded_share(&lines, "rust_deep::leaf_a", 0.30);
+    assert_folded_share(&lines, "rust_deep::leaf_b", 0.70);
+    assert_folded_at_least(&lines, "rust_deep::main", 0.99);
+    let full_depth = folded_share(&lines, |frames| {
+        frames.iter().filter(|f| *f == "rust_deep::descend").count() == 61
+    });
+    assert!(
+        full_depth >= 0.99,
+        "only {:.1}% of samples hold all 61 descend frames\n{}",
+        full_depth * 100.0,
+        top_folded(&lines, 3)
+    );
+}
+
+#[test]
+fn record_backend_bpf_matches_record() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_nofp");
+    let (_, perf) = record_json(dir.path(), &["-F", "999"], &[prog.as_os_str()]);
+    let (run, bpf) = record_json(
+        dir.path(),
+        &["-F", "999", "--backend", "bpf"],
+        &[prog.as_os_str()],
+    );
+
+    assert_eq!(bpf.meta.source, "ebpf", "meta.source");
+    assert_eq!(
+        bpf.meta.command,
+        vec![prog.display().to_string()],
+        "meta.command"
+    );
+    assert!(
+        run.stderr.contains("stackscope: sampling"),
+        "record announces sampling:\n{}",
+        run.stderr
+    );
+    assert_min_samples(&bpf, 500);
+    assert_share(&bpf, "func_a", 0.30, 0.03);
+    assert_share(&bpf, "func_b", 0.70, 0.03);
+    assert_share_at_least(&bpf, "main", 0.99);
+    let (b, p) = (share_of(&bpf, "func_b"), share_of(&perf, "func_b"));
+    assert!(
+        (b - p).abs() <= 0.03,
+        "func_b: bpf {:.1}% vs perf {:.1}%\nbpf: {}\nperf: {}",
+        b * 100.0,
+        p * 100.0,
+        top_stacks(&bpf, 5),
+        top_stacks(&perf, 5)
+    );
+}
+
+#[test]
+fn record_backend_bpf_writes_every_format_and_keeps_the_exit_code() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("crasher");
+    // crasher dies of SIGSEGV: stackscope exits 128 + 11, as with the perf backend.
+    let out = dir.path().join("c.folded");
+    let run = record(dir.path(), &out, &["--backend", "bpf"], &[prog.as_os_str()]);
+    run.assert_exit(139, "128 + SIGSEGV");
+    assert!(
+        std::fs::read_to_string(&out).is_ok_and(|t| t.contains("crash_work")),
+        "the profile of the crashed command names crash_work"
+    );
+
+    let split = workload("split_nofp");
+    for name in ["p.svg", "p.txt", "p.folded", "p.json"] {
+        let text = record_text(
+            dir.path(),
+            name,
+            &["--backend", "bpf"],
+            &[split.as_os_str()],
+        );
+        assert!(
+            text.contains("func_b"),
+            "{name} does not name func_b:\n{}",
+            &text[..text.len().min(2000)]
+        );
+    }
+}
