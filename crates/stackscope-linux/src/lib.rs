@@ -9,7 +9,7 @@ pub mod maps;
 mod perf;
 pub mod record;
 pub mod sampler;
-mod stacks;
+pub mod stacks;
 pub mod target;
 pub mod unwind;
 pub mod unwind_table;

@@ -348,7 +348,7 @@ impl Collector {
 /// The addresses to symbolize for a callchain, leaf first: the sampled instruction itself, then
 /// each return address stepped back into its call instruction (it points after the call, which
 /// may already be the next function or the next inlined range).
-fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
+pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
     chain
         .iter()
         .enumerate()

@@ -28,6 +28,8 @@ pub enum RawFrame {
     Unmapped(u64),
     /// The user stack went on, but the copied stack memory ended.
     Truncated,
+    /// A marker a source puts in place of a stack it could not take, e.g. `[Missed User Stack]`.
+    Marker(&'static str),
 }
 
 /// Where a module's code comes from, for the symbolizer.
@@ -106,6 +108,19 @@ impl StackTable {
 
     /// Counts one sample of `frames` (leaf first) whose user stack ended as `end`.
     pub fn add(&mut self, pid: u32, tid: u32, cpu: u32, frames: &[RawFrame], end: UserEnd) {
+        self.add_count(pid, tid, cpu, frames, end, 1);
+    }
+
+    /// Counts `count` samples at once, for sources that count in the kernel.
+    pub fn add_count(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        cpu: u32,
+        frames: &[RawFrame],
+        end: UserEnd,
+        count: u64,
+    ) {
         let key = StackKey {
             pid,
             tid,
@@ -113,7 +128,7 @@ impl StackTable {
             frames: frames.into(),
             end,
         };
-        *self.counts.entry(key).or_insert(0) += 1;
+        *self.counts.entry(key).or_insert(0) += count;
     }
 
     /// Symbolizes every unique address once and builds the profile, with the figures on how
@@ -247,6 +262,7 @@ impl Names {
                     }
                     RawFrame::Unmapped(_) => vec![unknown(FrameKind::User, None)],
                     RawFrame::Truncated => vec![Frame::marker("[truncated]")],
+                    RawFrame::Marker(name) => vec![Frame::marker(name)],
                 };
                 frames.insert(*raw, known);
             }

@@ -26,7 +26,7 @@ pub enum Target {
 }
 
 /// Thread ids of a process, from `/proc/PID/task`.
-pub(crate) fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
+pub fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
     let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
@@ -35,7 +35,7 @@ pub(crate) fn threads_of(pid: u32) -> io::Result<Vec<u32>> {
 }
 
 /// Every process id in `/proc`.
-pub(crate) fn all_pids() -> io::Result<Vec<u32>> {
+pub fn all_pids() -> io::Result<Vec<u32>> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
@@ -44,14 +44,14 @@ pub(crate) fn all_pids() -> io::Result<Vec<u32>> {
 }
 
 /// The name of a thread, from `/proc/PID/task/TID/comm`.
-pub(crate) fn thread_comm(pid: u32, tid: u32) -> Option<String> {
+pub fn thread_comm(pid: u32, tid: u32) -> Option<String> {
     let raw = std::fs::read(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
     let name = raw.strip_suffix(b"\n").unwrap_or(&raw);
     Some(String::from_utf8_lossy(name).into_owned())
 }
 
 /// The process a thread belongs to (`Tgid:` in `/proc/TID/status`).
-pub(crate) fn process_of(tid: u32) -> io::Result<u32> {
+pub fn process_of(tid: u32) -> io::Result<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status"))?;
     status
         .lines()
@@ -61,7 +61,7 @@ pub(crate) fn process_of(tid: u32) -> io::Result<u32> {
 }
 
 /// True while a process or thread exists and has not exited (zombies count as exited).
-pub(crate) fn is_alive(id: u32) -> bool {
+pub fn is_alive(id: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{id}/stat")) else {
         return false;
     };
@@ -73,7 +73,7 @@ pub(crate) fn is_alive(id: u32) -> bool {
 }
 
 /// Online CPU numbers, from `/sys/devices/system/cpu/online`.
-pub(crate) fn online_cpus() -> io::Result<Vec<u32>> {
+pub fn online_cpus() -> io::Result<Vec<u32>> {
     let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
     parse_cpu_list(&text)
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list {text:?}")))
@@ -142,7 +142,7 @@ fn cloexec_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// A forked child that waits for a byte on a pipe before it execs the command. An exec failure
 /// comes back as the errno on a close-on-exec pipe, which simply closes when exec succeeds.
 #[derive(Debug)]
-pub(crate) struct HeldChild {
+pub struct HeldChild {
     pub pid: u32,
     command: String,
     go: Option<OwnedFd>,

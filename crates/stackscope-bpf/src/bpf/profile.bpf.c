@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+/*
+ * stackscope's sampling program. Runs on the software cpu-clock perf event of every sampled CPU:
+ * keeps the sample if its process or thread is wanted, takes the kernel stack into a stack-trace
+ * map, unwinds the user stack here in the kernel (from the unwind tables user space loaded;
+ * frame pointers while a process has none), and counts the (pid, tid, user stack, kernel stack,
+ * comm) key. Only return addresses ever leave the kernel, never stack memory.
+ *
+ * Small tracepoint programs follow the sampled processes: forks of followed processes join the
+ * filter, and exec, executable mmaps (dlopen) and exits are reported through a ring buffer so
+ * user space loads or drops their unwind tables.
+ */
+#include "kernel.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+#include "profile.h"
+
+#if __has_include("unwind.bpf.h")
+#include "unwind.bpf.h"
+#define HAVE_UNWIND_TABLES 1
+#else
+#define HAVE_UNWIND_TABLES 0
+#endif
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+
+/* The few kernel fields read here, relocated against the running kernel's BTF (CO-RE). */
+struct mm_struct;
+struct task_struct {
+	int pid;
+	int tgid;
+	struct mm_struct *mm;
+} __attribute__((preserve_access_index));
+
+#define PROT_EXEC 0x4
+#define SIGSTOP 19
+
+/* Set by the loader before the program is loaded. */
+const volatile __u32 filter = FILTER_NONE;
+const volatile bool include_idle = false;
+const volatile bool want_user = true;
+const volatile bool want_kernel = true;
+/* The caller's pid namespace (dev and inode of /proc/self/ns/pid); 0 = do not translate. */
+const volatile __u64 ns_dev = 0;
+const volatile __u64 ns_ino = 0;
+/* Stop a followed process at each executable mmap until user space loaded its tables. */
+const volatile bool hold_mmaps = false;
+
+/* Sizes below are placeholders: the loader sets them from the command line. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, MAX_STACK_FRAMES * sizeof(__u64));
+	__uint(max_entries, 16384);
+} stack_traces SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __s64);
+	__type(value, struct user_stack);
+	__uint(max_entries, 16384);
+} user_stacks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct count_key);
+	__type(value, __u64);
+	__uint(max_entries, 40960);
+} counts SEC(".maps");
+
+/* Pids (FILTER_PIDS) or tids (FILTER_TIDS) to sample, in the caller's pid namespace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 1024);
+} filter_ids SEC(".maps");
+
+/* Processes whose exec, mmap and exit user space wants to hear of (caller's namespace). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 1024);
+} filter_procs SEC(".maps");
+
+/* Processes forked by followed processes, by global tgid (what the fork tracepoint sees). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 65536);
+} followed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct user_stack);
+	__uint(max_entries, 1);
+} scratch SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, DROP_COUNTERS);
+} drops SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+/* When each process last asked for its tables, so a process asks once a second at most. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 4096);
+} requested SEC(".maps");
+
+/* Threads inside an mmap(PROT_EXEC) call of a followed process. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, __u8);
+	__uint(max_entries, 4096);
+} mmap_pending SEC(".maps");
+
+static __always_inline void count_drop(__u32 which)
+{
+	__u64 *n = bpf_map_lookup_elem(&drops, &which);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, __u32 held)
+{
+	struct event ev = { .kind = kind, .pid = pid, .ppid = ppid, .held = held };
+
+	bpf_ringbuf_output(&events, &ev, sizeof(ev), 0);
+}
+
+/* The current task's pid and tid in the caller's namespace. False when the task is not in it. */
+static __always_inline bool current_ids(__u32 *pid, __u32 *tid)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	struct bpf_pidns_info ns = {};
+
+	*pid = id >> 32;
+	*tid = (__u32)id;
+	if (!ns_ino || *tid == 0)
+		return true;
+	if (bpf_get_ns_current_pid_tgid(ns_dev, ns_ino, &ns, sizeof(ns)))
+		return false;
+	*pid = ns.tgid;
+	*tid = ns.pid;
+	return true;
+}
+
+static __always_inline bool has_tables(__u32 pid)
+{
+#if HAVE_UNWIND_TABLES
+	return bpf_map_lookup_elem(&unwind_procs, &pid) != NULL;
+#else
+	return false;
+#endif
+}
+
+/* Whether user space wants to hear of this process's exec, mmaps and exit. */
+static __always_inline bool followed_process(__u32 pid, __u32 tgid)
+{
+	if (filter == FILTER_NONE)
+		return has_tables(pid);
+	return bpf_map_lookup_elem(&filter_procs, &pid) || bpf_map_lookup_elem(&followed, &tgid);
+}
+
+static __always_inline void request_tables(__u32 pid)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 *last = bpf_map_lookup_elem(&requested, &pid);
+
+	if (last && now - *last < 1000000000ULL)
+		return;
+	bpf_map_update_elem(&requested, &pid, &now, BPF_ANY);
+	emit(EVENT_NO_TABLES, pid, 0, 0);
+}
+
+/* Word-wise FNV-1a: stacks differ in whole addresses, and a 63-bit key makes a collision
+ * between two stacks of one run unlikely enough to ignore. */
+static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
+{
+	__u64 h = 0xcbf29ce484222325ULL ^ st->end;
+	int i;
+
+	bpf_for(i, 0, len)
+	{
+		if (i >= MAX_STACK_FRAMES)
+			break;
+		h ^= st->ips[i];
+		h *= 0x100000001b3ULL;
+	}
+	h ^= h >> 29;
+	return (__s64)(h & 0x7fffffffffffffffULL);
+}
+
+/* Unwinds the current task's user stack and stores it; returns its id or an error. */
+static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 pid)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	__u32 zero = 0;
+	struct user_stack *st;
+	__u32 end = USER_END_FRAME_POINTER;
+	long n = 0;
+	__s64 id;
+	long err;
+
+	if (!task->mm)
+		return -EFAULT; /* a kernel thread */
+	st = bpf_map_lookup_elem(&scratch, &zero);
+	if (!st)
+		return -EFAULT;
+#if HAVE_UNWIND_TABLES
+	{
+		struct unwind_regs regs = {};
+		__u32 status = UNWIND_BROKEN;
+
+		if (ctx->regs.cs & 3) {
+			regs.ip = ctx->regs.rip;
+			regs.sp = ctx->regs.rsp;
+			regs.bp = ctx->regs.rbp;
+		} else {
+			/* Sampled in the kernel: the user registers saved at kernel entry. */
+			struct pt_regs saved = {};
+
+			bpf_probe_read_kernel(&saved, sizeof(saved), (void *)bpf_task_pt_regs(task));
+			regs.ip = saved.rip;
+			regs.sp = saved.rsp;
+			regs.bp = saved.rbp;
+		}
+		n = unwind_user(&regs, pid, st->ips, MAX_STACK_FRAMES, &status);
+		if (status == UNWIND_COMPLETE)
+			end = USER_END_COMPLETE;
+		else if (status == UNWIND_TRUNCATED)
+			end = USER_END_TRUNCATED;
+		else if (status == UNWIND_BROKEN)
+			end = USER_END_BROKEN;
+		else
+			n = 0;
+	}
+#endif
+	if (n <= 0) {
+		/* No tables (yet): the kernel's frame-pointer walk, as bcc does. */
+		if (HAVE_UNWIND_TABLES)
+			request_tables(pid);
+		n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), BPF_F_USER_STACK);
+		if (n <= 0)
+			return -EFAULT;
+		n /= sizeof(__u64);
+		end = USER_END_FRAME_POINTER;
+	}
+	if (n > MAX_STACK_FRAMES)
+		n = MAX_STACK_FRAMES;
+	st->len = n;
+	st->end = end;
+	id = stack_hash(st, n);
+	err = bpf_map_update_elem(&user_stacks, &id, st, BPF_NOEXIST);
+	if (err && err != -EEXIST) {
+		count_drop(DROP_USER_STACK_FULL);
+		return -E2BIG;
+	}
+	return id;
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32;
+	struct count_key key = {};
+	__u32 pid, tid;
+	__u64 one = 1, *count;
+	long err;
+
+	if (!current_ids(&pid, &tid))
+		return 0;
+	if (tid == 0 && !include_idle)
+		return 0;
+	if (filter == FILTER_PIDS) {
+		if (!bpf_map_lookup_elem(&filter_ids, &pid) && !bpf_map_lookup_elem(&followed, &tgid))
+			return 0;
+	} else if (filter == FILTER_TIDS) {
+		if (!bpf_map_lookup_elem(&filter_ids, &tid))
+			return 0;
+	}
+
+	key.pid = pid;
+	key.tid = tid;
+	bpf_get_current_comm(&key.comm, sizeof(key.comm));
+	key.kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces, 0) : -EFAULT;
+	key.user_stack_id = want_user && tid != 0 ? user_stack(ctx, pid) : -EFAULT;
+
+	count = bpf_map_lookup_elem(&counts, &key);
+	if (count) {
+		__sync_fetch_and_add(count, 1);
+		return 0;
+	}
+	err = bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST);
+	if (err == -EEXIST) {
+		/* Another CPU added the key meanwhile. */
+		count = bpf_map_lookup_elem(&counts, &key);
+		if (count)
+			__sync_fetch_and_add(count, 1);
+	} else if (err) {
+		count_drop(DROP_COUNT_MAP_FULL);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid, ctgid = child->tgid;
+	__u32 pid, tid;
+	__u8 yes = 1;
+
+	if (filter != FILTER_PIDS || child->pid != ctgid)
+		return 0; /* nothing to follow, or a new thread */
+	/* The fork tracepoint runs in the parent. */
+	if (!current_ids(&pid, &tid) || !followed_process(pid, ptgid))
+		return 0;
+	bpf_map_update_elem(&followed, &ctgid, &yes, BPF_ANY);
+	emit(EVENT_FORK, ctgid, pid, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *task)
+{
+	__u32 pid, tid;
+
+	if (!current_ids(&pid, &tid) || !followed_process(pid, task->tgid))
+		return 0;
+	emit(EVENT_EXEC, pid, 0, 0);
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *task)
+{
+	__u32 pid, tid;
+
+	if (task->pid != task->tgid)
+		return 0; /* a thread, not the process */
+	if (!current_ids(&pid, &tid) || !followed_process(pid, task->tgid))
+		return 0;
+	emit(EVENT_EXIT, pid, 0, 0);
+	return 0;
+}
+
+/* The syscall tracepoints' records (stable layout: see events/syscalls/.../format). */
+struct mmap_enter_args {
+	__u64 common;
+	__s64 nr;
+	__u64 addr, len, prot, flags, fd, off;
+};
+
+struct syscall_exit_args {
+	__u64 common;
+	__s64 nr;
+	__s64 ret;
+};
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int on_mmap_enter(struct mmap_enter_args *args)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32, tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 pid, ns_tid;
+	__u8 yes = 1;
+
+	if (!(args->prot & PROT_EXEC))
+		return 0;
+	if (!current_ids(&pid, &ns_tid) || !followed_process(pid, tgid))
+		return 0;
+	bpf_map_update_elem(&mmap_pending, &tid, &yes, BPF_ANY);
+	return 0;
+}
+
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int on_mmap_exit(struct syscall_exit_args *args)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 pid, ns_tid;
+	__u32 held = 0;
+
+	if (!bpf_map_lookup_elem(&mmap_pending, &tid))
+		return 0;
+	bpf_map_delete_elem(&mmap_pending, &tid);
+	if (args->ret < 0 && args->ret > -4096)
+		return 0; /* the mmap failed */
+	if (!current_ids(&pid, &ns_tid))
+		return 0;
+	/* The stop lands before the process runs its next user instruction; user space sends
+	 * SIGCONT once the new library's tables are in. */
+	if (hold_mmaps && bpf_send_signal(SIGSTOP) == 0)
+		held = 1;
+	emit(EVENT_MMAP, pid, 0, held);
+	return 0;
+}

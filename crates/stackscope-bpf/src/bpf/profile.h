@@ -1,0 +1,79 @@
+/* Types shared by the BPF program and its loader (mirrored in src/layout.rs). */
+#ifndef STACKSCOPE_PROFILE_H
+#define STACKSCOPE_PROFILE_H
+
+/* Frames kept per stack, as perf's default kernel.perf_event_max_stack. */
+#define MAX_STACK_FRAMES 127
+
+/* How a user stack's walk ended (values of user_stack.end). */
+enum user_end {
+	/* The walk reached the outermost frame. */
+	USER_END_COMPLETE = 0,
+	/* MAX_STACK_FRAMES frames and the stack went on. */
+	USER_END_TRUNCATED = 1,
+	/* The walk lost its way: no rule for a pc, an unreadable stack word. */
+	USER_END_BROKEN = 2,
+	/* The process had no unwind tables yet: the kernel's frame-pointer walk. */
+	USER_END_FRAME_POINTER = 3,
+};
+
+/* One user stack, leaf first: ips[0] is the sampled pc, the rest return addresses. */
+struct user_stack {
+	__u64 ips[MAX_STACK_FRAMES];
+	__u32 len;
+	__u32 end;
+};
+
+/* What a count is kept for. Stack ids < 0 are errors: -EFAULT means "no stack of that kind
+ * in this sample", anything else that the stack could not be stored. */
+struct count_key {
+	__u32 pid;
+	__u32 tid;
+	/* Key into user_stacks (a hash of the stack, >= 0) or an error. */
+	__s64 user_stack_id;
+	/* Key into stack_traces or an error (bpf_get_stackid's). */
+	__s32 kernel_stack_id;
+	__u32 pad;
+	char comm[16];
+};
+
+/* Per-CPU counters of samples the maps could not hold. */
+enum drop_counter {
+	DROP_COUNT_MAP_FULL = 0,
+	DROP_USER_STACK_FULL = 1,
+	DROP_COUNTERS = 2,
+};
+
+/* Ring buffer events: what user space must (re)load unwind tables for. */
+enum event_kind {
+	/* A sampled process has no unwind tables (rate-limited per process). */
+	EVENT_NO_TABLES = 1,
+	/* A followed process forked a new process (pid = the child, ppid = the parent). */
+	EVENT_FORK = 2,
+	/* A followed process called exec: its old tables are stale. */
+	EVENT_EXEC = 3,
+	/* A followed process mapped executable memory (dlopen). When `held` is set the process
+	 * has been sent SIGSTOP and waits for SIGCONT once its tables are loaded. */
+	EVENT_MMAP = 4,
+	/* A followed process exited. */
+	EVENT_EXIT = 5,
+};
+
+struct event {
+	__u32 kind;
+	__u32 pid;
+	__u32 ppid;
+	__u32 held;
+};
+
+/* Which samples to keep (config.filter). */
+enum filter_mode {
+	FILTER_NONE = 0,
+	/* Processes in filter_ids (pids in the caller's pid namespace), their threads and the
+	 * processes they fork. */
+	FILTER_PIDS = 1,
+	/* Threads in filter_ids (tids in the caller's pid namespace). */
+	FILTER_TIDS = 2,
+};
+
+#endif

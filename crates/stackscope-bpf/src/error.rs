@@ -1,0 +1,32 @@
+//! What can go wrong loading and running the BPF program, each as one line that names the fix.
+
+use stackscope_linux::sampler::SampleError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    /// The target or the perf events: missing command, no such pid, bad CPU, perf_event_open.
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    #[error("loading BPF programs needs root or the CAP_BPF and CAP_PERFMON capabilities (running as uid {euid}): run as root, or `setcap cap_bpf,cap_perfmon+ep` on the stackscope binary")]
+    NotPermitted { euid: u32 },
+    #[error("this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the perf_event backend (`stackscope record` without --backend bpf)")]
+    NoBtf,
+    #[error("the kernel's verifier rejected BPF program {program} (kernel 6.4 or newer is needed for its loops): {log}")]
+    Verifier { program: String, log: String },
+    #[error("cannot {what}: {detail}")]
+    Bpf { what: String, detail: String },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+}
+
+impl BpfError {
+    pub(crate) fn bpf(what: impl Into<String>, err: impl std::fmt::Display) -> Self {
+        BpfError::Bpf {
+            what: what.into(),
+            detail: err.to_string(),
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The records the BPF program shares with user space (src/bpf/profile.h), decoded from the
+//! bytes the maps and the ring buffer hand out.
+
+/// `-EFAULT` as a stack id: no stack of that kind in the sample (not a failure).
+pub(crate) const NO_STACK: i64 = -(libc::EFAULT as i64);
+/// `-EEXIST` from bpf_get_stackid: a different stack already holds the hash bucket.
+pub(crate) const STACK_COLLISION: i64 = -(libc::EEXIST as i64);
+/// `-E2BIG` from the user-stack map: full.
+pub(crate) const STACK_STORAGE_FULL: i64 = -(libc::E2BIG as i64);
+
+pub(crate) const DROP_COUNT_MAP_FULL: u32 = 0;
+pub(crate) const DROP_USER_STACK_FULL: u32 = 1;
+
+pub(crate) const MAX_STACK_FRAMES: usize = 127;
+
+/// `enum user_end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UserEnd {
+    Complete,
+    Truncated,
+    Broken,
+    FramePointer,
+}
+
+/// `struct count_key`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct CountKey {
+    pub pid: u32,
+    pub tid: u32,
+    pub user_stack_id: i64,
+    pub kernel_stack_id: i32,
+    pub comm: String,
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_ne_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+impl CountKey {
+    pub fn from_bytes(b: &[u8]) -> Option<CountKey> {
+        let comm = b.get(24..40)?;
+        let len = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+        Some(CountKey {
+            pid: u32_at(b, 0)?,
+            tid: u32_at(b, 4)?,
+            user_stack_id: u64_at(b, 8)? as i64,
+            kernel_stack_id: u32_at(b, 16)? as i32,
+            comm: String::from_utf8_lossy(&comm[..len]).into_owned(),
+        })
+    }
+}
+
+/// `struct user_stack`: addresses leaf first.
+#[derive(Debug, Clone)]
+pub(crate) struct UserStack {
+    pub ips: Vec<u64>,
+    pub end: UserEnd,
+}
+
+impl UserStack {
+    pub fn from_bytes(b: &[u8]) -> Option<UserStack> {
+        let at = MAX_STACK_FRAMES * 8;
+        let len = (u32_at(b, at)? as usize).min(MAX_STACK_FRAMES);
+        let end = match u32_at(b, at + 4)? {
+            0 => UserEnd::Complete,
+            1 => UserEnd::Truncated,
+            2 => UserEnd::Broken,
+            _ => UserEnd::FramePointer,
+        };
+        Some(UserStack {
+            ips: words(&b[..len * 8]).collect(),
+            end,
+        })
+    }
+}
+
+/// `enum event_kind` with its `struct event`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Event {
+    NoTables { pid: u32 },
+    Fork { pid: u32, parent: u32 },
+    Exec { pid: u32 },
+    Mmap { pid: u32, held: bool },
+    Exit { pid: u32 },
+}
+
+impl Event {
+    pub fn from_bytes(b: &[u8]) -> Option<Event> {
+        let pid = u32_at(b, 4)?;
+        Some(match u32_at(b, 0)? {
+            1 => Event::NoTables { pid },
+            2 => Event::Fork {
+                pid,
+                parent: u32_at(b, 8)?,
+            },
+            3 => Event::Exec { pid },
+            4 => Event::Mmap {
+                pid,
+                held: u32_at(b, 12)? != 0,
+            },
+            5 => Event::Exit { pid },
+            _ => return None,
+        })
+    }
+}
+
+/// The native-endian u64 words of a byte slice.
+pub(crate) fn words(b: &[u8]) -> impl Iterator<Item = u64> + '_ {
+    b.chunks_exact(8)
+        .map(|w| u64::from_ne_bytes(w.try_into().expect("8-byte chunk")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_count_keys_and_user_stacks() {
+        let mut key = Vec::new();
+        key.extend(7u32.to_ne_bytes());
+        key.extend(8u32.to_ne_bytes());
+        key.extend((-14i64).to_ne_bytes());
+        key.extend(3i32.to_ne_bytes());
+        key.extend(0u32.to_ne_bytes());
+        key.extend(b"prog\0\0\0\0\0\0\0\0\0\0\0\0");
+        let k = CountKey::from_bytes(&key).unwrap();
+        assert_eq!(
+            (k.pid, k.tid, k.user_stack_id, k.kernel_stack_id),
+            (7, 8, NO_STACK, 3)
+        );
+        assert_eq!(k.comm, "prog");
+
+        let mut stack = vec![0u8; MAX_STACK_FRAMES * 8 + 8];
+        stack[..8].copy_from_slice(&0x1000u64.to_ne_bytes());
+        stack[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
+        stack[MAX_STACK_FRAMES * 8..][..4].copy_from_slice(&2u32.to_ne_bytes());
+        let s = UserStack::from_bytes(&stack).unwrap();
+        assert_eq!(s.ips, [0x1000, 0x2000]);
+        assert_eq!(s.end, UserEnd::Complete);
+        assert!(UserStack::from_bytes(&stack[..100]).is_none());
+    }
+}

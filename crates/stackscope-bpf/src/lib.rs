@@ -1,0 +1,22 @@
+//! the eBPF source: a BPF program that counts stacks in the kernel and unwinds user stacks
+//! there, and its loader.
+//!
+//! The program (src/bpf/profile.bpf.c, built ahead of time with clang and loaded with CO-RE
+//! against the kernel's BTF) runs on the software cpu-clock event of each CPU, filters the
+//! wanted processes or threads in the kernel, stores kernel stacks with `bpf_get_stackid` and
+//! user stacks walked in the kernel from the unwind tables loaded for each process, and counts
+//! (pid, tid, user stack, kernel stack, comm) keys as bcc's `profile` does. User space loads
+//! the tables, follows execs and dlopens, and at the end turns the counts into a profile
+//! through `stackscope-linux`'s stack table, so symbols and completeness figures are the same
+//! as with the perf_event source.
+//!
+//! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
+
+mod error;
+mod layout;
+mod processes;
+mod program;
+mod record;
+
+pub use error::BpfError;
+pub use record::{record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY};

@@ -1,0 +1,116 @@
+//! The sampled processes as user space follows them: what each has mapped (kept after it
+//! exits or execs, so its frames can still be named at the end) and loading each one's unwind
+//! tables into the BPF maps when it starts, execs, maps a library, or shows up in a sample
+//! without tables.
+
+use std::collections::{HashMap, HashSet};
+
+use stackscope_linux::maps::ProcessMaps;
+
+use crate::program::ProfileSkel;
+
+/// Stands in for the unwind-table loader until it lands: nothing is loaded, so every
+/// process is walked by frame pointers.
+struct TableLoader;
+struct TableMaps<'a> {
+    _skel: std::marker::PhantomData<&'a ()>,
+}
+impl TableLoader {
+    fn new(_maps: &TableMaps) -> Result<Self, String> {
+        Ok(TableLoader)
+    }
+    fn load_process(
+        &mut self,
+        _maps: &TableMaps,
+        _pid: u32,
+        _pmaps: &ProcessMaps,
+    ) -> Result<(), String> {
+        Err("unwind tables are not built yet".into())
+    }
+    fn forget_process(&mut self, _maps: &TableMaps, _pid: u32) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Processes {
+    maps: HashMap<u32, ProcessMaps>,
+    /// Processes whose tables are in the maps.
+    loaded: HashSet<u32>,
+    loader: Option<TableLoader>,
+    /// Why the last table load failed, for one hint at the end.
+    pub load_error: Option<String>,
+    /// Processes that were stopped at an mmap and still wait for SIGCONT.
+    held: HashSet<u32>,
+}
+
+fn table_maps<'a>(_skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
+    TableMaps {
+        _skel: std::marker::PhantomData,
+    }
+}
+
+impl Processes {
+    pub fn new(skel: &ProfileSkel<'_>) -> Self {
+        let mut processes = Processes::default();
+        match TableLoader::new(&table_maps(skel)) {
+            Ok(loader) => processes.loader = Some(loader),
+            Err(e) => processes.load_error = Some(e.to_string()),
+        }
+        processes
+    }
+
+    /// Reads the process's mappings afresh and loads (or reloads) its unwind tables.
+    pub fn load(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
+        let Ok(maps) = ProcessMaps::from_proc(pid) else {
+            return; // gone already: keep what we knew
+        };
+        if let Some(loader) = self.loader.as_mut() {
+            match loader.load_process(&table_maps(skel), pid, &maps) {
+                Ok(_) => {
+                    self.loaded.insert(pid);
+                }
+                Err(e) => self.load_error = Some(format!("pid {pid}: {e}")),
+            }
+        }
+        self.maps.insert(pid, maps);
+    }
+
+    /// A process that exited: its tables go, its maps stay for naming its frames.
+    pub fn forget(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
+        if self.loaded.remove(&pid) {
+            if let Some(loader) = self.loader.as_mut() {
+                let _ = loader.forget_process(&table_maps(skel), pid);
+            }
+        }
+    }
+
+    /// A process stopped at an mmap: load the new library's tables, then let it go on.
+    pub fn release_held(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
+        self.load(skel, pid);
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        self.held.remove(&pid);
+    }
+
+    pub fn note_held(&mut self, pid: u32) {
+        self.held.insert(pid);
+    }
+
+    /// Lets every process still stopped by us go on (at the end of a recording).
+    pub fn release_all(&mut self) {
+        for pid in self.held.drain() {
+            // SAFETY: plain kill(2).
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+        }
+    }
+
+    /// The mappings of a process: as last loaded, else read now if it still runs.
+    pub fn maps(&mut self, pid: u32) -> Option<&ProcessMaps> {
+        if !self.maps.contains_key(&pid) {
+            let maps = ProcessMaps::from_proc(pid).ok()?;
+            self.maps.insert(pid, maps);
+        }
+        self.maps.get(&pid)
+    }
+}

@@ -1,0 +1,311 @@
+//! The BPF program as user space handles it: settings written into its read-only data and map
+//! sizes before loading, the verifier's verdict, the cpu-clock events it runs on, the filter
+//! maps, and reading the counted stacks back.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::Mutex;
+
+use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
+use perf_event_open_sys as perf;
+use stackscope_linux::sampler::SampleError;
+
+use crate::error::BpfError;
+use crate::layout::{self, CountKey, UserStack};
+
+#[allow(
+    clippy::all,
+    non_camel_case_types,
+    non_snake_case,
+    dead_code,
+    unused_imports
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+}
+pub(crate) use skel::ProfileSkel;
+use skel::ProfileSkelBuilder;
+
+/// Which samples the program keeps (profile.h's `enum filter_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Filter {
+    None = 0,
+    Pids = 1,
+    Tids = 2,
+}
+
+/// Everything fixed before the program is loaded.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub filter: Filter,
+    pub include_idle: bool,
+    pub user: bool,
+    pub kernel: bool,
+    /// Device and inode of the caller's pid namespace.
+    pub pid_ns: Option<(u64, u64)>,
+    pub hold_mmaps: bool,
+    pub stack_storage_size: u32,
+    pub hash_storage_size: u32,
+}
+
+/// What libbpf said while loading, kept for the error message when the verifier says no.
+static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn keep_libbpf_message(_level: PrintLevel, msg: String) {
+    if let Ok(mut log) = LIBBPF_LOG.lock() {
+        log.extend(msg.lines().map(str::to_string));
+    }
+}
+
+/// Opens and loads the program. `storage` holds the object for as long as the program lives.
+pub(crate) fn load<'a>(
+    storage: &'a mut MaybeUninit<OpenObject>,
+    settings: &Settings,
+) -> Result<ProfileSkel<'a>, BpfError> {
+    if !std::path::Path::new("/sys/kernel/btf/vmlinux").exists() {
+        return Err(BpfError::NoBtf);
+    }
+    LIBBPF_LOG.lock().map(|mut l| l.clear()).ok();
+    libbpf_rs::set_print(Some((PrintLevel::Info, keep_libbpf_message)));
+    let mut open = ProfileSkelBuilder::default()
+        .open(storage)
+        .map_err(|e| BpfError::bpf("open the BPF program", e))?;
+    {
+        let data =
+            open.maps.rodata_data.as_deref_mut().ok_or_else(|| {
+                BpfError::bpf("set up the BPF program", "no read-only data section")
+            })?;
+        data.filter = settings.filter as u32;
+        data.include_idle = settings.include_idle;
+        data.want_user = settings.user;
+        data.want_kernel = settings.kernel;
+        if let Some((dev, ino)) = settings.pid_ns {
+            data.ns_dev = dev;
+            data.ns_ino = ino;
+        }
+        data.hold_mmaps = settings.hold_mmaps;
+    }
+    let sizes = [
+        (&mut open.maps.stack_traces, settings.stack_storage_size),
+        (&mut open.maps.user_stacks, settings.stack_storage_size),
+        (&mut open.maps.counts, settings.hash_storage_size),
+    ];
+    for (map, size) in sizes {
+        map.set_max_entries(size.max(1))
+            .map_err(|e| BpfError::bpf("size the BPF maps", e))?;
+    }
+    let loaded = open.load();
+    libbpf_rs::set_print(None);
+    loaded.map_err(load_error)
+}
+
+/// Turns a failed load into the error that says why.
+fn load_error(err: libbpf_rs::Error) -> BpfError {
+    let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+    let euid = unsafe { libc::geteuid() };
+    if err.kind() == libbpf_rs::ErrorKind::PermissionDenied
+        && !log.iter().any(|l| l.contains("BEGIN PROG LOAD LOG"))
+    {
+        return BpfError::NotPermitted { euid };
+    }
+    // libbpf prints the verifier's log between these marks, with the program's name before.
+    if let Some(begin) = log.iter().position(|l| l.contains("BEGIN PROG LOAD LOG")) {
+        let end = log[begin..]
+            .iter()
+            .position(|l| l.contains("END PROG LOAD LOG"))
+            .map_or(log.len(), |i| begin + i);
+        let program = log[..begin]
+            .iter()
+            .rev()
+            .find_map(|l| l.split("prog '").nth(1)?.split('\'').next())
+            .unwrap_or("on_sample")
+            .to_string();
+        let body: Vec<&str> = log[begin + 1..end]
+            .iter()
+            .map(|l| l.trim())
+            .filter(|l| !l.is_empty())
+            .collect();
+        let tail = body[body.len().saturating_sub(3)..].join(" | ");
+        return BpfError::Verifier { program, log: tail };
+    }
+    let last = log.iter().rev().find(|l| !l.trim().is_empty());
+    BpfError::bpf(
+        "load the BPF program",
+        match last {
+            Some(line) => format!("{err} ({})", line.trim()),
+            None => err.to_string(),
+        },
+    )
+}
+
+/// How many instructions the verifier walked for each program (kernel 5.16+), for reports.
+pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for prog in skel.object().progs() {
+        let mut info = libbpf_sys::bpf_prog_info::default();
+        let mut len = std::mem::size_of_val(&info) as u32;
+        // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes; the kernel fills it.
+        let r = unsafe {
+            libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len)
+        };
+        if r == 0 {
+            out.push((
+                prog.name().to_string_lossy().into_owned(),
+                info.verified_insns,
+            ));
+        }
+    }
+    out
+}
+
+/// Attaches the tracepoint programs that follow processes (fork, exec, exit, mmap).
+pub(crate) fn attach_tracepoints(skel: &mut ProfileSkel<'_>) -> Result<(), BpfError> {
+    skel.attach()
+        .map_err(|e| BpfError::bpf("attach the process-tracking tracepoints", e))
+}
+
+/// The sampling program's links to its cpu-clock events, one per CPU. A link owns its event:
+/// dropping the link detaches the program and closes the event.
+pub(crate) struct Sampling {
+    links: Vec<Link>,
+}
+
+impl Sampling {
+    /// Opens a cpu-clock event on each CPU and attaches the sampling program (which enables
+    /// it).
+    pub fn start(
+        skel: &ProfileSkel<'_>,
+        cpus: &[u32],
+        frequency: Option<u64>,
+        period: Option<u64>,
+    ) -> Result<Sampling, BpfError> {
+        let mut attr = perf::bindings::perf_event_attr {
+            type_: perf::bindings::PERF_TYPE_SOFTWARE,
+            size: std::mem::size_of::<perf::bindings::perf_event_attr>() as u32,
+            config: perf::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
+            ..Default::default()
+        };
+        match (frequency, period) {
+            (_, Some(ns)) if frequency.is_none() => attr.__bindgen_anon_1.sample_period = ns,
+            (hz, _) => {
+                attr.__bindgen_anon_1.sample_freq = hz.unwrap_or(crate::DEFAULT_FREQUENCY);
+                attr.set_freq(1);
+            }
+        }
+        attr.set_disabled(1);
+        let mut links = Vec::with_capacity(cpus.len());
+        for &cpu in cpus {
+            // SAFETY: `attr` is a fully initialised perf_event_attr whose size matches.
+            let fd = unsafe {
+                perf::perf_event_open(
+                    &mut attr,
+                    -1,
+                    cpu as i32,
+                    -1,
+                    perf::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+                )
+            };
+            if fd < 0 {
+                let source = io::Error::last_os_error();
+                return Err(BpfError::Sample(SampleError::Perf {
+                    what: format!("CPU {cpu}"),
+                    source,
+                }));
+            }
+            let link = match skel.progs.on_sample.attach_perf_event(fd) {
+                Ok(link) => link,
+                Err(e) => {
+                    // SAFETY: our own descriptor, not handed to a link.
+                    unsafe { libc::close(fd) };
+                    return Err(BpfError::bpf(
+                        format!("attach the BPF program to CPU {cpu}"),
+                        e,
+                    ));
+                }
+            };
+            links.push(link);
+        }
+        Ok(Sampling { links })
+    }
+
+    /// Stops sampling: the program is detached from every event.
+    pub fn stop(&mut self) {
+        self.links.clear();
+    }
+}
+
+fn put_id(map: &dyn MapCore, id: u32, what: &str) -> Result<(), BpfError> {
+    map.update(&id.to_ne_bytes(), &[1u8], MapFlags::ANY)
+        .map_err(|e| BpfError::bpf(format!("add {what} {id} to the BPF filter"), e))
+}
+
+/// Adds pids or tids (FILTER_PIDS / FILTER_TIDS) to sample.
+pub(crate) fn add_filter_id(skel: &ProfileSkel<'_>, id: u32) -> Result<(), BpfError> {
+    put_id(&skel.maps.filter_ids, id, "id")
+}
+
+/// Adds a process whose exec, mmaps and exits should be reported.
+pub(crate) fn add_followed_process(skel: &ProfileSkel<'_>, pid: u32) -> Result<(), BpfError> {
+    put_id(&skel.maps.filter_procs, pid, "process")
+}
+
+/// Every counted key, with its count.
+pub(crate) fn counts(skel: &ProfileSkel<'_>) -> Vec<(CountKey, u64)> {
+    let map = &skel.maps.counts;
+    let mut out = Vec::new();
+    for key in map.keys() {
+        let Some(key_struct) = CountKey::from_bytes(&key) else {
+            continue;
+        };
+        if let Ok(Some(value)) = map.lookup(&key, MapFlags::ANY) {
+            if let Ok(bytes) = <[u8; 8]>::try_from(&value[..]) {
+                out.push((key_struct, u64::from_ne_bytes(bytes)));
+            }
+        }
+    }
+    out
+}
+
+/// A kernel stack, leaf first.
+pub(crate) fn kernel_stack(skel: &ProfileSkel<'_>, id: i32) -> Option<Vec<u64>> {
+    let value = skel
+        .maps
+        .stack_traces
+        .lookup(&(id as u32).to_ne_bytes(), MapFlags::ANY)
+        .ok()??;
+    Some(layout::words(&value).take_while(|&a| a != 0).collect())
+}
+
+/// A user stack, leaf first, with how its walk ended.
+pub(crate) fn user_stack(skel: &ProfileSkel<'_>, id: i64) -> Option<UserStack> {
+    let value = skel
+        .maps
+        .user_stacks
+        .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+        .ok()??;
+    UserStack::from_bytes(&value)
+}
+
+/// The per-CPU drop counters, summed: (count map full, user-stack map full).
+pub(crate) fn drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
+    let read = |which: u32| -> u64 {
+        skel.maps
+            .drops
+            .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)
+            .ok()
+            .flatten()
+            .map(|per_cpu| {
+                per_cpu
+                    .iter()
+                    .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+                    .sum()
+            })
+            .unwrap_or(0)
+    };
+    (
+        read(layout::DROP_COUNT_MAP_FULL),
+        read(layout::DROP_USER_STACK_FULL),
+    )
+}

@@ -1,0 +1,176 @@
+//! The BPF source end to end on real programs (needs root, BTF and kernel >= 6.4): a C program
+//! without frame pointers launched by the recorder, and a syscall-heavy one for kernel stacks.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use stackscope_bpf::{record, BpfConfig, BpfRecording};
+use stackscope_linux::target::Target;
+use stackscope_profile::{FrameKind, Profile};
+
+/// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Two functions that burn CPU 30/70 under main, for `seconds` of CPU time.
+const SPLIT_C: &str = r#"
+#include <stdlib.h>
+#include <time.h>
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+volatile unsigned long sink;
+__attribute__((noinline)) static unsigned long spin(unsigned long n, unsigned long x) {
+    for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+    return x;
+}
+__attribute__((noinline)) unsigned long func_a(unsigned long x) { return spin(3000, x) + 1; }
+__attribute__((noinline)) unsigned long func_b(unsigned long x) { return spin(7000, x) + 1; }
+int main(int argc, char **argv) {
+    double seconds = argc > 1 ? atof(argv[1]) : 2.0, start = now();
+    unsigned long x = 1;
+    while (now() - start < seconds)
+        for (int i = 0; i < 1000; i++) { x = func_a(x); x = func_b(x); }
+    sink = x;
+    return 0;
+}
+"#;
+
+/// write(2) to /dev/null in a loop: most time is in the kernel.
+const WRITER_C: &str = r#"
+#include <fcntl.h>
+#include <time.h>
+#include <unistd.h>
+int main(void) {
+    int fd = open("/dev/null", O_WRONLY);
+    static char buf[65536];
+    time_t start = time(0);
+    while (time(0) - start < 2) write(fd, buf, sizeof buf);
+    return 0;
+}
+"#;
+
+fn build(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
+    stackscope_testkit::compile(
+        "gcc",
+        dir,
+        (&format!("{name}.c"), text),
+        &["-O2", "-g", "-fomit-frame-pointer"],
+        &[],
+        name,
+    )
+}
+
+fn run(config: BpfConfig) -> BpfRecording {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let stop = AtomicBool::new(false);
+    record(config, &stop, || {}).expect("BPF recording failed")
+}
+
+/// Samples whose stack holds a frame for which `pred` holds.
+fn samples_with(profile: &Profile, pred: impl Fn(&stackscope_profile::Frame) -> bool) -> u64 {
+    profile
+        .samples
+        .iter()
+        .filter(|s| {
+            profile
+                .stack(s.stack)
+                .frames
+                .iter()
+                .any(|&f| pred(profile.frame(f)))
+        })
+        .map(|s| s.count)
+        .sum()
+}
+
+/// The most sampled stacks, root first, for failure messages.
+fn top_stacks(profile: &Profile) -> String {
+    let mut samples: Vec<_> = profile.samples.iter().collect();
+    samples.sort_by_key(|s| std::cmp::Reverse(s.count));
+    samples
+        .iter()
+        .take(6)
+        .map(|s| {
+            let names: Vec<&str> = profile
+                .stack(s.stack)
+                .frames
+                .iter()
+                .map(|&f| profile.frame(f).name.as_str())
+                .collect();
+            format!("\n  {} {}", names.join(";"), s.count)
+        })
+        .collect()
+}
+
+fn total(profile: &Profile) -> u64 {
+    profile.samples.iter().map(|s| s.count).sum()
+}
+
+#[test]
+fn launched_command_without_frame_pointers_unwinds_to_main() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "split", SPLIT_C);
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into(), "2".into()]));
+    config.frequency = Some(499);
+    let rec = run(config);
+    assert!(
+        rec.exit_status.is_some_and(|s| s.success()),
+        "{:?}",
+        rec.exit_status
+    );
+    let profile = &rec.profile;
+    let all = total(profile);
+    assert!(all >= 200, "only {all} samples in 2 s of CPU at 499 Hz");
+    let in_split = samples_with(profile, |f| f.name == "func_a" || f.name == "func_b");
+    assert!(
+        in_split * 10 >= all * 8,
+        "{in_split} of {all} samples in func_a/func_b:{}",
+        top_stacks(profile)
+    );
+    let main = samples_with(profile, |f| f.name == "main");
+    assert!(
+        main * 100 >= in_split * 99,
+        "{main} of {in_split} samples in func_a/func_b unwound to main:{}",
+        top_stacks(profile)
+    );
+    assert_eq!(rec.missed_stacks, 0);
+    let a = samples_with(profile, |f| f.name == "func_a") as f64;
+    let b = samples_with(profile, |f| f.name == "func_b") as f64;
+    let share = a * 100.0 / (a + b);
+    assert!(
+        (share - 30.0).abs() <= 5.0,
+        "func_a has {share:.1}% of the split"
+    );
+}
+
+#[test]
+fn syscall_heavy_workload_has_kernel_stacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "writer", WRITER_C);
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
+    config.frequency = Some(499);
+    config.duration = Some(Duration::from_secs(30));
+    let rec = run(config);
+    let profile = &rec.profile;
+    let all = total(profile);
+    assert!(all >= 100, "only {all} samples");
+    let kernel = samples_with(profile, |f| f.kind == FrameKind::Kernel);
+    assert!(
+        kernel * 2 >= all,
+        "{kernel} of {all} samples have kernel frames:{}",
+        top_stacks(profile)
+    );
+    let write = samples_with(profile, |f| {
+        f.kind == FrameKind::Kernel && f.name.contains("write")
+    });
+    assert!(
+        write * 4 >= all,
+        "{write} of {all} samples in a kernel write function"
+    );
+    // The user side of those samples still reaches main.
+    let main = samples_with(profile, |f| f.name == "main");
+    assert!(main * 10 >= all * 9, "{main} of {all} samples reach main");
+    assert!(profile.threads.iter().all(|t| t.comm == "writer"));
+}
