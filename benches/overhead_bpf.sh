@@ -13,7 +13,8 @@
 #
 # Usage: benches/overhead_bpf.sh        (as root; installs perf, time and inferno if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
-#        RUNS=N rounds (default 3); medians and ratios to perf_dw are printed at the end.
+#        RUNS=N rounds (default 3); medians and ratios to perf_dw are printed at the end;
+#        TOOLS="bpf perf_dw" to run only some of them (perf_dw is the ratios' reference).
 set -euo pipefail
 trap 'echo "overhead_bpf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
@@ -52,14 +53,17 @@ wrapped() {
     printf '%s\n' /bin/sh -c '/usr/bin/time -o wl.time -f "%U %S" "$@"' sh "$@"
 }
 
-# Samples of comm $2 in folded file $1, and the share (%) of them with a frame named $3.
+# Samples of comm $2 in folded file $1, and the share (%) of them with a frame named $3; $4
+# divides the counts (inferno-collapse-perf weighs each sample by its period, in ns).
 folded_stats() {
-    awk -v comm="$2" -v main="$3" '
+    awk -v comm="$2" -v main="$3" -v unit="${4:-1}" '
         { n = $NF; split($0, f, ";"); if (f[1] != comm) next; total += n
           sub(/ [0-9]+$/, ""); k = split($0, g, ";")
           for (i = 2; i <= k; i++) if (g[i] == main) { whole += n; break } }
-        END { printf "%d %.2f", total, total ? 100 * whole / total : 0 }' "$1"
+        END { printf "%.0f %.2f", total / unit, total ? 100 * whole / total : 0 }' "$1"
 }
+
+tools=${TOOLS:-bpf perf_copy perf_dw perf_fp}
 
 row() { printf '%-10s %-9s %8s %7s %9s %9s %9s %9s\n' "$@"; }
 
@@ -77,9 +81,9 @@ run_one() {
     local base
     base=$(cpu_of wl.time)
 
-    local tool own post wl samples main_pct stats
-    for tool in bpf perf_copy perf_dw perf_fp; do
-        post=0
+    local tool own post unit wl samples main_pct stats
+    for tool in $tools; do
+        post=0 unit=1
         case $tool in
         bpf | perf_copy)
             local backend=bpf
@@ -96,11 +100,12 @@ run_one() {
             /usr/bin/time -o post.time -f '%U %S' sh -c \
                 'perf script -i perf.data 2>/dev/null | inferno-collapse-perf > out.folded'
             post=$(cpu_of post.time)
+            unit=1001001 # the cpu-clock period at 999 Hz
             ;;
         esac
         wl=$(cpu_of wl.time)
         own=$(calc "$(cpu_of prof.time) - $wl")
-        stats=$(folded_stats out.folded "$name" "$main")
+        stats=$(folded_stats out.folded "$name" "$main" "$unit")
         samples=${stats% *}
         main_pct=${stats#* }
         local slow extra
@@ -134,7 +139,7 @@ printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' workload tool "main%" slowdown
 for name in split_nofp rust_deep; do
     ref=$(median <<<"${results[$name/perf_dw/extra]}")
     base=$(median <<<"${results[$name/perf_dw/base]}")
-    for tool in bpf perf_copy perf_dw perf_fp; do
+    for tool in $tools; do
         m() { median <<<"${results[$name/$tool/$1]}"; }
         extra=$(m extra)
         printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' "$name" "$tool" "$(m main)" "$(m slow)" \

@@ -191,7 +191,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             output.path.display()
         );
     }
-    for warning in record_bpf::warnings(&sampled, "--stack-storage-size", "--hash-storage-size") {
+    for warning in record_bpf::bcc_warnings(&sampled) {
         eprintln!("{warning}");
     }
     Ok(0)

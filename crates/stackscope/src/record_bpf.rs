@@ -82,12 +82,21 @@ pub(crate) fn record(
         },
         on_start,
     )?;
-    for warning in warnings(
-        &sampled,
-        "stackscope profile --stack-storage-size",
-        "stackscope profile --hash-storage-size",
-    ) {
-        eprintln!("stackscope: {warning}");
+    // record has no storage flags: say what was lost in its own words.
+    let missed = missed_stacks(&sampled.outcome.profile);
+    if missed > 0 {
+        eprintln!(
+            "stackscope: {missed} stacks could not be stored in the kernel's stack storage \
+             ({DEFAULT_STACK_STORAGE} unique stacks) and show as [Missed User Stack] or \
+             [Missed Kernel Stack]; `stackscope profile --stack-storage-size` can keep more"
+        );
+    }
+    if sampled.hash_full {
+        eprintln!(
+            "stackscope: the kernel's count table filled up ({DEFAULT_HASH_STORAGE} entries), \
+             so samples of new stacks were dropped; `stackscope profile --hash-storage-size` \
+             can keep more"
+        );
     }
     Ok(sampled.outcome)
 }
@@ -114,25 +123,23 @@ pub(crate) fn missed_stacks(profile: &Profile) -> u64 {
         .sum()
 }
 
-/// bcc profile's warnings, in its words, naming the flags `stack_flag` and `hash_flag` that
-/// raise the limits.
-pub(crate) fn warnings(sampled: &Sampled, stack_flag: &str, hash_flag: &str) -> Vec<String> {
+/// bcc profile's warnings, in its words.
+pub(crate) fn bcc_warnings(sampled: &Sampled) -> Vec<String> {
     let mut warnings = Vec::new();
     let missed = missed_stacks(&sampled.outcome.profile);
     if missed > 0 {
         let hint = if sampled.storage_full {
-            format!(" Consider increasing {stack_flag}.")
+            " Consider increasing --stack-storage-size."
         } else {
-            String::new()
+            ""
         };
         warnings.push(format!(
             "WARNING: {missed} stack traces could not be displayed.{hint}"
         ));
     }
     if sampled.hash_full {
-        warnings.push(format!(
-            "WARNING: hash table full. Consider increasing {hash_flag}."
-        ));
+        warnings
+            .push("WARNING: hash table full. Consider increasing --hash-storage-size.".to_string());
     }
     warnings
 }
