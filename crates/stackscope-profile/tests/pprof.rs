@@ -205,7 +205,7 @@ fn go_tool_pprof_reads_the_fixture() {
     let has_label = |key: &str, value: &str| {
         traces
             .lines()
-            .any(|l| l.split_whitespace().eq([key, value].into_iter()))
+            .any(|l| l.split_whitespace().eq([key, value]))
     };
     assert!(has_label("thread:", "worker-io"), "{traces}");
     assert!(has_label("pid:", "4242"), "{traces}");

@@ -102,7 +102,8 @@ fn json_of_an_unknown_version_or_format() {
     assert!(message.contains("version 2 is not supported"), "{message}");
     let message = error(&json.replacen(r#""format":"stackscope""#, r#""format":"speedscope""#, 1));
     assert!(message.contains("not a stackscope profile"), "{message}");
-    let message = error(r#"{"stack_traces":[{"0":["leaf","root"]}]}"#);
+    // (A first key of "stack_traces" would make it the OSDK's JSON, which reads.)
+    let message = error(r#"{"traceEvents":[{"name":"leaf"}]}"#);
     assert!(message.contains("format: missing"), "{message}");
 }
 

@@ -82,12 +82,13 @@ impl Format {
 
     /// Guesses the format from a file name: `.svg`, `.folded`/`.collapsed`/`.stacks`, `.json`,
     /// `.txt` for bcc text, `.pb.gz`/`.pprof` for pprof, and the double extensions
-    /// `.speedscope.json` and `.firefox.json`, which win over plain `.json`.
+    /// `.speedscope.json`, `.firefox.json` and `.osdk.json`, which win over plain `.json`.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         for (suffix, format) in [
             (".speedscope.json", Format::Speedscope),
             (".firefox.json", Format::Firefox),
+            (".osdk.json", Format::Osdk),
             (".pb.gz", Format::Pprof),
         ] {
             if name.ends_with(suffix) {
@@ -349,6 +350,39 @@ mod tests {
         assert_eq!(f("profile.txt"), Some(Format::Bcc));
         assert_eq!(f("profile"), None);
         assert_eq!(f("profile.data"), None);
+        assert_eq!(f("prof.pb.gz"), Some(Format::Pprof));
+        assert_eq!(f("cpu.pprof"), Some(Format::Pprof));
+        assert_eq!(f("x.gz"), None);
+        // The double extensions win over plain `.json`.
+        assert_eq!(f("prof.speedscope.json"), Some(Format::Speedscope));
+        assert_eq!(f("dir.json/prof.Firefox.JSON"), Some(Format::Firefox));
+        assert_eq!(f("speedscope.json"), Some(Format::Json));
+        assert_eq!(f("guest.osdk.json"), Some(Format::Osdk));
+    }
+
+    #[test]
+    fn every_format_has_a_name_and_a_default_file() {
+        let all = [
+            Format::Folded,
+            Format::Bcc,
+            Format::Svg,
+            Format::Json,
+            Format::Pprof,
+            Format::Speedscope,
+            Format::Firefox,
+            Format::Osdk,
+            Format::PerfScript,
+            Format::Dtrace,
+        ];
+        assert_eq!(all.len(), Format::NAMES.len());
+        for format in all {
+            assert!(Format::NAMES.contains(&format.name()), "{format}");
+            // Where the file name implies a format, it is this one.
+            let guessed = Format::from_path(Path::new(format.default_file()));
+            assert!(guessed.is_none_or(|g| g == format), "{format}: {guessed:?}");
+        }
+        assert_eq!(Format::from_name("firefox-profiler"), Some(Format::Firefox));
+        assert_eq!(Format::from_name("Perf-Script"), Some(Format::PerfScript));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 use super::ReadError;
 use crate::{Frame, Metadata, Profile, ProfileBuilder, Thread};
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Write};
 
 const KEY: &str = "stack_traces";
@@ -100,7 +101,7 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
                 .push((s.stack, s.count));
         }
     }
-    let mut queues: Vec<(u32, std::collections::VecDeque<(u32, u64)>)> =
+    let mut queues: Vec<(u32, VecDeque<(u32, u64)>)> =
         queues.into_iter().map(|(cpu, q)| (cpu, q.into())).collect();
     // Each stack's JSON, made once.
     let mut stack_json: HashMap<u32, String> = HashMap::new();
@@ -117,15 +118,17 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
             if front.1 == 0 {
                 queue.pop_front();
             }
-            if !stack_json.contains_key(&stack) {
-                let names: Vec<&str> = profile
-                    .stack_frames(stack)
-                    .rev()
-                    .map(|f| f.name.as_str())
-                    .collect();
-                stack_json.insert(stack, serde_json::to_string(&names)?);
-            }
-            let frames = &stack_json[&stack];
+            let frames = match stack_json.entry(stack) {
+                Entry::Occupied(e) => e.into_mut(),
+                Entry::Vacant(e) => {
+                    let names: Vec<&str> = profile
+                        .stack_frames(stack)
+                        .rev()
+                        .map(|f| f.name.as_str())
+                        .collect();
+                    e.insert(serde_json::to_string(&names)?)
+                }
+            };
             round.push(if round.is_empty() { '{' } else { ',' });
             round.push_str(&format!("\"{cpu}\":{frames}"));
         }
