@@ -1,0 +1,205 @@
+//! `stackscope-perf`: the `perf record` and `perf script` command lines cargo-flamegraph runs.
+//!
+//! `record [OPTIONS] CMD ARGS...` profiles with stackscope and writes stackscope JSON where
+//! perf would write perf.data (`-o`, default `perf.data`), exiting as perf does with the
+//! command's exit code. `script [-i FILE]` reads that file, or a real perf.data, and prints
+//! `perf script` text that perf's collapsers fold into the stacks stackscope itself folds.
+
+use std::ffi::OsString;
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use stackscope_linux::record::MAX_STACK_COPY;
+use stackscope_profile::format::{perf_script, WriteOptions};
+
+use super::{map_stacks, option_value, record_args};
+
+/// perf's own default: what `-o` and `-i` name when absent.
+const DEFAULT_FILE: &str = "perf.data";
+
+const RECORD_OPTIONS: &str = "-F, -c, -g, --call-graph, -z, -o, -p, -t, -a, -C, -e cpu-clock, -q";
+const SCRIPT_OPTIONS: &str = "-i, --force, --no-inline, --inline";
+
+/// Runs `stackscope-perf` with the process's arguments and exits with its status.
+pub fn main() -> ! {
+    crate::exit(run(std::env::args_os().skip(1).collect()))
+}
+
+/// Runs `stackscope-perf ARGS` (without the program name); returns the exit code.
+pub fn run(args: Vec<OsString>) -> Result<i32> {
+    let mut args = args.into_iter();
+    let sub = args.next().map(|s| s.to_string_lossy().into_owned());
+    match sub.as_deref() {
+        Some("record") => record(args),
+        Some("script") => script(args),
+        Some(other) => bail!(
+            "stackscope-perf does not do `perf {other}`: it stands in for `perf record` and `perf script` only"
+        ),
+        None => bail!("stackscope-perf needs a command: record or script (as perf takes them)"),
+    }
+}
+
+/// `perf record`: translated into `stackscope record` with a JSON output.
+fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
+    let mut out: Vec<OsString> = Vec::new();
+    let mut output = DEFAULT_FILE.to_string();
+    let mut stack_size = None;
+    let mut frame_pointers = false;
+    let mut has_target = false;
+    let mut command = Vec::new();
+    while let Some(raw) = args.next() {
+        let arg = raw.to_string_lossy().into_owned();
+        if arg == "--" {
+            command.extend(args.by_ref());
+            break;
+        }
+        if !arg.starts_with('-') || arg == "-" {
+            command.push(raw);
+            command.extend(args.by_ref());
+            break;
+        }
+        if let Some(v) = option_value(&arg, Some('F'), Some("freq"), &mut args) {
+            pair(&mut out, "-F", v?);
+        } else if let Some(v) = option_value(&arg, Some('c'), Some("count"), &mut args) {
+            pair(&mut out, "-c", v?);
+        } else if let Some(v) = option_value(&arg, Some('o'), Some("output"), &mut args) {
+            output = v?;
+        } else if let Some(v) = option_value(&arg, Some('p'), Some("pid"), &mut args) {
+            pair(&mut out, "-p", v?);
+            has_target = true;
+        } else if let Some(v) = option_value(&arg, Some('t'), Some("tid"), &mut args) {
+            pair(&mut out, "-L", v?);
+            has_target = true;
+        } else if let Some(v) = option_value(&arg, Some('C'), Some("cpu"), &mut args) {
+            pair(&mut out, "-C", v?);
+        } else if let Some(v) = option_value(&arg, Some('e'), Some("event"), &mut args) {
+            let event = v?;
+            if event != "cpu-clock" {
+                bail!("stackscope-perf record samples the cpu-clock event only, not -e {event}");
+            }
+        } else if let Some(v) = option_value(&arg, None, Some("call-graph"), &mut args) {
+            let v = v?;
+            let mut parts = v.splitn(2, ',');
+            match parts.next() {
+                Some("dwarf") => {
+                    frame_pointers = false;
+                    stack_size = match parts.next() {
+                        Some(size) => Some(dwarf_stack_size(size)?),
+                        None => None,
+                    };
+                }
+                Some("fp") => frame_pointers = true,
+                _ => bail!(
+                    "stackscope-perf record: --call-graph {v} is not supported; use dwarf[,SIZE] or fp"
+                ),
+            }
+        } else if arg == "-z" || arg.starts_with("-z=") || arg.starts_with("--compression-level") {
+            // The output is stackscope JSON, which is not compressed.
+        } else if arg == "-a" || arg == "--all-cpus" {
+            out.push("-a".into());
+            has_target = true;
+        } else if arg.len() > 1 && arg[1..].chars().all(|c| "agqv".contains(c)) {
+            // Bundled flags such as -ag. -g asks for call graphs, which stackscope always takes.
+            if arg.contains('a') {
+                out.push("-a".into());
+                has_target = true;
+            }
+        } else if arg == "--quiet" || arg == "--verbose" {
+        } else {
+            bail!(
+                "stackscope-perf record does not know the perf option {arg} (it understands {RECORD_OPTIONS})"
+            );
+        }
+    }
+    if frame_pointers {
+        out.extend(["--unwind", "fp"].map(OsString::from));
+    } else {
+        out.extend(["--unwind", "dwarf"].map(OsString::from));
+        if let Some(size) = stack_size {
+            out.extend(["--stack-size".into(), size.to_string().into()]);
+        }
+    }
+    out.extend(["-o".into(), output.into(), "--format".into(), "json".into()]);
+    if !command.is_empty() {
+        out.push("--".into());
+        out.extend(command);
+    } else if !has_target {
+        // perf records the whole system when given neither a command nor a target.
+        out.push("-a".into());
+    }
+    crate::record::run(record_args(out)?)
+}
+
+fn pair(out: &mut Vec<OsString>, flag: &str, value: String) {
+    out.push(flag.into());
+    out.push(value.into());
+}
+
+/// The stack bytes of `--call-graph dwarf,SIZE`: rounded up to a multiple of 8 as perf does,
+/// and kept within what stackscope can copy.
+fn dwarf_stack_size(size: &str) -> Result<u32> {
+    let n: u64 = size
+        .parse()
+        .with_context(|| format!("--call-graph dwarf,{size}: the size is not a number"))?;
+    let rounded = n.div_ceil(8) * 8;
+    Ok(rounded.clamp(8, u64::from(MAX_STACK_COPY)) as u32)
+}
+
+/// `perf script`: the profile in FILE as perf-script text on standard output.
+fn script(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
+    let mut input = PathBuf::from(DEFAULT_FILE);
+    let mut inline = true;
+    while let Some(raw) = args.next() {
+        let arg = raw.to_string_lossy().into_owned();
+        if let Some(v) = option_value(&arg, Some('i'), Some("input"), &mut args) {
+            input = PathBuf::from(v?);
+        } else if arg == "--force" || arg == "-f" {
+            // perf refuses files it does not own without it; stackscope never does.
+        } else if arg == "--no-inline" {
+            inline = false;
+        } else if arg == "--inline" {
+            inline = true;
+        } else {
+            bail!(
+                "stackscope-perf script does not know the perf option {arg} (it understands {SCRIPT_OPTIONS})"
+            );
+        }
+    }
+    let mut profile = crate::input::read_profile(&input)?;
+    if !inline {
+        profile = map_stacks(&profile, |frames| {
+            frames
+                .iter()
+                .copied()
+                .filter(|&f| !profile.frame(f).inlined)
+                .collect()
+        });
+    }
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let written =
+        perf_script::write(&profile, &WriteOptions::default(), &mut out).and_then(|()| out.flush());
+    match written {
+        // A reader that stops early (`| head`) is not an error.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
+        result => {
+            result.context("cannot write perf-script text to standard output")?;
+            Ok(0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dwarf_sizes() {
+        assert_eq!(dwarf_stack_size("64000").unwrap(), 64000);
+        assert_eq!(dwarf_stack_size("1").unwrap(), 8);
+        assert_eq!(dwarf_stack_size("0").unwrap(), 8);
+        assert_eq!(dwarf_stack_size("1000000").unwrap(), MAX_STACK_COPY);
+        assert!(dwarf_stack_size("big").is_err());
+    }
+}
