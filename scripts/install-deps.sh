@@ -24,7 +24,8 @@ fi
 # cargo-flamegraph, driven with PERF=stackscope-perf by the shim tests.
 if ! command -v cargo-flamegraph >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-flamegraph" ]; then
     echo "installing cargo-flamegraph ..." >&2
-    cargo install flamegraph --locked --quiet
+    # Its lockfile may name a crate version the registry no longer serves: resolve afresh then.
+    cargo install flamegraph --locked --quiet || cargo install flamegraph --quiet
 fi
 
 # speedscope's file-format schema (MIT licensed, shipped in its npm package) and Python's
