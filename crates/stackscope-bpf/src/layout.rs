@@ -84,7 +84,7 @@ pub(crate) enum Event {
     NoTables { pid: u32 },
     Fork { pid: u32, parent: u32 },
     Exec { pid: u32 },
-    Mmap { pid: u32, held: bool },
+    Loaded { pid: u32, held: bool },
     Exit { pid: u32 },
 }
 
@@ -98,7 +98,7 @@ impl Event {
                 parent: u32_at(b, 8)?,
             },
             3 => Event::Exec { pid },
-            4 => Event::Mmap {
+            4 => Event::Loaded {
                 pid,
                 held: u32_at(b, 12)? != 0,
             },

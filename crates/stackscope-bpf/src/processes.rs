@@ -1,9 +1,12 @@
 //! The sampled processes as user space follows them: what each has mapped (kept after it
-//! exits or execs, so its frames can still be named at the end) and loading each one's unwind
-//! tables into the BPF maps when it starts, execs, maps a library, or shows up in a sample
-//! without tables.
+//! exits or execs, so its frames can still be named at the end), loading each one's unwind
+//! tables into the BPF maps when it starts, execs, loads libraries, or shows up in a sample
+//! without tables, and watching each dynamic loader they use for library loads.
 
 use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use libbpf_rs::{Link, UprobeOpts};
 
 use stackscope_linux::maps::ProcessMaps;
 
@@ -40,8 +43,12 @@ pub(crate) struct Processes {
     loader: Option<TableLoader>,
     /// Why the last table load failed, for one hint at the end.
     pub load_error: Option<String>,
-    /// Processes that were stopped at an mmap and still wait for SIGCONT.
+    /// Processes stopped at a library load that still wait for SIGCONT.
     held: HashSet<u32>,
+    /// The uprobe on each dynamic loader seen, by its canonical path.
+    loaders: HashMap<PathBuf, Option<Link>>,
+    /// Why watching a loader failed, for one hint at the end.
+    pub loader_error: Option<String>,
 }
 
 fn table_maps<'a>(_skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
@@ -65,6 +72,11 @@ impl Processes {
         let Ok(maps) = ProcessMaps::from_proc(pid) else {
             return; // gone already: keep what we knew
         };
+        for m in maps.iter() {
+            if is_dynamic_loader(&m.path) {
+                self.watch_loader(skel, Path::new(&*m.path));
+            }
+        }
         if let Some(loader) = self.loader.as_mut() {
             match loader.load_process(&table_maps(skel), pid, &maps) {
                 Ok(_) => {
@@ -85,7 +97,7 @@ impl Processes {
         }
     }
 
-    /// A process stopped at an mmap: load the new library's tables, then let it go on.
+    /// A process stopped at a library load: load the new libraries' tables, then let it go on.
     pub fn release_held(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
         self.load(skel, pid);
         // SAFETY: plain kill(2).
@@ -113,4 +125,42 @@ impl Processes {
         }
         self.maps.get(&pid)
     }
+
+    /// Puts the load uprobe on a dynamic loader (once per file).
+    pub fn watch_loader(&mut self, skel: &ProfileSkel<'_>, path: &Path) {
+        let Ok(path) = path.canonicalize() else {
+            return;
+        };
+        if self.loaders.contains_key(&path) {
+            return;
+        }
+        let opts = UprobeOpts {
+            func_name: Some(LOADER_HOOK.into()),
+            ..UprobeOpts::default()
+        };
+        let link = match skel
+            .progs
+            .on_loader_event
+            .attach_uprobe_with_opts(-1, &path, 0, opts)
+        {
+            Ok(link) => Some(link),
+            Err(e) => {
+                self.loader_error = Some(format!("{}: {e}", path.display()));
+                None
+            }
+        };
+        self.loaders.insert(path, link);
+    }
+}
+
+/// The function the dynamic loader calls after it mapped or unmapped libraries, for debuggers.
+const LOADER_HOOK: &str = "_dl_debug_state";
+
+/// The system's dynamic loader for programs of this architecture.
+pub(crate) const SYSTEM_LOADER: &str = "/lib64/ld-linux-x86-64.so.2";
+
+/// True for the path of a dynamic loader (`ld-linux-x86-64.so.2`, `ld-2.31.so`, `ld-musl-...`).
+fn is_dynamic_loader(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    path.starts_with('/') && name.starts_with("ld-") && name.contains(".so")
 }

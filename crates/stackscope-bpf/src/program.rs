@@ -45,7 +45,7 @@ pub(crate) struct Settings {
     pub kernel: bool,
     /// Device and inode of the caller's pid namespace.
     pub pid_ns: Option<(u64, u64)>,
-    pub hold_mmaps: bool,
+    pub hold_loads: bool,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
 }
@@ -85,7 +85,7 @@ pub(crate) fn load<'a>(
             data.ns_dev = dev;
             data.ns_ino = ino;
         }
-        data.hold_mmaps = settings.hold_mmaps;
+        data.hold_loads = settings.hold_loads;
     }
     let sizes = [
         (&mut open.maps.stack_traces, settings.stack_storage_size),
@@ -105,7 +105,11 @@ pub(crate) fn load<'a>(
 fn load_error(err: libbpf_rs::Error) -> BpfError {
     let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
     let euid = unsafe { libc::geteuid() };
-    if err.kind() == libbpf_rs::ErrorKind::PermissionDenied
+    if std::env::var_os("STACKSCOPE_BPF_LOG").is_some() {
+        eprintln!("{}", log.join("\n"));
+    }
+    if euid != 0
+        && err.kind() == libbpf_rs::ErrorKind::PermissionDenied
         && !log.iter().any(|l| l.contains("BEGIN PROG LOAD LOG"))
     {
         return BpfError::NotPermitted { euid };
@@ -160,7 +164,8 @@ pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     out
 }
 
-/// Attaches the tracepoint programs that follow processes (fork, exec, exit, mmap).
+/// Attaches the tracepoint programs that follow processes (fork, exec, exit); the loader
+/// uprobe is attached per dynamic loader as processes show them.
 pub(crate) fn attach_tracepoints(skel: &mut ProfileSkel<'_>) -> Result<(), BpfError> {
     skel.attach()
         .map_err(|e| BpfError::bpf("attach the process-tracking tracepoints", e))
@@ -246,7 +251,7 @@ pub(crate) fn add_filter_id(skel: &ProfileSkel<'_>, id: u32) -> Result<(), BpfEr
     put_id(&skel.maps.filter_ids, id, "id")
 }
 
-/// Adds a process whose exec, mmaps and exits should be reported.
+/// Adds a process whose exec, library loads and exit should be reported.
 pub(crate) fn add_followed_process(skel: &ProfileSkel<'_>, pid: u32) -> Result<(), BpfError> {
     put_id(&skel.maps.filter_procs, pid, "process")
 }

@@ -1,6 +1,6 @@
 //! One recording with the BPF program: resolve the target (launching a command held until its
 //! tables are loaded), load the program, sample until the duration ends, the target exits or
-//! the caller asks to stop, follow the processes' execs and mmaps meanwhile, then read the
+//! the caller asks to stop, follow the processes' execs and library loads meanwhile, then read the
 //! counted stacks and symbolize them into a [`Profile`] through the same stack table as the
 //! perf_event source.
 
@@ -22,7 +22,7 @@ use stackscope_symbols::Symbolizer;
 
 use crate::error::BpfError;
 use crate::layout::{self, CountKey, Event};
-use crate::processes::Processes;
+use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, Filter, ProfileSkel, Sampling, Settings};
 
 /// bcc profile's default sampling frequency.
@@ -196,7 +196,7 @@ pub fn record(
         user: config.user,
         kernel: config.kernel,
         pid_ns: caller_pid_namespace(),
-        hold_mmaps: matches!(config.target, Target::Command(_)) && config.user,
+        hold_loads: matches!(config.target, Target::Command(_)) && config.user,
         stack_storage_size: config.stack_storage_size,
         hash_storage_size: config.hash_storage_size,
     };
@@ -215,6 +215,9 @@ pub fn record(
     if config.user {
         for &pid in &followed_procs {
             processes.load(&skel, pid);
+        }
+        if config.target == Target::System {
+            processes.watch_loader(&skel, std::path::Path::new(SYSTEM_LOADER));
         }
     }
 
@@ -303,7 +306,7 @@ pub fn record(
 
 /// Lets a held command exec, stops it right after exec (ptrace) to load the tables of the
 /// program and its dynamic loader, then lets it run. Libraries the loader maps later stop it
-/// again through the mmap tracepoint, until their tables are in too.
+/// again at the loader's debugger hook (a uprobe), until their tables are in too.
 fn start_command(
     child: &mut HeldChild,
     skel: &ProfileSkel<'_>,
@@ -353,15 +356,18 @@ fn handle_events(
     user: bool,
 ) {
     for event in events.drain(..) {
+        if std::env::var_os("STACKSCOPE_BPF_DEBUG").is_some() {
+            eprintln!("event {event:?}");
+        }
         match event {
-            Event::Mmap { pid, held: true } => {
+            Event::Loaded { pid, held: true } => {
                 processes.note_held(pid);
                 processes.release_held(skel, pid);
             }
             Event::NoTables { pid }
             | Event::Fork { pid, .. }
             | Event::Exec { pid }
-            | Event::Mmap { pid, .. } => {
+            | Event::Loaded { pid, .. } => {
                 if user {
                     processes.load(skel, pid);
                 }

@@ -6,9 +6,9 @@
  * frame pointers while a process has none), and counts the (pid, tid, user stack, kernel stack,
  * comm) key. Only return addresses ever leave the kernel, never stack memory.
  *
- * Small tracepoint programs follow the sampled processes: forks of followed processes join the
- * filter, and exec, executable mmaps (dlopen) and exits are reported through a ring buffer so
- * user space loads or drops their unwind tables.
+ * Small tracepoint and uprobe programs follow the sampled processes: forks of followed processes
+ * join the filter, and exec, library loads (at start-up and dlopen) and exits are reported
+ * through a ring buffer so user space loads or drops their unwind tables.
  */
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
@@ -33,7 +33,6 @@ struct task_struct {
 	struct mm_struct *mm;
 } __attribute__((preserve_access_index));
 
-#define PROT_EXEC 0x4
 #define SIGSTOP 19
 
 /* Set by the loader before the program is loaded. */
@@ -44,8 +43,8 @@ const volatile bool want_kernel = true;
 /* The caller's pid namespace (dev and inode of /proc/self/ns/pid); 0 = do not translate. */
 const volatile __u64 ns_dev = 0;
 const volatile __u64 ns_ino = 0;
-/* Stop a followed process at each executable mmap until user space loaded its tables. */
-const volatile bool hold_mmaps = false;
+/* Stop a followed process at each library load until user space loaded its tables. */
+const volatile bool hold_loads = false;
 
 /* Sizes below are placeholders: the loader sets them from the command line. */
 struct {
@@ -77,7 +76,8 @@ struct {
 	__uint(max_entries, 1024);
 } filter_ids SEC(".maps");
 
-/* Processes whose exec, mmap and exit user space wants to hear of (caller's namespace). */
+/* Processes whose exec, library loads and exit user space wants to hear of (caller's
+ * namespace). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__type(key, __u32);
@@ -120,14 +120,6 @@ struct {
 	__uint(max_entries, 4096);
 } requested SEC(".maps");
 
-/* Threads inside an mmap(PROT_EXEC) call of a followed process. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __u32);
-	__type(value, __u8);
-	__uint(max_entries, 4096);
-} mmap_pending SEC(".maps");
-
 static __always_inline void count_drop(__u32 which)
 {
 	__u64 *n = bpf_map_lookup_elem(&drops, &which);
@@ -169,7 +161,7 @@ static __always_inline bool has_tables(__u32 pid)
 #endif
 }
 
-/* Whether user space wants to hear of this process's exec, mmaps and exit. */
+/* Whether user space wants to hear of this process's exec, library loads and exit. */
 static __always_inline bool followed_process(__u32 pid, __u32 tgid)
 {
 	if (filter == FILTER_NONE)
@@ -360,52 +352,24 @@ int BPF_PROG(on_exit, struct task_struct *task)
 	return 0;
 }
 
-/* The syscall tracepoints' records (stable layout: see events/syscalls/.../format). */
-struct mmap_enter_args {
-	__u64 common;
-	__s64 nr;
-	__u64 addr, len, prot, flags, fd, off;
-};
-
-struct syscall_exit_args {
-	__u64 common;
-	__s64 nr;
-	__s64 ret;
-};
-
-SEC("tracepoint/syscalls/sys_enter_mmap")
-int on_mmap_enter(struct mmap_enter_args *args)
+/* The dynamic loader calls _dl_debug_state() (the debuggers' r_brk hook) once the libraries
+ * of a program at start-up, or of a dlopen, are mapped and before any of their code runs.
+ * A uprobe there costs nothing between loads, unlike tracing mmap through the syscall
+ * tracepoints (they switch on syscall tracing, and its cost, for every task) or kprobes
+ * (which kernels may lack). */
+SEC("uprobe")
+int on_loader_event(struct pt_regs *ctx)
 {
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32, tid = (__u32)bpf_get_current_pid_tgid();
-	__u32 pid, ns_tid;
-	__u8 yes = 1;
-
-	if (!(args->prot & PROT_EXEC))
-		return 0;
-	if (!current_ids(&pid, &ns_tid) || !followed_process(pid, tgid))
-		return 0;
-	bpf_map_update_elem(&mmap_pending, &tid, &yes, BPF_ANY);
-	return 0;
-}
-
-SEC("tracepoint/syscalls/sys_exit_mmap")
-int on_mmap_exit(struct syscall_exit_args *args)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	__u32 pid, ns_tid;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 pid, tid;
 	__u32 held = 0;
 
-	if (!bpf_map_lookup_elem(&mmap_pending, &tid))
-		return 0;
-	bpf_map_delete_elem(&mmap_pending, &tid);
-	if (args->ret < 0 && args->ret > -4096)
-		return 0; /* the mmap failed */
-	if (!current_ids(&pid, &ns_tid))
+	if (!current_ids(&pid, &tid) || !followed_process(pid, tgid))
 		return 0;
 	/* The stop lands before the process runs its next user instruction; user space sends
-	 * SIGCONT once the new library's tables are in. */
-	if (hold_mmaps && bpf_send_signal(SIGSTOP) == 0)
+	 * SIGCONT once the new libraries' tables are in. */
+	if (hold_loads && bpf_send_signal(SIGSTOP) == 0)
 		held = 1;
-	emit(EVENT_MMAP, pid, 0, held);
+	emit(EVENT_LOADED, pid, 0, held);
 	return 0;
 }

@@ -52,9 +52,10 @@ enum event_kind {
 	EVENT_FORK = 2,
 	/* A followed process called exec: its old tables are stale. */
 	EVENT_EXEC = 3,
-	/* A followed process mapped executable memory (dlopen). When `held` is set the process
-	 * has been sent SIGSTOP and waits for SIGCONT once its tables are loaded. */
-	EVENT_MMAP = 4,
+	/* A followed process's dynamic loader mapped libraries (start-up or dlopen). When `held`
+	 * is set the process has been sent SIGSTOP and waits for SIGCONT once its tables are
+	 * loaded. */
+	EVENT_LOADED = 4,
 	/* A followed process exited. */
 	EVENT_EXIT = 5,
 };
