@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
+use stackscope_bpf::BpfConfig;
 use stackscope_linux::sampler::SamplerConfig;
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
@@ -50,8 +51,29 @@ pub(crate) struct Sampled {
 /// Samples until the duration ends, the target exits or `request.stop` is set; `on_start`
 /// runs once sampling runs.
 pub(crate) fn sample(request: Request, on_start: impl FnOnce()) -> Result<Sampled> {
-    let _ = (request, on_start);
-    anyhow::bail!("the eBPF source is not built yet")
+    let config = BpfConfig {
+        cpu: request.cpu,
+        frequency: request.frequency,
+        period: request.period,
+        user: request.user,
+        kernel: request.kernel,
+        include_idle: request.include_idle,
+        stack_storage_size: request.stack_storage_size,
+        hash_storage_size: request.hash_storage_size,
+        duration: request.duration,
+        command: request.command,
+        ..BpfConfig::new(request.target)
+    };
+    let recording = stackscope_bpf::record(config, &request.stop, on_start)?;
+    Ok(Sampled {
+        outcome: Outcome {
+            profile: recording.profile,
+            exit_status: recording.exit_status,
+            failure: None,
+        },
+        storage_full: recording.stack_collisions,
+        hash_full: recording.hash_full,
+    })
 }
 
 /// `stackscope record --backend bpf`: the eBPF source with record's target, rate and stack
