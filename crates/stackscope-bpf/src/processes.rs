@@ -3,6 +3,7 @@
 //! tables into the BPF maps when it starts, execs, loads libraries, or shows up in a sample
 //! without tables, and watching each dynamic loader they use for library loads.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -119,11 +120,10 @@ impl Processes {
 
     /// The mappings of a process: as last loaded, else read now if it still runs.
     pub fn maps(&mut self, pid: u32) -> Option<&ProcessMaps> {
-        if !self.maps.contains_key(&pid) {
-            let maps = ProcessMaps::from_proc(pid).ok()?;
-            self.maps.insert(pid, maps);
+        match self.maps.entry(pid) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => Some(e.insert(ProcessMaps::from_proc(pid).ok()?)),
         }
-        self.maps.get(&pid)
     }
 
     /// Puts the load uprobe on a dynamic loader (once per file).

@@ -143,7 +143,8 @@ fn cpus_to_sample(cpu: Option<u32>) -> Result<Vec<u32>, BpfError> {
 }
 
 /// Records until the duration ends, the target exits, or `stop` is set. `on_start` runs once
-/// sampling has begun (for a launched command: just before it is let go into exec).
+/// sampling has begun (for a launched command: just before it is let go into exec, which
+/// fails only in rare cases its path lookup did not foresee).
 pub fn record(
     config: BpfConfig,
     stop: &AtomicBool,
@@ -190,6 +191,12 @@ pub fn record(
         Target::System => (Filter::None, Vec::new(), Vec::new()),
     };
 
+    // A launched command waits before exec until it is filtered for and traced; spawning it
+    // first reports a missing program before anything is loaded.
+    let mut child = match &config.target {
+        Target::Command(argv) => Some(HeldChild::spawn(argv)?),
+        _ => None,
+    };
     let settings = Settings {
         filter,
         include_idle: config.include_idle,
@@ -221,11 +228,6 @@ pub fn record(
         }
     }
 
-    // A launched command waits before exec until it is filtered for and traced.
-    let mut child = match &config.target {
-        Target::Command(argv) => Some(HeldChild::spawn(argv)?),
-        _ => None,
-    };
     if let Some(child) = &child {
         program::add_filter_id(&skel, child.pid)?;
         program::add_followed_process(&skel, child.pid)?;
@@ -245,13 +247,14 @@ pub fn record(
         .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))?;
 
     let mut sampling = Sampling::start(&skel, &cpus, config.frequency, config.period)?;
+    // Announced before a launched command runs, so its output comes after the banner.
+    on_start();
     if let Some(child) = child.as_mut() {
         if let Err(e) = start_command(child, &skel, &mut processes, config.user) {
             sampling.stop();
             return Err(e);
         }
     }
-    on_start();
     let started = Instant::now();
     let mut interrupted = false;
     loop {
