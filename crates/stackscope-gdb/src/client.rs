@@ -278,13 +278,14 @@ impl<S: Stream> Client<S> {
         }
     }
 
-    /// The svr4 library list (XML), when the stub supports `qXfer:libraries-svr4:read`.
-    pub fn libraries_svr4(&mut self) -> Result<Option<String>, Error> {
+    /// The shared libraries the target has loaded, as (path, load bias), from the svr4 list;
+    /// `None` when the stub does not give one (QEMU).
+    pub fn libraries(&mut self) -> Result<Option<Vec<(PathBuf, u64)>>, Error> {
         if !self.features.libraries_svr4 {
             return Ok(None);
         }
         let data = self.read_object("libraries-svr4")?;
-        Ok(Some(String::from_utf8_lossy(&data).into_owned()))
+        Ok(Some(parse_svr4(&String::from_utf8_lossy(&data))))
     }
 
     /// Reads a whole `qXfer` object in packet-sized pieces.
@@ -367,4 +368,32 @@ fn parse_features(reply: &[u8]) -> Features {
         }
     }
     features
+}
+
+/// `<library name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x..." l_addr="0x7ffff7dd5000" .../>`
+/// elements of a `library-list-svr4` document, as (name, l_addr).
+pub fn parse_svr4(xml: &str) -> Vec<(PathBuf, u64)> {
+    let attr = |element: &str, name: &str| -> Option<String> {
+        let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
+        let len = element[start..].find('"')?;
+        Some(
+            element[start..start + len]
+                .replace("&quot;", "\"")
+                .replace("&apos;", "'")
+                .replace("&lt;", "<")
+                .replace("&gt;", ">")
+                .replace("&amp;", "&"),
+        )
+    };
+    xml.split("<library ")
+        .skip(1)
+        .filter_map(|element| {
+            let element = &element[..element.find('>').unwrap_or(element.len())];
+            let element = format!(" {element}");
+            let name = attr(&element, "name").filter(|n| !n.is_empty())?;
+            let l_addr = attr(&element, "l_addr")?;
+            let l_addr = u64::from_str_radix(l_addr.trim_start_matches("0x"), 16).ok()?;
+            Some((PathBuf::from(name), l_addr))
+        })
+        .collect()
 }

@@ -36,6 +36,9 @@ pub enum Error {
     /// The stub answered `E NN`.
     #[error("the GDB stub refused {sent}: error {code}")]
     Stub { sent: String, code: String },
+    /// `--cpu-mask` selects none of the target's vCPUs.
+    #[error("the target has {vcpus} vCPU(s), none of which the CPU mask {mask:#x} selects")]
+    NoVcpu { vcpus: usize, mask: u128 },
     /// The target exited or was killed (`W`/`X` stop reply).
     #[error("the target {0}")]
     Exited(String),

@@ -7,8 +7,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use framehop::x86_64::UnwinderX86_64;
-use framehop::{Module, Unwinder as _};
+use framehop::Module;
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
@@ -31,6 +30,10 @@ pub struct Image {
     position_independent: bool,
     loads: Vec<Load>,
     unwind: Option<ModuleFile>,
+    /// Functions (start..end, sorted) whose start has no entry in `.eh_frame_hdr`, when the
+    /// file has one: framehop takes code without CFI for a frameless leaf, which is wrong
+    /// where the rest of the file keeps frame pointers (C runtime CFI only, assembly).
+    without_cfi: Vec<Range<u64>>,
     /// Added to the file's addresses to get the target's.
     bias: u64,
 }
@@ -79,12 +82,17 @@ impl Image {
         let unwind = ModuleFile::open(file, path)
             .ok()
             .filter(ModuleFile::has_unwind_info);
+        let without_cfi = match unwind {
+            Some(_) => functions_without_cfi(&data),
+            None => Vec::new(),
+        };
         Ok(Image {
             path: path.to_path_buf(),
             entry: header.e_entry(endian),
             position_independent: header.e_type(endian) == elf::ET_DYN,
             loads,
             unwind,
+            without_cfi,
             bias: 0,
         })
     }
@@ -138,18 +146,83 @@ impl Image {
         })
     }
 
-    /// A framehop unwinder holding this file's CFI at its load address; with no CFI it is
-    /// empty and framehop follows frame pointers.
-    pub fn unwinder(&self) -> UnwinderX86_64<Arc<[u8]>> {
-        let mut unwinder = UnwinderX86_64::new();
-        if let Some(module) = &self.unwind {
-            unwinder.add_module(Module::new(
-                self.path.display().to_string(),
-                self.address_range(),
-                self.bias,
-                module.section_info(),
-            ));
-        }
-        unwinder
+    /// True when `addr` lies in a function of this file that its CFI does not describe.
+    pub fn lacks_cfi(&self, addr: u64) -> bool {
+        let svma = addr.wrapping_sub(self.bias);
+        let i = self.without_cfi.partition_point(|f| f.start <= svma);
+        i > 0 && self.without_cfi[i - 1].contains(&svma)
     }
+
+    /// This file's CFI as a framehop module at its load address; `None` without CFI.
+    pub fn framehop_module(&self) -> Option<Module<Arc<[u8]>>> {
+        let unwind = self.unwind.as_ref()?;
+        Some(Module::new(
+            self.path.display().to_string(),
+            self.address_range(),
+            self.bias,
+            unwind.section_info(),
+        ))
+    }
+
+    /// The file name, as frames name their module.
+    pub fn name(&self) -> String {
+        self.path.file_name().map_or_else(
+            || self.path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
+    }
+}
+
+/// Functions (from the symbol table) whose start address has no `.eh_frame_hdr` entry.
+/// Empty when the file has no `.eh_frame_hdr` in the usual encoding: then nothing is known.
+fn functions_without_cfi(data: &[u8]) -> Vec<Range<u64>> {
+    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+    let Ok(file) = object::File::parse(data) else {
+        return Vec::new();
+    };
+    let Some(hdr) = file.section_by_name(".eh_frame_hdr") else {
+        return Vec::new();
+    };
+    let Some(starts) = hdr
+        .data()
+        .ok()
+        .and_then(|bytes| fde_starts(bytes, hdr.address()))
+    else {
+        return Vec::new();
+    };
+    let mut functions: Vec<Range<u64>> = file
+        .symbols()
+        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
+        .filter(|s| starts.binary_search(&s.address()).is_err())
+        .map(|s| s.address()..s.address() + s.size())
+        .collect();
+    functions.sort_by_key(|f| f.start);
+    functions.dedup();
+    functions
+}
+
+/// The sorted start addresses of the binary search table of `.eh_frame_hdr` (version 1,
+/// pc-relative 4-byte `eh_frame_ptr`, 4-byte count, section-relative 4-byte table entries, as
+/// GNU ld and lld write it).
+fn fde_starts(hdr: &[u8], hdr_address: u64) -> Option<Vec<u64>> {
+    const PCREL_SDATA4: u8 = 0x1b;
+    const UDATA4: u8 = 0x03;
+    const DATAREL_SDATA4: u8 = 0x3b;
+    if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != PCREL_SDATA4 || hdr[2] != UDATA4 {
+        return None;
+    }
+    if hdr[3] != DATAREL_SDATA4 {
+        return None;
+    }
+    let count = u32::from_le_bytes(hdr[8..12].try_into().ok()?) as usize;
+    let table = hdr.get(12..12 + count.checked_mul(8)?)?;
+    let mut starts: Vec<u64> = table
+        .chunks_exact(8)
+        .map(|e| {
+            let rel = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            hdr_address.wrapping_add_signed(i64::from(rel))
+        })
+        .collect();
+    starts.sort_unstable();
+    Some(starts)
 }

@@ -7,7 +7,8 @@
 //! a [`stackscope_profile::Profile`], each vCPU a thread.
 //!
 //! Layers: [`packet`] (framing over any byte stream, so it is tested on recorded exchanges),
-//! [`client`] (the commands), [`image`] (the ELF file), [`sample`] (the sampling loop).
+//! [`client`] (the commands), [`image`] (an ELF file at its load address), [`space`] (the
+//! target's files), [`sample`] (the sampling loop).
 //! It does not parse arguments nor format output.
 
 pub mod client;
@@ -16,6 +17,7 @@ pub mod image;
 mod names;
 pub mod packet;
 pub mod sample;
+pub mod space;
 
 pub use client::{Client, Remote, DEFAULT_TIMEOUT};
 pub use error::Error;

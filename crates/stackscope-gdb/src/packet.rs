@@ -65,6 +65,11 @@ impl<S: Stream> Connection<S> {
         self.ack = false;
     }
 
+    /// The stream, for whoever needs it after the conversation.
+    pub fn into_inner(self) -> S {
+        self.stream
+    }
+
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

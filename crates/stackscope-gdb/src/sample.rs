@@ -5,10 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
 use framehop::{FrameAddress, Unwinder as _};
 use stackscope_profile::{
     Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
@@ -20,7 +19,11 @@ use crate::error::Error;
 use crate::image::Image;
 use crate::names::rust_clean;
 use crate::packet::Stream;
+use crate::space::Space;
 
+/// How often at most the library list is read again when code outside the known files shows
+/// up in stacks.
+const LIBRARY_REFRESH: Duration = Duration::from_millis(100);
 /// Deepest stack followed.
 pub const MAX_FRAMES: usize = 256;
 /// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
@@ -31,7 +34,9 @@ const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 /// What to sample and for how long.
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
-    /// Time between the starts of two rounds; zero samples back to back.
+    /// Mean time between the starts of two rounds; zero samples back to back. Each gap is
+    /// drawn between half and one and a half of it, so sampling never runs in lockstep with
+    /// periodic work in the guest (timer ticks, loops) and over- or under-counts it.
     pub interval: Duration,
     /// Stop after this many rounds.
     pub rounds: Option<u64>,
@@ -92,7 +97,7 @@ pub struct Target {
     /// `(vCPU index, stub thread id)` of the vCPUs to sample.
     vcpus: Vec<(u32, u64)>,
     all_vcpus: usize,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    space: Space,
 }
 
 impl Target {
@@ -103,13 +108,18 @@ impl Target {
     pub fn sampled_vcpus(&self) -> usize {
         self.vcpus.len()
     }
+
+    /// The ELF file, placed at its load address.
+    pub fn image(&self) -> &Image {
+        self.space.main()
+    }
 }
 
 /// Checks the target is there, lists its vCPUs, and places the ELF file at its load address.
 /// The target is left stopped, as connecting left it.
 pub fn prepare<S: Stream>(
     client: &mut Client<S>,
-    image: &mut Image,
+    mut image: Image,
     cpu_mask: u128,
 ) -> Result<Target, Error> {
     client.status()?;
@@ -121,18 +131,22 @@ pub fn prepare<S: Stream>(
         .map(|(i, &tid)| (i as u32, tid))
         .collect();
     if vcpus.is_empty() {
-        return Err(Error::Exited(format!(
-            "has {} vCPU(s), none of which --cpu-mask {cpu_mask:#x} selects",
-            threads.len()
-        )));
+        return Err(Error::NoVcpu {
+            vcpus: threads.len(),
+            mask: cpu_mask,
+        });
     }
     if image.is_position_independent() {
-        image.set_bias(load_bias(client, image)?);
+        image.set_bias(load_bias(client, &image)?);
+    }
+    let mut space = Space::new(image);
+    if let Some(libraries) = client.libraries()? {
+        space.add_libraries(&libraries);
     }
     Ok(Target {
         vcpus,
         all_vcpus: threads.len(),
-        unwinder: image.unwinder(),
+        space,
     })
 }
 
@@ -152,8 +166,7 @@ fn load_bias<S: Stream>(client: &mut Client<S>, image: &Image) -> Result<u64, Er
 /// sampling and are reported in [`Recording::failure`] beside what was collected.
 pub fn record<S: Stream>(
     client: &mut Client<S>,
-    image: &Image,
-    target: Target,
+    mut target: Target,
     options: &SamplerOptions,
     stop: &AtomicBool,
     mut on_round: impl FnMut(Progress),
@@ -167,8 +180,11 @@ pub fn record<S: Stream>(
     // Connecting stopped the target; the first round starts after it ran.
     let mut failure = client.resume(0).err();
     let mut running = failure.is_none();
-    let mut next = start + options.interval;
+    let mut jitter = Jitter::seeded();
+    let mut next = start + jitter.around(options.interval);
     let mut rounds = 0u64;
+    let mut unplaced = false;
+    let mut last_refresh: Option<Instant> = None;
     while failure.is_none() {
         if options.rounds.is_some_and(|n| rounds >= n) || stop.load(Ordering::Relaxed) {
             break;
@@ -183,8 +199,9 @@ pub fn record<S: Stream>(
             break;
         }
         let now = Instant::now();
-        // A slow round does not make the next ones come in a burst.
-        next = (next + options.interval).max(now);
+        // Rounds a little late are made up for; a long stall does not turn into a burst.
+        next = (next + jitter.around(options.interval))
+            .max(now.checked_sub(options.interval).unwrap_or(now));
         let round = (|| -> Result<(), Error> {
             let signal = match client.interrupt()? {
                 Stop::Signal(s) => s,
@@ -195,14 +212,24 @@ pub fn record<S: Stream>(
             for &(vcpu, thread) in &target.vcpus {
                 let regs = client.registers(thread)?;
                 let complete = unwind(
-                    &target.unwinder,
+                    &target.space,
                     &mut cache,
                     client,
                     &mut memory,
                     regs,
                     &mut addrs,
                 )?;
+                unplaced |= addrs.iter().any(|&a| target.space.image_of(a).is_none());
                 stacks.add(vcpu, &addrs, complete);
+            }
+            // Code outside the known files: a library loaded since the list was last read.
+            let can_refresh = last_refresh.is_none_or(|t: Instant| t.elapsed() >= LIBRARY_REFRESH);
+            if unplaced && client.features().libraries_svr4 && can_refresh {
+                last_refresh = Some(Instant::now());
+                unplaced = false;
+                if let Some(list) = client.libraries()? {
+                    target.space.add_libraries(&list);
+                }
             }
             // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
             let deliver = if matches!(signal, 0 | 2 | 5) {
@@ -252,24 +279,45 @@ pub fn record<S: Stream>(
         event: "gdb-interrupt".into(),
         frequency_hz: options.frequency_hz,
         duration_secs: elapsed.as_secs_f64(),
-        hints: if image.has_unwind_info() {
+        hints: if target.image().has_unwind_info() {
             Vec::new()
         } else {
             vec![format!(
                 "{} has no .eh_frame or .debug_frame: stacks were unwound by frame pointers, which breaks in code built without them (build with -C force-frame-pointers=yes / -fno-omit-frame-pointer, or keep unwind tables)",
-                image.path().display()
+                target.image().path().display()
             )]
         },
         ..Metadata::default()
     };
-    let profile = stacks.into_profile(image, meta, options.rust_clean);
+    let profile = stacks.into_profile(&target.space, meta, options.rust_clean);
     Recording {
         profile,
         stats,
         failure,
         vcpus: target.all_vcpus,
         sampled_vcpus: target.vcpus.len(),
-        bias: image.bias(),
+        bias: target.image().bias(),
+    }
+}
+
+/// A small pseudo-random generator (xorshift64*) for the gaps between rounds.
+struct Jitter(u64);
+
+impl Jitter {
+    fn seeded() -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Jitter(nanos | 1)
+    }
+
+    /// A duration uniformly between half and one and a half of `mean`.
+    fn around(&mut self, mean: Duration) -> Duration {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let unit = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
+        mean.mul_f64(0.5 + unit)
     }
 }
 
@@ -340,7 +388,7 @@ impl Memory {
 /// Unwinds one vCPU's stack into `out`, leaf first: the pc, then each return address minus 1
 /// (inside the call, as symbolization wants). True when the unwind reached the outermost frame.
 fn unwind<S: Stream>(
-    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    space: &Space,
     cache: &mut CacheX86_64,
     client: &mut Client<S>,
     memory: &mut Memory,
@@ -351,6 +399,26 @@ fn unwind<S: Stream>(
     out.push(regs.ip);
     let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
     let mut address = FrameAddress::from_instruction_pointer(regs.ip);
+    let unwinder = space.unwinder();
+    if space.lacks_cfi(regs.ip) {
+        // framehop would take this function for a frameless leaf; its frame pointer is the
+        // better guess in a file whose CFI covers only part of the code.
+        if regs.bp == 0 || regs.bp < regs.sp {
+            return Ok(regs.bp == 0);
+        }
+        let (Some(caller_bp), Some(return_address)) = (
+            memory.word(client, regs.bp)?,
+            memory.word(client, regs.bp.wrapping_add(8))?,
+        ) else {
+            return Ok(false);
+        };
+        let Some(next) = FrameAddress::from_return_address(return_address) else {
+            return Ok(true);
+        };
+        out.push(return_address - 1);
+        uregs = UnwindRegsX86_64::new(return_address, regs.bp + 16, caller_bp);
+        address = next;
+    }
     let mut failed = None;
     while out.len() < MAX_FRAMES {
         let sp_before = uregs.sp();
@@ -408,7 +476,7 @@ impl StackCounts {
     }
 
     /// Symbolizes each unique address once, then builds the profile (each vCPU a thread).
-    fn into_profile(self, image: &Image, meta: Metadata, clean: bool) -> Profile {
+    fn into_profile(self, space: &Space, meta: Metadata, clean: bool) -> Profile {
         let mut unique: Vec<u64> = self
             .counts
             .keys()
@@ -416,34 +484,38 @@ impl StackCounts {
             .collect();
         unique.sort_unstable();
         unique.dedup();
-        let module = image
-            .path()
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
-        let (known, offsets): (Vec<u64>, Vec<u64>) = unique
-            .iter()
-            .filter_map(|&a| image.file_offset(a).map(|o| (a, o)))
-            .unzip();
         let mut symbolizer = Symbolizer::new();
-        let resolved = symbolizer
-            .symbolize_file(image.path(), None, &offsets)
-            .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
         let mut names: HashMap<u64, Vec<Frame>> = HashMap::new();
-        for (addr, syms) in known.into_iter().zip(resolved) {
-            let kind = kind_of(addr);
-            let frames = syms
-                .into_iter()
-                .map(|s| Frame {
-                    name: if clean { rust_clean(&s.name) } else { s.name },
-                    module: module.clone(),
-                    file: s.file,
-                    line: s.line,
-                    inlined: s.inlined,
-                    kind,
-                })
-                .collect();
-            names.insert(addr, frames);
+        for image in space.images() {
+            let module = Some(image.name());
+            let (known, offsets): (Vec<u64>, Vec<u64>) = unique
+                .iter()
+                .filter(|&&a| image.address_range().contains(&a))
+                .filter_map(|&a| image.file_offset(a).map(|o| (a, o)))
+                .unzip();
+            if offsets.is_empty() {
+                continue;
+            }
+            let resolved = symbolizer
+                .symbolize_file(image.path(), None, &offsets)
+                .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
+            for (addr, syms) in known.into_iter().zip(resolved) {
+                let kind = kind_of(addr);
+                let frames = syms
+                    .into_iter()
+                    .map(|s| Frame {
+                        name: if clean { rust_clean(&s.name) } else { s.name },
+                        module: module.clone(),
+                        file: s.file,
+                        line: s.line,
+                        inlined: s.inlined,
+                        kind,
+                    })
+                    .collect();
+                names.insert(addr, frames);
+            }
         }
+        let process_name = space.main().name();
 
         let mut builder = ProfileBuilder::new(meta);
         let mut with_unknown = 0;
@@ -481,7 +553,7 @@ impl StackCounts {
                     pid: 1,
                     tid: vcpu,
                     comm: format!("cpu{vcpu}"),
-                    process_name: module.clone().unwrap_or_else(|| "guest".into()),
+                    process_name: process_name.clone(),
                 })
             });
             builder.add(thread, stack, Some(vcpu), count);

@@ -113,7 +113,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
         bail!("--samples must be greater than zero");
     }
 
-    let mut image = Image::open(&args.kernel)?;
+    let image = Image::open(&args.kernel)?;
     let remote = Remote::parse(&args.remote);
     let output = Output::from_args(
         &args.output,
@@ -122,7 +122,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     output.check_writable()?;
 
     let mut client = Client::connect(&remote, timeout)?;
-    let target = stackscope_gdb::prepare(&mut client, &mut image, args.cpu_mask)?;
+    let target = stackscope_gdb::prepare(&mut client, image, args.cpu_mask)?;
 
     // Ctrl-C (and SIGTERM) end sampling; a second one ends stackscope at once.
     let stop = Arc::new(AtomicBool::new(false));
@@ -141,7 +141,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
         (_, Some(d)) => format!("for {d} s"),
         _ => "until Ctrl-C or the guest exits".to_string(),
     };
-    let unwinding = if image.has_unwind_info() {
+    let unwinding = if target.image().has_unwind_info() {
         "DWARF CFI"
     } else {
         "frame pointers (no .eh_frame/.debug_frame)"
@@ -161,7 +161,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
         rust_clean: args.rust_clean,
         frequency_hz,
     };
-    let recording = stackscope_gdb::record(&mut client, &image, target, &options, &stop, |p| {
+    let recording = stackscope_gdb::record(&mut client, target, &options, &stop, |p| {
         if let Some(bar) = &progress {
             match (args.samples, duration) {
                 (Some(_), _) => bar.set_position(p.rounds),

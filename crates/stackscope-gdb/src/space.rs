@@ -1,0 +1,99 @@
+//! The code the target runs: its ELF file and, for a Linux program under gdbserver, the shared
+//! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
+//! framehop unwinder over all of them.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use framehop::x86_64::UnwinderX86_64;
+use framehop::Unwinder as _;
+
+use crate::image::Image;
+
+/// The target's files, the main one first.
+pub struct Space {
+    images: Vec<Image>,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+}
+
+impl Space {
+    pub fn new(main: Image) -> Space {
+        let mut space = Space {
+            images: vec![main],
+            unwinder: UnwinderX86_64::new(),
+        };
+        space.rebuild();
+        space
+    }
+
+    /// The file given on the command line.
+    pub fn main(&self) -> &Image {
+        &self.images[0]
+    }
+
+    pub fn images(&self) -> &[Image] {
+        &self.images
+    }
+
+    /// The file whose segments hold `addr`.
+    pub fn image_of(&self, addr: u64) -> Option<&Image> {
+        self.images
+            .iter()
+            .find(|image| image.address_range().contains(&addr))
+    }
+
+    /// True when `addr` lies in a function of a file whose CFI does not describe it.
+    pub fn lacks_cfi(&self, addr: u64) -> bool {
+        self.image_of(addr)
+            .is_some_and(|image| image.lacks_cfi(addr))
+    }
+
+    pub fn unwinder(&self) -> &UnwinderX86_64<Arc<[u8]>> {
+        &self.unwinder
+    }
+
+    /// Adds the libraries of `list` (path, load bias) not known yet; files that cannot be read
+    /// (the vDSO, a path of another machine) are skipped. True when any was added.
+    pub fn add_libraries(&mut self, list: &[(PathBuf, u64)]) -> bool {
+        let mut added = false;
+        for (path, bias) in list {
+            if self.has(path, *bias) {
+                continue;
+            }
+            let Ok(mut image) = Image::open(path) else {
+                continue;
+            };
+            image.set_bias(*bias);
+            // A second file over the same addresses would be a stale entry; the first wins.
+            let range = image.address_range();
+            if self.images.iter().any(|i| {
+                let r = i.address_range();
+                r.start < range.end && range.start < r.end
+            }) {
+                continue;
+            }
+            self.images.push(image);
+            added = true;
+        }
+        if added {
+            self.rebuild();
+        }
+        added
+    }
+
+    fn has(&self, path: &Path, bias: u64) -> bool {
+        self.images
+            .iter()
+            .any(|i| i.path() == path && i.bias() == bias)
+    }
+
+    fn rebuild(&mut self) {
+        let mut unwinder = UnwinderX86_64::new();
+        for image in &self.images {
+            if let Some(module) = image.framehop_module() {
+                unwinder.add_module(module);
+            }
+        }
+        self.unwinder = unwinder;
+    }
+}

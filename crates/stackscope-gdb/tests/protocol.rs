@@ -1,0 +1,419 @@
+//! The protocol layer on recorded exchanges: the bytes a stub sends are replayed in order, what
+//! the client writes is kept and compared. Replies follow what QEMU 7.2 and gdbserver 13 send.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use stackscope_gdb::client::{parse_svr4, Registers, Stop};
+use stackscope_gdb::packet::{checksum, expand_runs, frame, unescape, Connection};
+use stackscope_gdb::{Client, Error, Remote, Stream};
+
+/// A stub's side of a recorded exchange.
+struct Recorded {
+    /// What the stub sends, in the pieces it sends it in.
+    incoming: VecDeque<Vec<u8>>,
+    /// After the last piece: end of file (the stub hung up) or silence (reads time out).
+    hang_up: bool,
+    written: Vec<u8>,
+}
+
+impl Recorded {
+    fn new(pieces: &[&[u8]]) -> Self {
+        Recorded {
+            incoming: pieces.iter().map(|p| p.to_vec()).collect(),
+            hang_up: false,
+            written: Vec::new(),
+        }
+    }
+
+    fn hanging_up(mut self) -> Self {
+        self.hang_up = true;
+        self
+    }
+}
+
+impl Read for Recorded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(piece) = self.incoming.front_mut() else {
+            return if self.hang_up {
+                Ok(0)
+            } else {
+                Err(io::Error::new(io::ErrorKind::WouldBlock, "read timed out"))
+            };
+        };
+        let n = piece.len().min(buf.len());
+        buf[..n].copy_from_slice(&piece[..n]);
+        piece.drain(..n);
+        if piece.is_empty() {
+            self.incoming.pop_front();
+        }
+        Ok(n)
+    }
+}
+
+impl Write for Recorded {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.written.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Stream for Recorded {
+    fn set_read_timeout(&mut self, _: Duration) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A stub's packet: `$data#cs` with a correct checksum.
+fn packet(data: &str) -> Vec<u8> {
+    format!("${data}#{:02x}", checksum(data.as_bytes())).into_bytes()
+}
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A client past a no-ack handshake, with the stub's later bytes queued after it.
+fn no_ack_client(features: &str, later: &[&[u8]]) -> Client<Recorded> {
+    let supported = packet(features);
+    let ok = packet("OK");
+    let mut pieces: Vec<&[u8]> = vec![b"+", &supported, b"+", &ok];
+    pieces.extend_from_slice(later);
+    Client::handshake(Recorded::new(&pieces), TIMEOUT).expect("handshake")
+}
+
+/// Registers as a `g` reply holds them: 16 general registers, rip, eflags, segment registers.
+fn g_reply(rbp: u64, rsp: u64, rip: u64) -> String {
+    let mut regs = [0u64; 17];
+    regs[6] = rbp;
+    regs[7] = rsp;
+    regs[16] = rip;
+    let mut hex: String = regs
+        .iter()
+        .flat_map(|r| r.to_le_bytes())
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    hex.push_str("46020000"); // eflags
+    hex.push_str(&"10000000".repeat(6)); // cs ss ds es fs gs
+    hex
+}
+
+/// Run-length encodes as stubs do: a run of 4 to 97 equal characters becomes `X*N`, avoiding
+/// the counts that would read as `#` or `$`.
+fn run_length_encode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        let mut run = 1;
+        while i + run < bytes.len() && bytes[i + run] == c && run < 98 {
+            run += 1;
+        }
+        // `#` (35) and `$` (36) as counts would end or start a packet: 6 and 7 extra.
+        while run > 3 && matches!(run - 1 + 29, 35 | 36) {
+            run -= 1;
+        }
+        if run > 3 {
+            out.push(c as char);
+            out.push('*');
+            out.push((run - 1 + 29) as u8 as char);
+        } else {
+            for _ in 0..run {
+                out.push(c as char);
+            }
+        }
+        i += run;
+    }
+    out
+}
+
+#[test]
+fn frames_packets_with_checksum_and_escapes() {
+    assert_eq!(frame(b"qSupported"), b"$qSupported#37");
+    assert_eq!(frame(b"g"), b"$g#67");
+    // `$`, `#`, `}` and `*` in data are escaped; the checksum covers the escaped bytes.
+    let framed = frame(b"X0,4:a#}*");
+    assert_eq!(&framed[..framed.len() - 3], b"$X0,4:a}\x03}]}\x0a");
+    let body = &framed[1..framed.len() - 3];
+    assert_eq!(
+        &framed[framed.len() - 2..],
+        format!("{:02x}", checksum(body)).as_bytes()
+    );
+    assert_eq!(
+        unescape(&framed[1..framed.len() - 3]).unwrap(),
+        b"X0,4:a#}*"
+    );
+}
+
+#[test]
+fn expands_run_length_encoding() {
+    // gdbserver's `0* ` is four zeros: the count ' ' (32) means 32 - 29 = 3 more.
+    assert_eq!(expand_runs(b"0* ").unwrap(), b"0000");
+    assert_eq!(expand_runs(b"ab*\"c").unwrap(), b"abbbbbbc");
+    // A `*` with nothing before it, or a count below 30, is malformed.
+    assert_eq!(expand_runs(b"*0"), None);
+    assert_eq!(expand_runs(b"a*\x1c"), None);
+    assert_eq!(expand_runs(b"a*"), None);
+}
+
+#[test]
+fn handshake_turns_acks_off_and_reads_features() {
+    let client = no_ack_client(
+        "PacketSize=3fff;QPassSignals+;qXfer:auxv:read+;qXfer:libraries-svr4:read+;QStartNoAckMode+;vContSupported+",
+        &[],
+    );
+    let features = client.features();
+    assert_eq!(features.packet_size, Some(0x3fff));
+    assert!(features.no_ack && features.auxv && features.libraries_svr4);
+    assert!(!features.binary_upload);
+}
+
+#[test]
+fn ack_mode_acknowledges_each_reply_and_retransmits_on_a_bad_checksum() {
+    // A stub without QStartNoAckMode (acks stay on). The `g` reply first arrives corrupted.
+    let regs = g_reply(0x7ffc_0000_1000, 0x7ffc_0000_0ff0, 0x5555_5555_5140);
+    let good = packet(&regs);
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 1] = if bad[n - 1] == b'0' { b'1' } else { b'0' };
+    let supported = packet("PacketSize=1000");
+    let ok = packet("OK");
+    let stream = Recorded::new(&[b"+", &supported, b"+", &ok, b"+", &bad, &good]);
+    let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    let got = client
+        .registers(1)
+        .expect("registers after a retransmission");
+    assert_eq!(
+        got,
+        Registers {
+            ip: 0x5555_5555_5140,
+            sp: 0x7ffc_0000_0ff0,
+            bp: 0x7ffc_0000_1000
+        }
+    );
+}
+
+#[test]
+fn the_written_bytes_are_the_protocol() {
+    let supported = packet("PacketSize=1000");
+    let ok = packet("OK");
+    let mut conn = Connection::new(Recorded::new(&[b"+", &supported, b"+", &ok]), TIMEOUT);
+    conn.send(b"qSupported:x+").unwrap();
+    assert_eq!(conn.receive().unwrap(), b"PacketSize=1000");
+    conn.send(b"Hg1").unwrap();
+    assert_eq!(conn.receive().unwrap(), b"OK");
+    let mut conn = Connection::new(Recorded::new(&[b"-", b"+", &ok]), TIMEOUT);
+    conn.send(b"c").unwrap();
+    assert_eq!(conn.receive().unwrap(), b"OK");
+    let written = conn.into_inner().written;
+    assert_eq!(written, b"$c#63$c#63+");
+}
+
+#[test]
+fn bad_checksum_without_acks_is_an_error_naming_the_packet() {
+    let mut client = no_ack_client("QStartNoAckMode+", &[b"$OK#00"]);
+    let err = client.registers(1).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Malformed { .. }), "{msg}");
+    assert!(msg.contains("$Hg1#"), "names the packet sent: {msg}");
+    assert!(msg.contains("$OK#00"), "names what came back: {msg}");
+    assert!(msg.contains("checksum"), "{msg}");
+}
+
+#[test]
+fn truncated_reply_then_silence_is_a_timeout_naming_both_sides() {
+    let mut client = no_ack_client("QStartNoAckMode+", &[b"$OK#9"]);
+    let err = client.registers(2).unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Timeout { .. }), "{msg}");
+    assert!(msg.contains("$Hg2#"), "{msg}");
+    assert!(msg.contains("OK#9"), "{msg}");
+}
+
+#[test]
+fn truncated_reply_then_hang_up_ends_the_target() {
+    let supported = packet("QStartNoAckMode+");
+    let ok = packet("OK");
+    let stream = Recorded::new(&[b"+", &supported, b"+", &ok, b"$T05thr"]).hanging_up();
+    let mut client = Client::handshake(stream, TIMEOUT).unwrap();
+    let err = client.interrupt().unwrap_err();
+    assert!(matches!(err, Error::Closed { .. }), "{err}");
+    assert!(err.is_end_of_target());
+    assert!(err.to_string().contains("T05thr"), "{err}");
+}
+
+#[test]
+fn run_length_encoded_registers_decode() {
+    let regs = g_reply(0x10_0000, 0x0f_fff0, 0x10_1234);
+    let encoded = run_length_encode(&regs);
+    assert!(
+        encoded.len() < regs.len() / 2,
+        "the reply is encoded: {encoded}"
+    );
+    let reply = packet(&encoded);
+    let hg = packet("OK");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&hg, &reply]);
+    assert_eq!(
+        client.registers(1).unwrap(),
+        Registers {
+            ip: 0x10_1234,
+            sp: 0x0f_fff0,
+            bp: 0x10_0000
+        }
+    );
+}
+
+#[test]
+fn unexpected_reply_is_an_error_not_a_guess() {
+    let ok = packet("OK");
+    let short = packet("00000000");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&ok, &short]);
+    let err = client.registers(1).unwrap_err();
+    assert!(err.to_string().contains("$g#67"), "{err}");
+    assert!(err.to_string().contains("17 x86-64 registers"), "{err}");
+}
+
+#[test]
+fn stub_errors_name_the_request() {
+    let e = packet("E14");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&e]);
+    let err = client.read_memory(0xdead_0000, 512).unwrap_err();
+    assert!(
+        matches!(err, Error::Stub { ref code, .. } if code == "14"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("$mdead0000,200#"), "{err}");
+}
+
+#[test]
+fn binary_memory_reads_unescape() {
+    // `x` (binary-upload) data with `}` escapes for `#`, `$`, `}` and `*`.
+    let data = b"b\x01}\x03}\x04}]}\x0a\xff";
+    let mut reply = b"$".to_vec();
+    reply.extend_from_slice(data);
+    reply.extend_from_slice(format!("#{:02x}", checksum(data)).as_bytes());
+    let mut client = no_ack_client("QStartNoAckMode+;binary-upload+", &[&reply]);
+    assert_eq!(
+        client.read_memory(0x1000, 6).unwrap(),
+        vec![0x01, b'#', b'$', b'}', b'*', 0xff]
+    );
+}
+
+#[test]
+fn hex_memory_reads_may_be_short() {
+    let reply = packet("c3cc");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&reply]);
+    assert_eq!(client.read_memory(0x1000, 512).unwrap(), vec![0xc3, 0xcc]);
+}
+
+#[test]
+fn notifications_and_console_output_are_skipped() {
+    let note = format!("%Stop:T05#{:02x}", checksum(b"Stop:T05")).into_bytes();
+    let console = packet("O4f4b0a");
+    let stop = packet("T02thread:01;");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&note, &console, &stop]);
+    assert_eq!(client.interrupt().unwrap(), Stop::Signal(2));
+}
+
+#[test]
+fn exit_and_kill_stop_replies_end_the_target() {
+    let exited = packet("W00");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&exited]);
+    let err = client.interrupt().unwrap_err();
+    assert!(err.is_end_of_target());
+    assert!(err.to_string().contains("exited with status 0"), "{err}");
+
+    let killed = packet("X09");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&killed]);
+    assert!(client
+        .interrupt()
+        .unwrap_err()
+        .to_string()
+        .contains("killed by signal 9"));
+}
+
+#[test]
+fn thread_lists_span_packets_and_multiprocess_ids() {
+    // QEMU sends one vCPU per packet; gdbserver a comma list, `pPID.TID` with multiprocess.
+    let m1 = packet("m1");
+    let m2 = packet("m2,3");
+    let m3 = packet("mp4d2.4d3");
+    let end = packet("l");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&m1, &m2, &m3, &end]);
+    assert_eq!(client.threads().unwrap(), vec![1, 2, 3, 0x4d3]);
+}
+
+#[test]
+fn auxv_is_read_in_pieces_and_unescaped() {
+    // AT_ENTRY (9) = 0x5555_5555_5040 split over two `qXfer` replies; 0x23 (`#`) is escaped.
+    let mut auxv = Vec::new();
+    for (k, v) in [(6u64, 0x1000u64), (9, 0x5555_5555_5023), (0, 0)] {
+        auxv.extend_from_slice(&k.to_le_bytes());
+        auxv.extend_from_slice(&v.to_le_bytes());
+    }
+    let escape = |bytes: &[u8]| -> Vec<u8> {
+        let mut out = Vec::new();
+        for &b in bytes {
+            if matches!(b, b'#' | b'$' | b'}' | b'*') {
+                out.extend_from_slice(&[b'}', b ^ 0x20]);
+            } else {
+                out.push(b);
+            }
+        }
+        out
+    };
+    let piece = |tag: u8, bytes: &[u8]| -> Vec<u8> {
+        let mut body = vec![tag];
+        body.extend_from_slice(&escape(bytes));
+        let mut p = b"$".to_vec();
+        p.extend_from_slice(&body);
+        p.extend_from_slice(format!("#{:02x}", checksum(&body)).as_bytes());
+        p
+    };
+    let first = piece(b'm', &auxv[..20]);
+    let last = piece(b'l', &auxv[20..]);
+    let mut client = no_ack_client("QStartNoAckMode+;qXfer:auxv:read+", &[&first, &last]);
+    let pairs = client.auxv().unwrap().unwrap();
+    assert_eq!(pairs, vec![(6, 0x1000), (9, 0x5555_5555_5023), (0, 0)]);
+}
+
+#[test]
+fn remote_addresses_read_as_the_osdk_reads_them() {
+    assert_eq!(
+        Remote::parse("localhost:1234"),
+        Remote::Tcp("localhost:1234".into())
+    );
+    assert_eq!(Remote::parse(":1234"), Remote::Tcp("localhost:1234".into()));
+    assert_eq!(
+        Remote::parse(".osdk-gdb-socket"),
+        Remote::Unix(PathBuf::from(".osdk-gdb-socket"))
+    );
+    assert_eq!(
+        Remote::parse("/tmp/a:b/gdb.sock"),
+        Remote::Unix(PathBuf::from("/tmp/a:b/gdb.sock"))
+    );
+    assert_eq!(Remote::parse("[::1]:9"), Remote::Tcp("[::1]:9".into()));
+}
+
+#[test]
+fn svr4_library_lists_give_paths_and_load_biases() {
+    // As gdbserver 13 sends it; the main program is only `main-lm`, the vDSO has no file.
+    let xml = r#"<library-list-svr4 version="1.0" main-lm="0x7ffff7ffe2e0"><library name="linux-vdso.so.1" lm="0x7ffff7fc1000" l_addr="0x7ffff7fc1000" l_ld="0x7ffff7fc13e0" lmid="0x0"/><library name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x7ffff7fbb6c0" l_addr="0x7ffff7dd5000" l_ld="0x7ffff7fa8bc0" lmid="0x0"/><library name="/opt/a&amp;b/lib.so" lm="0x1" l_addr="0x0" l_ld="0x2" lmid="0x0"/></library-list-svr4>"#;
+    assert_eq!(
+        parse_svr4(xml),
+        vec![
+            (PathBuf::from("linux-vdso.so.1"), 0x7fff_f7fc_1000),
+            (
+                PathBuf::from("/lib/x86_64-linux-gnu/libc.so.6"),
+                0x7fff_f7dd_5000
+            ),
+            (PathBuf::from("/opt/a&b/lib.so"), 0),
+        ]
+    );
+    assert!(parse_svr4("<library-list-svr4 version=\"1.0\"/>").is_empty());
+}

@@ -1,0 +1,417 @@
+//! `stackscope gdb` against a real second stub: gdbserver running split.c (func_a and func_b
+//! share the work 30/70), built with DWARF CFI and without frame pointers, and with frame
+//! pointers and no CFI for its functions. The program is position-independent, so its load
+//! address must come from the stub; gdbserver holds it at its first instruction, so it must be
+//! continued.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+
+/// split.c built two ways: CFI only (no frame pointers), and frame pointers only (no CFI for
+/// its own functions; the C runtime's objects still bring a little `.eh_frame`).
+fn split_build(dir: &Path, frame_pointers: bool) -> PathBuf {
+    let flags: &[&str] = if frame_pointers {
+        &[
+            "-O2",
+            "-fno-omit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ]
+    } else {
+        &["-O2", "-g", "-fomit-frame-pointer"]
+    };
+    let src = std::fs::read_to_string(workloads_src().join("split.c")).expect("read split.c");
+    let name = if frame_pointers {
+        "split_fp"
+    } else {
+        "split_cfi"
+    };
+    stackscope_testkit::compile("gcc", dir, ("split.c", &src), flags, &[], name)
+}
+
+/// gdbserver and the program it started; both are killed when dropped (stackscope detaches
+/// and leaves the program running).
+struct Gdbserver {
+    server: Child,
+    program_pid: Option<u32>,
+    port: Option<u16>,
+}
+
+impl Gdbserver {
+    /// `gdbserver --once 127.0.0.1:0 PROGRAM ARGS`, waiting until it listens.
+    fn tcp(program: &Path, args: &[&str]) -> Gdbserver {
+        let mut server = Command::new("gdbserver")
+            .arg("--once")
+            .arg("127.0.0.1:0")
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gdbserver (apt package gdbserver)");
+        let lines = stderr_lines(&mut server);
+        let mut gdbserver = Gdbserver {
+            server,
+            program_pid: None,
+            port: None,
+        };
+        while gdbserver.port.is_none() {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("gdbserver did not say where it listens");
+            gdbserver.note(&line);
+        }
+        assert!(
+            gdbserver.program_pid.is_some(),
+            "gdbserver started no program"
+        );
+        gdbserver
+    }
+
+    /// gdbserver on its standard input and output, with `socket` bridged to them: a stub
+    /// behind a Unix socket, as QEMU serves one.
+    fn unix(program: &Path, args: &[&str], socket: &Path) -> Gdbserver {
+        let listener = UnixListener::bind(socket).expect("bind the Unix socket");
+        let mut server = Command::new("gdbserver")
+            .arg("-")
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start gdbserver (apt package gdbserver)");
+        let lines = stderr_lines(&mut server);
+        let mut gdbserver = Gdbserver {
+            server,
+            program_pid: None,
+            port: None,
+        };
+        while gdbserver.program_pid.is_none() {
+            let line = lines
+                .recv_timeout(Duration::from_secs(30))
+                .expect("gdbserver did not start the program");
+            gdbserver.note(&line);
+        }
+        let stdin = gdbserver.server.stdin.take().expect("piped stdin");
+        let stdout = gdbserver.server.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || bridge(listener, stdin, stdout));
+        gdbserver
+    }
+
+    fn note(&mut self, line: &str) {
+        if let Some(pid) = line.split("pid = ").nth(1) {
+            self.program_pid = pid.trim().parse().ok();
+        }
+        if let Some(port) = line.strip_prefix("Listening on port ") {
+            self.port = port.trim().parse().ok();
+        }
+    }
+
+    fn remote(&self) -> String {
+        format!("127.0.0.1:{}", self.port.expect("a TCP gdbserver"))
+    }
+}
+
+impl Drop for Gdbserver {
+    fn drop(&mut self) {
+        if let Some(pid) = self.program_pid {
+            // SAFETY: kill(2) on the program gdbserver started for this test.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let _ = self.server.kill();
+        let _ = self.server.wait();
+    }
+}
+
+/// gdbserver's stderr, line by line, from a thread.
+fn stderr_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Copies bytes between the first client of `listener` and gdbserver's stdio.
+fn bridge(listener: UnixListener, mut to_stub: ChildStdin, mut from_stub: ChildStdout) {
+    let Ok((client, _)) = listener.accept() else {
+        return;
+    };
+    let Ok(mut client_out) = client.try_clone() else {
+        return;
+    };
+    let mut client_in = client;
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = from_stub.read(&mut buf) {
+            if n == 0 || client_out.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = client_out.shutdown(std::net::Shutdown::Both);
+    });
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = client_in.read(&mut buf) {
+        if n == 0 || to_stub.write_all(&buf[..n]).is_err() || to_stub.flush().is_err() {
+            break;
+        }
+    }
+}
+
+/// Samples `remote` running split: 1000 rounds at 400 Hz into JSON. (With 300 samples the
+/// binomial spread of a 30% share is 2.6 points: a 5-point bound would fail one run in 17.)
+fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_profile::Profile) {
+    let out = dir.join("guest.json");
+    let run = stackscope(
+        dir,
+        [
+            "gdb",
+            "--remote",
+            remote,
+            "--kernel",
+            program.to_str().unwrap(),
+            "--samples",
+            "1000",
+            "-F",
+            "400",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
+fn assert_split(run: &Run, profile: &stackscope_profile::Profile) {
+    assert_eq!(profile.total_samples(), 1000, "{}", top_stacks(profile, 8));
+    assert_share(profile, "func_a", 0.30, 0.05);
+    assert_share(profile, "func_b", 0.70, 0.05);
+    assert_share_at_least(profile, "main", 0.95);
+    // main calls func_a and func_b: the stacks are in that order, root first.
+    let ordered = share(profile, |frames| {
+        let pos = |name: &str| frames.iter().position(|f| f.name == name);
+        match (pos("main"), pos("func_a").or(pos("func_b"))) {
+            (Some(m), Some(f)) => m < f,
+            _ => false,
+        }
+    });
+    assert!(
+        ordered >= 0.95,
+        "main above func_a/func_b in {ordered}\n{}",
+        top_stacks(profile, 8)
+    );
+    assert_eq!(profile.meta.source, "gdb");
+    assert_eq!(profile.meta.frequency_hz, Some(400));
+    assert_eq!(profile.threads.len(), 1, "{:?}", profile.threads);
+    assert_eq!(profile.threads[0].comm, "cpu0");
+    assert!(
+        run.stderr.contains("1000 rounds, 1000 stacks in ")
+            && run.stderr.contains("guest paused per round: median "),
+        "no sampling figures on stderr:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn cfi_build_under_gdbserver_gives_the_split_and_stacks_reaching_main() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    let stub = Gdbserver::tcp(&program, &["1000000"]);
+    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
+    assert_split(&run, &profile);
+    assert!(
+        run.stderr.contains("unwinding by DWARF CFI"),
+        "{}",
+        run.stderr
+    );
+    // The C library is placed from the stub's library list: stacks go on to the entry point.
+    assert_share_at_least(&profile, "_start", 0.9);
+    let func_b = profile
+        .frames
+        .iter()
+        .find(|f| f.name == "func_b")
+        .expect("a func_b frame");
+    assert_eq!(func_b.module.as_deref(), Some("split_cfi"), "{func_b:?}");
+    assert!(
+        func_b
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with("split.c"))
+            && func_b.line.is_some(),
+        "func_b has no source location: {func_b:?}"
+    );
+    let libc_frame = profile
+        .frames
+        .iter()
+        .find(|f| f.name == "__libc_start_call_main")
+        .expect("a frame in the C library");
+    assert!(
+        libc_frame
+            .module
+            .as_deref()
+            .is_some_and(|m| m.starts_with("libc.so")),
+        "{libc_frame:?}"
+    );
+}
+
+#[test]
+fn frame_pointer_build_under_gdbserver_gives_the_split_and_stacks_reaching_main() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), true);
+    let stub = Gdbserver::tcp(&program, &["1000000"]);
+    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
+    assert_split(&run, &profile);
+}
+
+#[test]
+fn unix_socket_stub_gives_the_split() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    let socket = dir.path().join("gdb.sock");
+    let _stub = Gdbserver::unix(&program, &["1000000"], &socket);
+    let (run, profile) = sample_split(dir.path(), socket.to_str().unwrap(), &program);
+    assert_split(&run, &profile);
+}
+
+#[test]
+fn program_exiting_mid_run_writes_the_profile_so_far() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    // About a quarter of a second of work, sampled for far longer.
+    let stub = Gdbserver::tcp(&program, &["100"]);
+    let out = dir.path().join("guest.folded");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &stub.remote(),
+            "--elf",
+            program.to_str().unwrap(),
+            "-d",
+            "60",
+            "-F",
+            "200",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    run.assert_ok();
+    assert!(
+        run.stderr.contains("exited with status 0"),
+        "does not say the program exited:\n{}",
+        run.stderr
+    );
+    let folded = std::fs::read_to_string(&out).expect("the profile so far was written");
+    let lines = parse_folded(&folded);
+    assert!(
+        folded_share(&lines, |f| f.iter().any(|n| n == "func_b")) > 0.3,
+        "{folded}"
+    );
+    assert!(lines.iter().all(|l| l.0[0] == "cpu0"), "{folded}");
+}
+
+#[test]
+fn refused_connection_and_bad_elf_are_one_line_errors() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    // A port nothing listens on: bind one, note it, close it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let remote = format!("127.0.0.1:{port}");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &remote,
+            "--kernel",
+            program.to_str().unwrap(),
+            "-o",
+            "x.svg",
+        ],
+    );
+    run.assert_one_line_error(&[&remote, "refused"]);
+
+    let not_elf = dir.path().join("split.c");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &remote,
+            "--kernel",
+            not_elf.to_str().unwrap(),
+            "-o",
+            "x.svg",
+        ],
+    );
+    run.assert_one_line_error(&["split.c", "not an ELF file"]);
+
+    let socket = dir.path().join("nobody.sock");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            socket.to_str().unwrap(),
+            "--kernel",
+            program.to_str().unwrap(),
+        ],
+    );
+    run.assert_one_line_error(&["nobody.sock", "gdbserver"]);
+}
+
+#[test]
+fn a_stub_that_never_answers_is_a_timeout_not_a_hang() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    // Accepts the connection and says nothing.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let remote = listener.local_addr().unwrap().to_string();
+    let keep = std::thread::spawn(move || {
+        let conn: Option<TcpStream> = listener.accept().ok().map(|c| c.0);
+        std::thread::sleep(Duration::from_secs(10));
+        drop(conn);
+    });
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &remote,
+            "--kernel",
+            program.to_str().unwrap(),
+            "--timeout",
+            "1",
+        ],
+    );
+    run.assert_one_line_error(&["no reply", "qSupported"]);
+    keep.join().unwrap();
+}
