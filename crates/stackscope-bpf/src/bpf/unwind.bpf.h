@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: (MIT OR GPL-2.0) */
+/*
+ * User-stack unwinding inside the kernel, from the compact unwind tables user space builds out
+ * of each mapped file's .eh_frame (stackscope-linux's unwind_table module) and writes into the
+ * maps below (stackscope-bpf's tables.rs). Include once, after the basic types and
+ * <bpf/bpf_helpers.h>; call unwind_user().
+ *
+ * Only return addresses leave this code: stack words are read with bpf_probe_read_user into
+ * locals and dropped.
+ *
+ * Each frame is one bpf_loop() callback; the searches inside it are open-coded bpf_for()
+ * iterators, so the verifier sees each loop body once (a few thousand instructions in all
+ * instead of hundreds of thousands with bounded loops). Needs kernel >= 6.4.
+ */
+#ifndef STACKSCOPE_UNWIND_BPF_H
+#define STACKSCOPE_UNWIND_BPF_H
+
+#define UNWIND_MAX_FRAMES 127
+/* Map sizes; tables.rs reads the real sizes from the maps. */
+#define UNWIND_MAX_ROWS (1 << 21)
+#define UNWIND_MAX_MAPPINGS (1 << 16)
+#define UNWIND_MAX_PROCS 16384
+/* Binary search steps: enough for a range as large as the map holding it. */
+#define UNWIND_ROW_SEARCH_STEPS 23
+#define UNWIND_MAPPING_SEARCH_STEPS 18
+
+/* How unwind_user ended. */
+enum unwind_status {
+	/* Reached the outermost frame: CFI with an undefined return address (_start, thread
+	 * start), or a zero frame pointer / return address. */
+	UNWIND_COMPLETE = 0,
+	/* max_frames reached. */
+	UNWIND_TRUNCATED = 1,
+	/* Unreadable stack, a pc in no known mapping, or no usable rule nor frame pointer. */
+	UNWIND_BROKEN = 2,
+	/* The process has no tables loaded (yet): only ips[0] is set. */
+	UNWIND_NO_TABLES = 3,
+};
+
+/* Row kinds; the same values as stackscope_linux::unwind_table::RowKind. */
+enum unwind_row_kind {
+	UNWIND_ROW_END = 0,         /* no CFI: frame pointers */
+	UNWIND_ROW_CFA_RSP = 1,     /* CFA = rsp + cfa_offset */
+	UNWIND_ROW_CFA_RBP = 2,     /* CFA = rbp + cfa_offset */
+	UNWIND_ROW_PLT = 3,         /* CFA = rsp + cfa_offset + ((pc & 15) >= aux ? 8 : 0) */
+	UNWIND_ROW_STOP = 4,        /* return address undefined: outermost frame */
+	UNWIND_ROW_UNSUPPORTED = 5, /* CFI the rows cannot express: frame pointers */
+};
+
+struct unwind_regs {
+	__u64 ip, sp, bp;
+};
+
+/* One row, valid from file address `addr` to the next row. For CFA_RSP/CFA_RBP, aux != 0
+ * means rbp was saved at CFA + 8 * aux; the return address is always at CFA - 8. */
+struct unwind_row {
+	__u32 addr;
+	__s16 cfa_offset;
+	__u8 kind;
+	__s8 aux;
+};
+
+/* One executable mapping of a process: file address = pc - bias. row_count == 0: no table
+ * (JIT code, files without CFI, tables that did not fit): frame pointers. */
+struct unwind_mapping {
+	__u64 start;
+	__u64 end;
+	__u64 bias;
+	__u32 row_first;
+	__u32 row_count;
+};
+
+/* A process's mappings: unwind_mappings[first .. first + count), sorted by start. */
+struct unwind_proc {
+	__u32 first;
+	__u32 count;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct unwind_row);
+	__uint(max_entries, UNWIND_MAX_ROWS);
+} unwind_rows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct unwind_mapping);
+	__uint(max_entries, UNWIND_MAX_MAPPINGS);
+} unwind_mappings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct unwind_proc);
+	__uint(max_entries, UNWIND_MAX_PROCS);
+} unwind_procs SEC(".maps");
+
+/* The walk's state, shared by the bpf_loop callbacks. */
+struct unwind_state {
+	__u64 ip, sp, bp;
+	__u64 *ips;
+	__u32 first, count;
+	/* Frames written; only written by the steps, read at the end. */
+	__u32 n, max;
+	__u32 status;
+};
+
+/* The mapping of this process holding pc, or NULL. */
+static __always_inline struct unwind_mapping *unwind_find_mapping(__u32 first, __u32 count,
+								  __u64 pc)
+{
+	struct unwind_mapping *m;
+	__u32 lo = first, hi = first + count, mid;
+	int i;
+
+	/* The first mapping whose start is above pc, then one back. */
+	bpf_for(i, 0, UNWIND_MAPPING_SEARCH_STEPS) {
+		if (lo >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		m = bpf_map_lookup_elem(&unwind_mappings, &mid);
+		if (!m)
+			return NULL;
+		if (m->start <= pc)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo != hi || lo == first)
+		return NULL;
+	mid = lo - 1;
+	m = bpf_map_lookup_elem(&unwind_mappings, &mid);
+	if (!m || pc >= m->end)
+		return NULL;
+	return m;
+}
+
+/* The row of rows[first .. first + count) covering file address addr, or NULL. */
+static __always_inline struct unwind_row *unwind_find_row(__u32 first, __u32 count, __u64 addr)
+{
+	struct unwind_row *r;
+	__u32 lo = first, hi = first + count, mid;
+	int i;
+
+	if (addr > 0xffffffffULL)
+		return NULL;
+	bpf_for(i, 0, UNWIND_ROW_SEARCH_STEPS) {
+		if (lo >= hi)
+			break;
+		mid = lo + (hi - lo) / 2;
+		r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		if (!r)
+			return NULL;
+		if (r->addr <= (__u32)addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo != hi || lo == first)
+		return NULL;
+	mid = lo - 1;
+	return bpf_map_lookup_elem(&unwind_rows, &mid);
+}
+
+/* One frame: finds the caller of s->ip and appends its return address. 1 = stop. */
+static long unwind_step(__u64 index, void *data)
+{
+	struct unwind_state *s = data;
+	struct unwind_mapping *m;
+	struct unwind_row *r;
+	__u64 pc = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0, saved_bp = bp;
+	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
+	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
+	 * constant every round (it would walk all 127 rounds apart). */
+	__u64 n = index + 1;
+	__u8 kind = UNWIND_ROW_END;
+	__s16 cfa_offset = 0;
+	__s8 aux = 0;
+
+	if (n >= s->max || n >= UNWIND_MAX_FRAMES) {
+		s->status = UNWIND_TRUNCATED;
+		return 1;
+	}
+	/* A return address points after its call, maybe past the end of the caller's code. */
+	if (index > 0)
+		pc -= 1;
+	m = unwind_find_mapping(s->first, s->count, pc);
+	if (!m) {
+		s->status = UNWIND_BROKEN;
+		return 1;
+	}
+	if (m->row_count) {
+		r = unwind_find_row(m->row_first, m->row_count, pc - m->bias);
+		if (r) {
+			kind = r->kind;
+			cfa_offset = r->cfa_offset;
+			aux = r->aux;
+		}
+	}
+
+	switch (kind) {
+	case UNWIND_ROW_STOP:
+		s->status = UNWIND_COMPLETE;
+		return 1;
+	case UNWIND_ROW_CFA_RSP:
+		cfa = sp + cfa_offset;
+		break;
+	case UNWIND_ROW_CFA_RBP:
+		cfa = bp + cfa_offset;
+		break;
+	case UNWIND_ROW_PLT:
+		cfa = sp + cfa_offset + ((s->ip & 15) >= (__u64)aux ? 8 : 0);
+		aux = 0;
+		break;
+	default:
+		/* Frame pointers: [rbp] = caller's rbp, [rbp + 8] = return address. */
+		if (bp == 0) {
+			s->status = UNWIND_COMPLETE;
+			return 1;
+		}
+		if (bp < sp || (bp & 7)) {
+			s->status = UNWIND_BROKEN;
+			return 1;
+		}
+		cfa = bp + 16;
+		aux = -2;
+		break;
+	}
+	/* Every frame pops at least its return address: this also ends any cycle. */
+	if (cfa <= sp) {
+		s->status = UNWIND_BROKEN;
+		return 1;
+	}
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+		s->status = UNWIND_BROKEN;
+		return 1;
+	}
+	if (aux && bpf_probe_read_user(&saved_bp, sizeof(saved_bp), (void *)(cfa + aux * 8))) {
+		s->status = UNWIND_BROKEN;
+		return 1;
+	}
+	if (ra == 0) {
+		s->status = UNWIND_COMPLETE;
+		return 1;
+	}
+	s->ips[n] = ra;
+	s->n = n + 1;
+	s->ip = ra;
+	s->sp = cfa;
+	s->bp = saved_bp;
+	return 0;
+}
+
+/*
+ * Unwinds the user stack whose registers are regs, of process tgid: writes ips[0] = regs->ip,
+ * then the return addresses of the callers, outermost last. ips must point into a map value
+ * with room for UNWIND_MAX_FRAMES entries. Returns the number of entries written and sets
+ * *status to an enum unwind_status.
+ */
+static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u64 *ips,
+				       int max_frames, __u32 *status)
+{
+	struct unwind_state s = {};
+	struct unwind_proc *proc;
+
+	ips[0] = regs->ip;
+	proc = bpf_map_lookup_elem(&unwind_procs, &tgid);
+	if (!proc) {
+		*status = UNWIND_NO_TABLES;
+		return 1;
+	}
+	if (max_frames > UNWIND_MAX_FRAMES)
+		max_frames = UNWIND_MAX_FRAMES;
+	s.ip = regs->ip;
+	s.sp = regs->sp;
+	s.bp = regs->bp;
+	s.ips = ips;
+	s.first = proc->first;
+	s.count = proc->count;
+	s.n = 1;
+	s.max = max_frames > 1 ? max_frames : 1;
+	s.status = UNWIND_TRUNCATED;
+	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	*status = s.status;
+	return s.n;
+}
+
+#endif
