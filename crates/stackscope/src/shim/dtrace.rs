@@ -8,7 +8,7 @@ use std::ffi::OsString;
 
 use anyhow::{bail, Context, Result};
 
-use super::{map_stacks, option_value, record_args};
+use super::{interruptible, map_stacks, option_value, record_args};
 
 /// DTrace's default `ustackframes`.
 const DEFAULT_FRAMES: usize = 100;
@@ -83,11 +83,14 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
         (None, false) => out.extend(["-p".into(), pids.join(",").into()]),
         (None, true) => bail!("nothing to profile: give -c CMD or -p PID"),
     }
-    crate::record::run_with(record_args(out)?, |output, profile| {
-        let kept = map_stacks(profile, |stack| {
-            stack[stack.len().saturating_sub(frames)..].to_vec()
-        });
-        output.write(&kept)
+    let args = record_args(out)?;
+    interruptible(|| {
+        crate::record::run_with(args, |output, profile| {
+            let kept = map_stacks(profile, |stack| {
+                stack[stack.len().saturating_sub(frames)..].to_vec()
+            });
+            output.write(&kept)
+        })
     })
 }
 

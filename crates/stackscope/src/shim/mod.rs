@@ -2,12 +2,17 @@
 //! (and tools like it) pass, profile with stackscope, and print what those tools print.
 //!
 //! Each shim translates its argv into a `stackscope record` command line, so recording,
-//! Ctrl-C handling and exit codes are `record`'s own; only the files they write differ.
+//! Ctrl-C handling and exit codes are `record`'s own; only the files they write differ. A shim
+//! interrupted by Ctrl-C (or SIGTERM) writes what it collected and then ends by that signal,
+//! as `perf record` does: callers such as cargo-flamegraph take that for an interruption and
+//! go on to draw the flamegraph, where an exit code would read as a failure.
 
 pub mod dtrace;
 pub mod perf;
 
 use std::ffi::OsString;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use stackscope_profile::{FrameId, Profile, ProfileBuilder};
@@ -37,6 +42,21 @@ fn record_args(args: Vec<OsString>) -> Result<RecordArgs> {
                 .trim_start_matches("error: ")
         ),
     }
+}
+
+/// Runs a recording and, when SIGINT or SIGTERM arrived during it, ends the process by that
+/// signal once the recording has returned successfully (its profile written).
+fn interruptible(record: impl FnOnce() -> Result<i32>) -> Result<i32> {
+    let caught = Arc::new(AtomicUsize::new(0));
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        signal_hook::flag::register_usize(signal, caught.clone(), signal as usize)?;
+    }
+    let result = record();
+    let signal = caught.load(Ordering::SeqCst);
+    if signal != 0 && result.is_ok() {
+        signal_hook::low_level::emulate_default_handler(signal as i32)?;
+    }
+    result
 }
 
 /// The profile with each stack replaced by `keep(frames)` (root first), samples of stacks that

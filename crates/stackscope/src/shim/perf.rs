@@ -13,7 +13,7 @@ use anyhow::{bail, Context, Result};
 use stackscope_linux::record::MAX_STACK_COPY;
 use stackscope_profile::format::{perf_script, WriteOptions};
 
-use super::{map_stacks, option_value, record_args};
+use super::{interruptible, map_stacks, option_value, record_args};
 
 /// perf's own default: what `-o` and `-i` name when absent.
 const DEFAULT_FILE: &str = "perf.data";
@@ -128,7 +128,8 @@ fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
         // perf records the whole system when given neither a command nor a target.
         out.push("-a".into());
     }
-    crate::record::run(record_args(out)?)
+    let args = record_args(out)?;
+    interruptible(|| crate::record::run(args))
 }
 
 fn pair(out: &mut Vec<OsString>, flag: &str, value: String) {
