@@ -465,8 +465,9 @@ fn burn_beta(n: u64) -> u64 {
 }
 
 fn main() {
+    let rounds: u64 = std::env::args().nth(1).map_or(10, |a| a.parse().unwrap());
     let mut t = 0;
-    for _ in 0..10 {
+    for _ in 0..rounds {
         t ^= burn_alpha(black_box(20_000_000));
         t ^= burn_beta(black_box(40_000_000));
     }
@@ -475,17 +476,21 @@ fn main() {
 "#,
     )
     .unwrap();
-    let mut cmd = Command::new(cargo_flamegraph());
-    cmd.current_dir(&project)
-        .args(["flamegraph", "--bin", "burner", "-o", "flamegraph.svg"])
-        .env("PERF", perf_bin())
-        .env("CARGO", env!("CARGO"))
-        .env("CARGO_TARGET_DIR", dir.path().join("target"))
-        .env("CARGO_NET_OFFLINE", "true")
-        // Tuning meant for the outer build does not belong in the project's.
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_BUILD_TARGET");
-    let run = run_with_deadline(cmd);
+    let cargo_flamegraph = |svg: &str, args: &[&str]| {
+        let mut cmd = Command::new(cargo_flamegraph());
+        cmd.current_dir(&project)
+            .args(["flamegraph", "--bin", "burner", "-o", svg])
+            .args(args)
+            .env("PERF", perf_bin())
+            .env("CARGO", env!("CARGO"))
+            .env("CARGO_TARGET_DIR", dir.path().join("target"))
+            .env("CARGO_NET_OFFLINE", "true")
+            // Tuning meant for the outer build does not belong in the project's.
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET");
+        cmd
+    };
+    let run = run_with_deadline(cargo_flamegraph("flamegraph.svg", &[]));
     assert!(
         run.status.success(),
         "cargo flamegraph failed: {:?}\nstdout:\n{}\nstderr:\n{}",
@@ -499,6 +504,47 @@ fn main() {
     }
     // The recording was stackscope's: its JSON stands where perf.data would.
     read_json(&project.join("perf.data"));
+
+    // Ctrl-C in the terminal (SIGINT to the foreground group) while the program runs: the
+    // flamegraph of what was sampled so far is still drawn.
+    let mut cmd = cargo_flamegraph("interrupted.svg", &["--", "1000000"]);
+    cmd.process_group(0);
+    let start = Instant::now();
+    let child = spawn_piped(&mut cmd);
+    let group = child.id();
+    wait_until("the program never started under cargo flamegraph", || {
+        std::fs::read_dir("/proc")
+            .ok()?
+            .flatten()
+            .find_map(|entry| {
+                let pid = entry.file_name();
+                let comm = std::fs::read_to_string(entry.path().join("comm")).ok()?;
+                let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+                // The process group is the 3rd field after the parenthesised comm.
+                let pgrp = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .nth(2)?
+                    .to_string();
+                (comm.trim() == "burner" && pgrp == group.to_string()).then_some(pid)
+            })
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: signalling the process group created above.
+    assert_eq!(unsafe { libc::kill(-(group as i32), libc::SIGINT) }, 0);
+    let run = wait_output(child, start);
+    assert!(
+        run.status.success(),
+        "cargo flamegraph failed after Ctrl-C: {:?}\nstderr:\n{}",
+        run.status,
+        run.stderr
+    );
+    let svg = std::fs::read_to_string(project.join("interrupted.svg")).unwrap();
+    assert!(
+        svg.contains("burner::burn_alpha"),
+        "interrupted.svg does not name burn_alpha"
+    );
 }
 
 /// Two real recordings of different programs: with --no-normalize each column is exactly the
@@ -582,8 +628,14 @@ fn diff_of_two_recordings() {
     let svg = std::fs::read_to_string(dir.path().join("diff.svg")).unwrap();
     assert!(svg.starts_with("<?xml"));
     // Frames are drawn at their width after the change: only the second profile's show.
-    assert!(svg.contains("spin_work"), "diff.svg does not name spin_work");
-    assert!(!svg.contains("func_a"), "diff.svg draws a stack that is gone");
+    assert!(
+        svg.contains("spin_work"),
+        "diff.svg does not name spin_work"
+    );
+    assert!(
+        !svg.contains("func_a"),
+        "diff.svg draws a stack that is gone"
+    );
     stackscope(
         dir.path(),
         ["diff", "before.json", "after.json", "-o", "d.txt"],
