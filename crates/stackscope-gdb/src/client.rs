@@ -120,14 +120,30 @@ impl<S: Stream> Client<S> {
         let mut conn = Connection::new(stream, timeout);
         // A fresh stub may wait for an ack of a packet it thinks it sent; one `+` is harmless.
         conn.send_raw(b'+')?;
-        let reply = conn.request(b"qSupported:swbreak+;hwbreak+;vContSupported+")?;
-        let features = parse_features(&reply);
-        if features.no_ack {
-            let reply = conn.request(b"QStartNoAckMode")?;
-            if reply != b"OK" {
-                return Err(conn.malformed(&reply, "expected OK"));
+        conn.send(b"qSupported:swbreak+;hwbreak+;vContSupported+")?;
+        // QEMU announces the stop that a new connection causes (`T02thread:01;`) unasked;
+        // that is no answer to qSupported, which never looks like a stop reply.
+        let reply = loop {
+            let reply = conn.receive()?;
+            if !is_stop_reply(&reply) {
+                break reply;
             }
-            conn.disable_acks();
+        };
+        if let Some(code) = crate::packet::error_code(&reply) {
+            return Err(Error::Stub {
+                sent: conn.sent(),
+                code,
+            });
+        }
+        let features = parse_features(&reply);
+        // QEMU 7.2 accepts QStartNoAckMode without announcing it; a stub that does not know
+        // it answers with an empty packet, and acks stay on.
+        conn.send(b"QStartNoAckMode")?;
+        match conn.receive()?.as_slice() {
+            b"OK" => conn.disable_acks(),
+            b"" => {}
+            [b'E', ..] if !features.no_ack => {}
+            other => return Err(conn.malformed(other, "expected OK")),
         }
         Ok(Client {
             conn,
@@ -339,6 +355,11 @@ impl<S: Stream> Client<S> {
             };
         }
     }
+}
+
+/// `S05` or `T05...`: a stop reply.
+fn is_stop_reply(reply: &[u8]) -> bool {
+    matches!(reply, [b'S' | b'T', a, b, ..] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit())
 }
 
 /// A thread id as the stub writes it: hex, or `pPID.TID` with the multiprocess extension.

@@ -16,8 +16,8 @@ pub enum Error {
     /// Reading or writing the connection failed.
     #[error("connection to the GDB stub failed after sending {sent}: {source}")]
     Io { sent: String, source: io::Error },
-    /// The stub closed the connection.
-    #[error("the GDB stub closed the connection after {sent} (received so far: {got})")]
+    /// The stub closed or reset the connection.
+    #[error("the GDB stub closed the connection (it exited or was killed?) after {sent} (received so far: {got})")]
     Closed { sent: String, got: String },
     /// No (complete) reply in time.
     #[error("no reply from the GDB stub to {sent} within {secs} s (received so far: {got})")]
@@ -49,10 +49,6 @@ impl Error {
     /// so far is all there will be.
     pub fn is_end_of_target(&self) -> bool {
         matches!(self, Error::Exited(_) | Error::Closed { .. })
-            || matches!(self, Error::Io { source, .. } if matches!(
-                source.kind(),
-                io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionAborted
-            ))
     }
 }
 

@@ -201,10 +201,7 @@ impl<S: Stream> Connection<S> {
         self.stream
             .write_all(bytes)
             .and_then(|()| self.stream.flush())
-            .map_err(|source| Error::Io {
-                sent: shown(&self.last),
-                source,
-            })
+            .map_err(|source| io_error(&self.last, b"", source))
     }
 
     /// One byte before `deadline`; `got` is what the caller has received of this reply so
@@ -263,13 +260,26 @@ impl<S: Stream> Connection<S> {
                 }
                 Err(source) => {
                     self.buf.clear();
-                    return Err(Error::Io {
-                        sent: shown(&self.last),
-                        source,
-                    });
+                    return Err(io_error(&self.last, got, source));
                 }
             }
         }
+    }
+}
+
+/// A failed read or write: a reset or broken connection is the stub going away.
+fn io_error(sent: &[u8], got: &[u8], source: io::Error) -> Error {
+    match source.kind() {
+        io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => Error::Closed {
+            sent: shown(sent),
+            got: shown(got),
+        },
+        _ => Error::Io {
+            sent: shown(sent),
+            source,
+        },
     }
 }
 

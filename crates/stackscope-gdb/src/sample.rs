@@ -208,8 +208,9 @@ pub fn record<S: Stream>(
                 _ => 0,
             };
             running = false;
-            memory.clear();
             for &(vcpu, thread) in &target.vcpus {
+                // QEMU reads memory through the selected vCPU's page tables, which may differ.
+                memory.clear();
                 let regs = client.registers(thread)?;
                 let complete = unwind(
                     &target.space,
@@ -342,8 +343,9 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[((sorted.len() - 1) * p).div_ceil(100)]
 }
 
-/// Target memory read during one round, in aligned chunks so that the words an unwind reads
-/// cost one request per chunk; cleared every round, since the target ran in between.
+/// Target memory read during one unwind, in aligned chunks so that the words an unwind reads
+/// cost one request per chunk; cleared for every stack, since the target ran in between and
+/// each vCPU may map memory differently.
 #[derive(Default)]
 struct Memory {
     chunks: HashMap<u64, Option<Vec<u8>>>,

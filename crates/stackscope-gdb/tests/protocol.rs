@@ -175,7 +175,8 @@ fn handshake_turns_acks_off_and_reads_features() {
 
 #[test]
 fn ack_mode_acknowledges_each_reply_and_retransmits_on_a_bad_checksum() {
-    // A stub without QStartNoAckMode (acks stay on). The `g` reply first arrives corrupted.
+    // A stub without QStartNoAckMode answers it with an empty packet: acks stay on. The `g`
+    // reply first arrives corrupted.
     let regs = g_reply(0x7ffc_0000_1000, 0x7ffc_0000_0ff0, 0x5555_5555_5140);
     let good = packet(&regs);
     let mut bad = good.clone();
@@ -183,8 +184,12 @@ fn ack_mode_acknowledges_each_reply_and_retransmits_on_a_bad_checksum() {
     bad[n - 1] = if bad[n - 1] == b'0' { b'1' } else { b'0' };
     let supported = packet("PacketSize=1000");
     let ok = packet("OK");
-    let stream = Recorded::new(&[b"+", &supported, b"+", &ok, b"+", &bad, &good]);
+    let unknown = packet("");
+    let stream = Recorded::new(&[
+        b"+", &supported, b"+", &unknown, b"+", &ok, b"+", &bad, &good,
+    ]);
     let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    assert!(!client.features().no_ack);
     let got = client
         .registers(1)
         .expect("registers after a retransmission");
@@ -416,4 +421,18 @@ fn svr4_library_lists_give_paths_and_load_biases() {
         ]
     );
     assert!(parse_svr4("<library-list-svr4 version=\"1.0\"/>").is_empty());
+}
+
+#[test]
+fn an_unasked_stop_reply_at_connection_is_not_taken_for_the_features() {
+    // QEMU 7.2 sends `T02thread:01;` as soon as a client connects (it stops the guest then).
+    let stray = packet("T02thread:01;");
+    // Not announced, but accepted.
+    let supported = packet("PacketSize=1000;qXfer:features:read+;vContSupported+;multiprocess+");
+    let ok = packet("OK");
+    let status = packet("T05thread:01;");
+    let stream = Recorded::new(&[&stray, b"+", &supported, b"+", &ok, &status]);
+    let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    assert_eq!(client.features().packet_size, Some(0x1000));
+    assert_eq!(client.status().unwrap(), Stop::Signal(5));
 }
