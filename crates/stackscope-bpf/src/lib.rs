@@ -17,6 +17,7 @@ mod layout;
 mod processes;
 mod program;
 mod record;
+mod tables;
 
 pub use error::BpfError;
 pub use record::{record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY};

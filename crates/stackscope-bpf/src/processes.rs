@@ -12,29 +12,7 @@ use libbpf_rs::{Link, UprobeOpts};
 use stackscope_linux::maps::ProcessMaps;
 
 use crate::program::ProfileSkel;
-
-/// Stands in for the unwind-table loader until it lands: nothing is loaded, so every
-/// process is walked by frame pointers.
-struct TableLoader;
-struct TableMaps<'a> {
-    _skel: std::marker::PhantomData<&'a ()>,
-}
-impl TableLoader {
-    fn new(_maps: &TableMaps) -> Result<Self, String> {
-        Ok(TableLoader)
-    }
-    fn load_process(
-        &mut self,
-        _maps: &TableMaps,
-        _pid: u32,
-        _pmaps: &ProcessMaps,
-    ) -> Result<(), String> {
-        Err("unwind tables are not built yet".into())
-    }
-    fn forget_process(&mut self, _maps: &TableMaps, _pid: u32) -> Result<(), String> {
-        Ok(())
-    }
-}
+use crate::tables::{TableLoader, TableMaps};
 
 #[derive(Default)]
 pub(crate) struct Processes {
@@ -52,9 +30,11 @@ pub(crate) struct Processes {
     pub loader_error: Option<String>,
 }
 
-fn table_maps<'a>(_skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
+fn table_maps<'a>(skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
     TableMaps {
-        _skel: std::marker::PhantomData,
+        rows: &skel.maps.unwind_rows,
+        mappings: &skel.maps.unwind_mappings,
+        procs: &skel.maps.unwind_procs,
     }
 }
 

@@ -527,6 +527,9 @@ fn collect(
     if let Some(e) = &processes.load_error {
         hints.push(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers"));
     }
+    if let Some(e) = &processes.loader_error {
+        hints.push(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples"));
+    }
     profile.meta.hints = hints;
     BpfRecording {
         profile,

@@ -52,6 +52,38 @@ int main(void) {
 }
 "#;
 
+/// A library the program opens with dlopen once it runs, and calls into for most of its time.
+const HOT_LIB_C: &str = r#"
+volatile unsigned long hot_sink;
+__attribute__((noinline)) static unsigned long churn(unsigned long x) {
+    for (int i = 0; i < 5000; i++) x = x * 2862933555777941757UL + 3037000493UL;
+    return x;
+}
+void hot(unsigned long n) {
+    unsigned long x = n;
+    for (unsigned long i = 0; i < n; i++) x = churn(x);
+    hot_sink = x;
+}
+"#;
+
+const DLOPEN_C: &str = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <time.h>
+int main(int argc, char **argv) {
+    void *lib = dlopen(argv[1], RTLD_NOW);
+    if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 1; }
+    void (*hot)(unsigned long) = (void (*)(unsigned long))dlsym(lib, "hot");
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        hot(1000);
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (t.tv_sec - t0.tv_sec < 2);
+    return 0;
+}
+"#;
+
 fn build(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
     stackscope_testkit::compile(
         "gcc",
@@ -173,4 +205,47 @@ fn syscall_heavy_workload_has_kernel_stacks() {
     let main = samples_with(profile, |f| f.name == "main");
     assert!(main * 10 >= all * 9, "{main} of {all} samples reach main");
     assert!(profile.threads.iter().all(|t| t.comm == "writer"));
+}
+
+#[test]
+fn library_opened_later_is_unwound_from_its_first_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = stackscope_testkit::compile(
+        "gcc",
+        dir.path(),
+        ("hot.c", HOT_LIB_C),
+        &["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"],
+        &[],
+        "libhot.so",
+    );
+    let exe = stackscope_testkit::compile(
+        "gcc",
+        dir.path(),
+        ("dlopen.c", DLOPEN_C),
+        &["-O2", "-g", "-fomit-frame-pointer"],
+        &["-ldl"],
+        "dlopener",
+    );
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into(), lib.into()]));
+    config.frequency = Some(499);
+    let rec = run(config);
+    assert!(
+        rec.exit_status.is_some_and(|s| s.success()),
+        "{:?}",
+        rec.exit_status
+    );
+    let profile = &rec.profile;
+    let hot = samples_with(profile, |f| f.name == "churn" || f.name == "hot");
+    assert!(
+        hot >= 200,
+        "only {hot} samples in the library:{}",
+        top_stacks(profile)
+    );
+    let whole = samples_with(profile, |f| f.name == "main");
+    let all = total(profile);
+    assert!(
+        whole * 100 >= all * 99,
+        "{whole} of {all} samples unwound to main:{}",
+        top_stacks(profile)
+    );
 }
