@@ -1,0 +1,169 @@
+//! A real recording of split.c (func_a 30% / func_b 70% of the work) written in the viewer
+//! formats and read by their consumers: `go tool pprof` on `record -o prof.pb.gz`, and
+//! `report profile.json` into speedscope, Firefox Profiler and OSDK JSON, the last read back
+//! by `report` itself.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+use std::process::Command;
+
+/// `go tool pprof ARGS FILE`'s stdout; fails the test with pprof's stderr.
+fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", file.parent().unwrap())
+        .output()
+        .expect(
+            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
+        );
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The `-top` rows: (row index, cum share in percent, function name).
+fn top_rows(top: &str) -> Vec<(usize, f64, String)> {
+    top.lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let cum = f.get(4)?.strip_suffix('%')?.parse().ok()?;
+            Some((i, cum, f.get(5..)?.join(" ")))
+        })
+        .collect()
+}
+
+#[test]
+fn go_tool_pprof_shows_the_split_of_a_recording() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_nofp");
+    let out = dir.path().join("prof.pb.gz");
+    record(dir.path(), &out, &["-F", "999"], &[prog.as_os_str()]).assert_ok();
+    let bytes = std::fs::read(&out).unwrap();
+    assert_eq!(&bytes[..2], [0x1f, 0x8b], "not gzip");
+
+    let top = go_pprof(&["-top", "-nodecount=50"], &out);
+    let rows = top_rows(&top);
+    let find = |name: &str| {
+        rows.iter()
+            .find(|r| r.2 == name)
+            .unwrap_or_else(|| panic!("{name} not in pprof -top:\n{top}"))
+            .clone()
+    };
+    let (a_row, a_share, _) = find("func_a");
+    let (b_row, b_share, _) = find("func_b");
+    assert!(b_row < a_row, "func_b is not above func_a:\n{top}");
+    assert!((a_share - 30.0).abs() <= 4.0, "func_a {a_share}%:\n{top}");
+    assert!((b_share - 70.0).abs() <= 4.0, "func_b {b_share}%:\n{top}");
+    assert!(find("main").1 >= 99.0, "main not in every stack:\n{top}");
+    // CPU time is the default value, with the sampling period.
+    assert!(top.contains("Type: cpu"), "{top}");
+
+    // Every sample is labelled with its thread.
+    let traces = go_pprof(&["-traces"], &out);
+    assert!(
+        traces
+            .lines()
+            .any(|l| l.split_whitespace().eq(["thread:", "split_nofp"])),
+        "{traces}"
+    );
+}
+
+/// Share of the total weight of speedscope samples whose stack holds frame `name`.
+fn speedscope_share(file: &Value, name: &str) -> f64 {
+    let frames = file["shared"]["frames"].as_array().unwrap();
+    let (mut hit, mut total) = (0u64, 0u64);
+    for p in file["profiles"].as_array().unwrap() {
+        let weights = p["weights"].as_array().unwrap();
+        for (stack, w) in p["samples"].as_array().unwrap().iter().zip(weights) {
+            let w = w.as_u64().unwrap();
+            total += w;
+            if stack
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|i| frames[i.as_u64().unwrap() as usize]["name"] == name)
+            {
+                hit += w;
+            }
+        }
+    }
+    hit as f64 / total as f64
+}
+
+fn read_json_file(path: &Path) -> Value {
+    let text = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_slice(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn report_writes_speedscope_firefox_and_osdk_json() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_nofp");
+    let (_, profile) = record_json(dir.path(), &["-F", "999"], &[prog.as_os_str()]);
+    assert_min_samples(&profile, 500);
+    let run = |args: &[&str]| {
+        let mut all = vec!["report"];
+        all.extend_from_slice(args);
+        stackscope(dir.path(), all).assert_ok();
+    };
+
+    // speedscope: the format from the double extension, shares as recorded.
+    run(&["profile.json", "-o", "prof.speedscope.json"]);
+    let ss = read_json_file(&dir.path().join("prof.speedscope.json"));
+    assert_eq!(
+        ss["$schema"],
+        "https://www.speedscope.app/file-format-schema.json"
+    );
+    let b = speedscope_share(&ss, "func_b");
+    assert!(
+        (b - share_of(&profile, "func_b")).abs() < 1e-9,
+        "speedscope func_b share {b}"
+    );
+    assert!((b - 0.70).abs() <= 0.04, "speedscope func_b share {b}");
+
+    // Firefox Profiler: one thread, weights summing to the sample count.
+    run(&["profile.json", "-o", "prof.firefox.json"]);
+    let fx = read_json_file(&dir.path().join("prof.firefox.json"));
+    let threads = fx["threads"].as_array().unwrap();
+    assert_eq!(threads.len(), profile.threads.len());
+    assert_eq!(threads[0]["name"], "split_nofp");
+    let weights: i64 = threads[0]["samples"]["weight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w.as_i64().unwrap())
+        .sum();
+    assert_eq!(weights as u64, profile.total_samples());
+
+    // OSDK JSON by name, read back by report (content detection) into folded stacks.
+    run(&["profile.json", "--format", "osdk", "-o", "prof.osdk-out"]);
+    let osdk = read_json_file(&dir.path().join("prof.osdk-out"));
+    let rounds = osdk["stack_traces"].as_array().unwrap();
+    assert!(!rounds.is_empty());
+    run(&["prof.osdk-out", "-o", "back.folded"]);
+    let folded = parse_folded(&std::fs::read_to_string(dir.path().join("back.folded")).unwrap());
+    let total: u64 = folded.iter().map(|l| l.1).sum();
+    assert_eq!(total, profile.total_samples());
+    assert!(
+        folded.iter().all(|l| l.0[0].starts_with("cpu")),
+        "{folded:?}"
+    );
+    let b = folded_share(&folded, |frames| frames.iter().any(|f| f == "func_b"));
+    assert!(
+        (b - share_of(&profile, "func_b")).abs() < 1e-9,
+        "OSDK func_b share {b}"
+    );
+}
