@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the test kernel twice into OUT_DIR: kernel-fp.elf (frame pointers, no .eh_frame: only
+# Builds the test kernel twice into OUT_DIR: kernel-fp.elf (frame pointers, no CFI at all: only
 # the frame chain unwinds it) and kernel-cfi.elf (no frame pointers, .eh_frame: only CFI unwinds
 # it). Used by the guest-kernel tests and benches/gdb_vs_osdk.sh.
 # Usage: build.sh OUT_DIR
@@ -23,4 +23,6 @@ build() {
 }
 build kernel-fp.elf -fno-omit-frame-pointer -fno-asynchronous-unwind-tables -fno-unwind-tables \
     -DKERNEL_NO_EH_FRAME
+# -g still leaves CFI in .debug_frame: drop it, so that no unwind table of any kind is left.
+objcopy --remove-section=.debug_frame "$out/kernel-fp.elf"
 build kernel-cfi.elf -fomit-frame-pointer -fasynchronous-unwind-tables

@@ -17,7 +17,8 @@ typedef unsigned long u64;
 #define FW_CFG_NB_CPUS 0x05
 #define COM1 0x3f8
 
-#define ITERATIONS 10000
+/* Loop iterations per unit of work; a round of work_loop is 1 to 64 units. */
+#define UNIT 50
 #define SHARE_A_PERMILLE 300
 
 extern char ap_trampoline[], ap_trampoline_end[];
@@ -92,11 +93,19 @@ __attribute__((noipa)) void spin_b(u32 cpu, u64 n)
     sink[cpu].value = acc;
 }
 
+/*
+ * Each round's length varies at random (1 to 64 units, same split): a sampler stopping the
+ * guest at a fixed rate would otherwise lock onto the phase of a fixed-length round and see
+ * one function more often than its share.
+ */
 __attribute__((noipa)) void work_loop(u32 cpu)
 {
+    u64 seed = 0x9e3779b97f4a7c15ULL * (cpu + 1);
     while (keep_spinning) {
-        spin_a(cpu, ITERATIONS * SHARE_A_PERMILLE / 1000);
-        spin_b(cpu, ITERATIONS * (1000 - SHARE_A_PERMILLE) / 1000);
+        seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        u64 units = 1 + (seed >> 58);
+        spin_a(cpu, units * UNIT * SHARE_A_PERMILLE / 1000);
+        spin_b(cpu, units * UNIT * (1000 - SHARE_A_PERMILLE) / 1000);
     }
 }
 

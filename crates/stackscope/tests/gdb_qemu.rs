@@ -1,0 +1,306 @@
+//! `stackscope gdb` against a real QEMU: the test kernel in `tests/guest/` boots with two
+//! vCPUs, each spinning in `spin_a` (30% of its time) and `spin_b` (70%) under `work_loop`,
+//! entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from `start64`. The kernel is built
+//! with frame pointers and no unwind tables, and without frame pointers with `.eh_frame`, so each
+//! unwinding method is the only one that works on one of the builds.
+
+mod common;
+mod qemu;
+
+use common::*;
+use qemu::{Kernel, Qemu, Stub};
+use stackscope_profile::Profile;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Share of spin_a in each vCPU's time, by the kernel's iteration counts.
+const SHARE_A: f64 = 0.30;
+const TOLERANCE: f64 = 0.05;
+/// Stacks that must reach the entry (`start64` → `kmain`/`ap_main`); under software
+/// emulation a vCPU stops only between translation blocks, never mid-prologue, but a stop on
+/// a function's first instruction can still hide its caller from the frame chain.
+const MIN_COMPLETE: f64 = 0.95;
+/// Rounds per run. Shares measured this way spread more than a binomial's (about 1.5 times:
+/// a vCPU stops only between translation blocks, and a loaded host delays the stops), so 2000
+/// rounds keep a 5-point tolerance at more than three standard deviations.
+const ROUNDS: u64 = 2000;
+const HZ: &str = "400";
+
+/// The entry function of each vCPU's stacks.
+fn entry_of(cpu: u32) -> &'static str {
+    if cpu == 0 {
+        "kmain"
+    } else {
+        "ap_main"
+    }
+}
+
+/// One vCPU's stacks, each root first, with counts.
+type Stacks = Vec<(Vec<String>, u64)>;
+
+fn share(stacks: &Stacks, pred: impl Fn(&[String]) -> bool) -> f64 {
+    let total: u64 = stacks.iter().map(|s| s.1).sum();
+    let hit: u64 = stacks.iter().filter(|s| pred(&s.0)).map(|s| s.1).sum();
+    hit as f64 / total.max(1) as f64
+}
+
+fn describe(stacks: &Stacks) -> String {
+    let mut sorted: Vec<_> = stacks.iter().collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
+    let total: u64 = stacks.iter().map(|s| s.1).sum();
+    let mut text = format!("{total} samples; top stacks:\n");
+    for (frames, count) in sorted.into_iter().take(8) {
+        text.push_str(&format!("  {count:5} {}\n", frames.join(";")));
+    }
+    text
+}
+
+/// Asserts the split and the complete stacks of vCPU `cpu`, `rounds` samples expected.
+fn assert_vcpu(cpu: u32, stacks: &Stacks, rounds: u64) {
+    let total: u64 = stacks.iter().map(|s| s.1).sum();
+    assert_eq!(
+        total,
+        rounds,
+        "vCPU {cpu}: one sample per round\n{}",
+        describe(stacks)
+    );
+    let leaf_is = |name: &'static str| move |f: &[String]| f.last().is_some_and(|l| l == name);
+    for (name, expected) in [("spin_a", SHARE_A), ("spin_b", 1.0 - SHARE_A)] {
+        let got = share(stacks, leaf_is(name));
+        assert!(
+            (got - expected).abs() <= TOLERANCE,
+            "vCPU {cpu}: {name} has {:.1}% of the samples, expected {:.0}% ± {:.0} points\n{}",
+            got * 100.0,
+            expected * 100.0,
+            TOLERANCE * 100.0,
+            describe(stacks)
+        );
+    }
+    let entry = entry_of(cpu);
+    let complete = share(stacks, |f| {
+        f.len() >= 3 && f[0] == "start64" && f[1] == entry && f.iter().any(|n| n == "work_loop")
+    });
+    assert!(
+        complete >= MIN_COMPLETE,
+        "vCPU {cpu}: only {:.1}% of the stacks go start64;{entry};work_loop;...\n{}",
+        complete * 100.0,
+        describe(stacks)
+    );
+}
+
+/// Each vCPU's stacks from a stackscope JSON profile, keyed by the vCPU's thread.
+fn vcpus_of_profile(profile: &Profile) -> Vec<(u32, Stacks)> {
+    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
+    for s in &profile.samples {
+        let thread = profile.thread(s.thread);
+        assert_eq!(
+            thread.comm,
+            format!("cpu{}", thread.tid),
+            "each vCPU is a thread named cpuN"
+        );
+        assert_eq!(s.cpu, Some(thread.tid), "a vCPU's samples carry its index");
+        let frames = profile
+            .stack_frames(s.stack)
+            .map(|f| f.name.clone())
+            .collect();
+        by_cpu.entry(thread.tid).or_default().push((frames, s.count));
+    }
+    by_cpu.into_iter().collect()
+}
+
+/// Each vCPU's stacks from folded lines `cpuN;root;...;leaf COUNT`.
+fn vcpus_of_folded(text: &str) -> Vec<(u32, Stacks)> {
+    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
+    for (mut frames, count) in parse_folded(text) {
+        let thread = frames.remove(0);
+        let cpu = thread
+            .strip_prefix("cpu")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("folded line does not start with its vCPU: {thread:?}"));
+        by_cpu.entry(cpu).or_default().push((frames, count));
+    }
+    by_cpu.into_iter().collect()
+}
+
+/// Each vCPU's stacks from the OSDK's JSON: one map per round from the vCPU index to its
+/// frames, leaf first.
+fn vcpus_of_osdk(text: &str) -> Vec<(u32, Stacks)> {
+    let value: serde_json::Value = serde_json::from_str(text).expect("OSDK JSON parses");
+    let rounds = value["stack_traces"]
+        .as_array()
+        .expect("OSDK JSON has stack_traces");
+    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
+    for round in rounds {
+        for (cpu, frames) in round.as_object().expect("a round is a map of vCPUs") {
+            let mut frames: Vec<String> = frames
+                .as_array()
+                .expect("a vCPU's stack is a list")
+                .iter()
+                .map(|f| f.as_str().expect("frame names are strings").to_string())
+                .collect();
+            frames.reverse();
+            by_cpu
+                .entry(cpu.parse().expect("vCPU keys are numbers"))
+                .or_default()
+                .push((frames, 1));
+        }
+    }
+    by_cpu.into_iter().collect()
+}
+
+/// `stackscope gdb --remote REMOTE --kernel KERNEL ARGS...` in `dir`, to its end.
+fn gdb(dir: &Path, qemu: &Qemu, kernel: Kernel, args: &[&str]) -> Run {
+    let kernel = kernel.path();
+    let mut all = vec!["gdb", "--remote", &qemu.remote, "--kernel"];
+    let kernel = kernel.to_str().expect("UTF-8 path");
+    all.push(kernel);
+    all.extend_from_slice(args);
+    stackscope(dir, &all)
+}
+
+/// The rounds, stacks and median pause of stackscope's summary line.
+fn summary(run: &Run) -> (u64, u64, f64) {
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains(" rounds, ") && l.contains("guest paused per round"))
+        .unwrap_or_else(|| panic!("no summary line on stderr:\n{}", run.stderr));
+    let number_before = |word: &str| -> f64 {
+        let head = &line[..line
+            .find(word)
+            .unwrap_or_else(|| panic!("{word:?} not in {line}"))];
+        let token = head.split_whitespace().last().expect("a number");
+        token
+            .parse()
+            .unwrap_or_else(|_| panic!("{token:?} before {word:?} is not a number: {line}"))
+    };
+    let median = line
+        .split("median ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no median pause in {line}"));
+    (
+        number_before(" rounds,") as u64,
+        number_before(" stacks in") as u64,
+        median,
+    )
+}
+
+fn sample_kernel(kernel: Kernel, out_name: &str, extra: &[&str]) -> (Run, String) {
+    let _serial = serial();
+    let dir = tempdir();
+    let qemu = Qemu::boot(kernel, 2, Stub::Tcp, dir.path());
+    let out = dir.path().join(out_name);
+    let rounds = ROUNDS.to_string();
+    let mut args = vec!["--samples", &rounds, "-F", HZ, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let run = gdb(dir.path(), &qemu, kernel, &args);
+    run.assert_ok();
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("{} was not written: {e}", out.display()));
+    (run, text)
+}
+
+fn assert_two_vcpus(vcpus: &[(u32, Stacks)]) {
+    let cpus: Vec<u32> = vcpus.iter().map(|v| v.0).collect();
+    assert_eq!(cpus, [0, 1], "one thread per vCPU");
+    for (cpu, stacks) in vcpus {
+        assert_vcpu(*cpu, stacks, ROUNDS);
+    }
+}
+
+#[test]
+fn frame_pointer_kernel_split_per_vcpu() {
+    let (run, text) = sample_kernel(Kernel::FramePointers, "guest.json", &[]);
+    let profile = stackscope_profile::format::read(text.as_bytes())
+        .unwrap_or_else(|e| panic!("the JSON profile does not read back: {e}"));
+    assert_eq!(profile.meta.source, "gdb");
+    assert_two_vcpus(&vcpus_of_profile(&profile));
+    let (rounds, stacks, median_pause) = summary(&run);
+    assert_eq!((rounds, stacks), (ROUNDS, 2 * ROUNDS), "{}", run.stderr);
+    assert!(median_pause > 0.0, "a round stops the guest for some time");
+}
+
+#[test]
+fn cfi_kernel_split_per_vcpu_folded() {
+    let (_, text) = sample_kernel(Kernel::Cfi, "guest.folded", &[]);
+    assert_two_vcpus(&vcpus_of_folded(&text));
+}
+
+#[test]
+fn unix_socket_stub_osdk_json() {
+    let _serial = serial();
+    let dir = tempdir();
+    let socket = dir.path().join("gdb.sock");
+    let qemu = Qemu::boot(Kernel::Cfi, 2, Stub::Unix(socket), dir.path());
+    let out = dir.path().join("guest.json");
+    let rounds = ROUNDS.to_string();
+    let run = gdb(
+        dir.path(),
+        &qemu,
+        Kernel::Cfi,
+        &[
+            "--samples",
+            &rounds,
+            "-F",
+            HZ,
+            "--format",
+            "osdk",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    run.assert_ok();
+    let text = std::fs::read_to_string(&out).expect("OSDK JSON written");
+    assert_two_vcpus(&vcpus_of_osdk(&text));
+}
+
+#[test]
+fn cpu_mask_selects_vcpu0() {
+    let (_, text) = sample_kernel(Kernel::FramePointers, "guest.folded", &["--cpu-mask", "0x1"]);
+    let vcpus = vcpus_of_folded(&text);
+    assert_eq!(
+        vcpus.iter().map(|v| v.0).collect::<Vec<_>>(),
+        [0],
+        "only vCPU 0 is sampled"
+    );
+    assert_vcpu(0, &vcpus[0].1, ROUNDS);
+}
+
+#[test]
+fn qemu_killed_mid_run_keeps_the_profile_so_far() {
+    let _serial = serial();
+    let dir = tempdir();
+    let mut qemu = Qemu::boot(Kernel::Cfi, 2, Stub::Tcp, dir.path());
+    let out = dir.path().join("guest.folded");
+    let kernel = Kernel::Cfi.path();
+    let mut cmd = Command::new(stackscope_bin());
+    cmd.current_dir(dir.path())
+        .args(["gdb", "--remote", &qemu.remote, "--kernel"])
+        .arg(&kernel)
+        .args(["-F", "100", "--samples", "100000", "-o"])
+        .arg(&out);
+    let start = Instant::now();
+    let child = spawn_piped(&mut cmd);
+    // Kill the guest once sampling is well under way (connecting takes a fraction of this).
+    std::thread::sleep(Duration::from_secs(5));
+    qemu.kill();
+    let run = wait_output(child, start);
+    run.assert_ok();
+    let lower = run.stderr.to_lowercase();
+    assert!(
+        lower.contains("connection") && (lower.contains("closed") || lower.contains("dropped")),
+        "stackscope does not say that the connection dropped:\n{}",
+        run.stderr
+    );
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("the profile so far was not written: {e}\n{}", run.stderr));
+    let vcpus = vcpus_of_folded(&text);
+    assert!(
+        !vcpus.is_empty() && vcpus.iter().all(|(_, s)| !s.is_empty()),
+        "no samples before QEMU was killed:\n{}",
+        run.stderr
+    );
+}
