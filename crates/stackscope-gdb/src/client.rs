@@ -8,8 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::error::Error;
-use crate::packet::{decode_hex, unescape, Connection, Stream};
+use crate::error::{shown, Error};
+use crate::packet::{decode_hex, error_code, frame, unescape, Connection, Stream};
 
 /// Where the stub listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,14 +186,41 @@ impl<S: Stream> Client<S> {
     /// Registers of one thread (`Hg` + `g`), in the x86-64 order both QEMU and gdbserver
     /// use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes each, little-endian.
     pub fn registers(&mut self, thread: u64) -> Result<Registers, Error> {
-        if self.selected != Some(thread) {
-            let reply = self.conn.request(format!("Hg{thread:x}").as_bytes())?;
-            if reply != b"OK" {
-                return Err(self.conn.malformed(&reply, "expected OK"));
+        let reply = if self.selected == Some(thread) {
+            self.conn.request(b"g")?
+        } else {
+            let select = format!("Hg{thread:x}");
+            let (selected, reply) = if self.conn.acks() {
+                (self.conn.request(select.as_bytes())?, None)
+            } else {
+                let [selected, reply] = self.conn.exchange_pair(select.as_bytes(), b"g")?;
+                (selected, Some(reply))
+            };
+            if selected != b"OK" {
+                let sent = shown(&frame(select.as_bytes()));
+                return Err(match error_code(&selected) {
+                    Some(code) => Error::Stub { sent, code },
+                    None => Error::Malformed {
+                        sent,
+                        got: shown(&selected),
+                        why: "expected OK",
+                    },
+                });
             }
             self.selected = Some(thread);
-        }
-        let reply = self.conn.request(b"g")?;
+            match reply {
+                Some(reply) => match error_code(&reply) {
+                    Some(code) => {
+                        return Err(Error::Stub {
+                            sent: self.conn.sent(),
+                            code,
+                        })
+                    }
+                    None => reply,
+                },
+                None => self.conn.request(b"g")?,
+            }
+        };
         let reg = |i: usize| -> Option<u64> {
             let hex = reply.get(i * 16..(i + 1) * 16)?;
             // `xx` marks a register the stub cannot read.

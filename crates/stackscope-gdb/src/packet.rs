@@ -60,6 +60,11 @@ impl<S: Stream> Connection<S> {
         }
     }
 
+    /// Whether packets are still acknowledged.
+    pub fn acks(&self) -> bool {
+        self.ack
+    }
+
     /// Stops sending and expecting `+`/`-` (after the stub accepted `QStartNoAckMode`).
     pub fn disable_acks(&mut self) {
         self.ack = false;
@@ -108,6 +113,20 @@ impl<S: Stream> Connection<S> {
                 _ => got.push(b),
             }
         }
+    }
+
+    /// Without acks: sends two packets in one write and receives both replies, each error
+    /// naming its own packet. One round trip instead of two.
+    pub fn exchange_pair(&mut self, first: &[u8], second: &[u8]) -> Result<[Vec<u8>; 2], Error> {
+        debug_assert!(!self.ack, "pipelining needs no-ack mode");
+        let (first, second) = (frame(first), frame(second));
+        self.last = [first.as_slice(), second.as_slice()].concat();
+        self.write_last()?;
+        self.last = first;
+        let a = self.receive()?;
+        self.last = second;
+        let b = self.receive()?;
+        Ok([a, b])
     }
 
     /// Sends one raw byte that is not a packet (the `0x03` interrupt).

@@ -415,3 +415,40 @@ fn a_stub_that_never_answers_is_a_timeout_not_a_hang() {
     run.assert_one_line_error(&["no reply", "qSupported"]);
     keep.join().unwrap();
 }
+
+#[test]
+fn ctrl_c_writes_the_profile_and_leaves_the_program_running() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = split_build(dir.path(), false);
+    let stub = Gdbserver::tcp(&program, &["1000000"]);
+    let out = dir.path().join("guest.folded");
+    let mut cmd = Command::new(stackscope_bin());
+    cmd.current_dir(dir.path())
+        .args(["gdb", "--remote", &stub.remote(), "--kernel"])
+        .arg(&program)
+        .args(["-F", "200", "-o"])
+        .arg(&out);
+    let start = std::time::Instant::now();
+    let child = spawn_piped(&mut cmd);
+    std::thread::sleep(Duration::from_secs(3));
+    // SAFETY: kill(2) on the stackscope this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let run = wait_output(child, start);
+    run.assert_ok();
+    let lines = parse_folded(&std::fs::read_to_string(&out).expect("profile written"));
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        total >= 20,
+        "only {total} samples in 3 s at 200 Hz:\n{}",
+        run.stderr
+    );
+    // Detached, not stopped: the program goes on running (state R, not t).
+    let pid = stub.program_pid.unwrap();
+    let state = wait_until("the program runs on after stackscope detached", || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let state = stat.rsplit_once(") ")?.1.chars().next()?;
+        (state == 'R').then_some(state)
+    });
+    assert_eq!(state, 'R');
+}
