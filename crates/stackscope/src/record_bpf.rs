@@ -124,25 +124,28 @@ pub(crate) fn record(
 }
 
 /// Stacks that could not be displayed, counted as bcc counts them: one per missed side (user,
-/// kernel) of each entry it prints, an entry being a (process, comm, stack).
+/// kernel) of each entry printed, an entry being a process, comm and stack as shown (stacks
+/// that differ only in what is not shown, such as source lines, print as one entry).
 pub(crate) fn missed_stacks(profile: &Profile) -> u64 {
-    let mut entries = HashSet::new();
+    let mut entries: HashSet<(u32, &str, Vec<&str>)> = HashSet::new();
+    let mut missed = 0;
     for sample in &profile.samples {
         let thread = profile.thread(sample.thread);
-        entries.insert((thread.pid, thread.comm.as_str(), sample.stack));
+        let names: Vec<&str> = profile
+            .stack_frames(sample.stack)
+            .map(|f| f.name.as_str())
+            .collect();
+        let markers = profile
+            .stack_frames(sample.stack)
+            .filter(|f| {
+                f.kind == FrameKind::Marker && (f.name == MISSED_USER || f.name == MISSED_KERNEL)
+            })
+            .count() as u64;
+        if markers > 0 && entries.insert((thread.pid, thread.comm.as_str(), names)) {
+            missed += markers;
+        }
     }
-    entries
-        .into_iter()
-        .map(|(_, _, stack)| {
-            profile
-                .stack_frames(stack)
-                .filter(|f| {
-                    f.kind == FrameKind::Marker
-                        && (f.name == MISSED_USER || f.name == MISSED_KERNEL)
-                })
-                .count() as u64
-        })
-        .sum()
+    missed
 }
 
 /// bcc profile's warnings, in its words.

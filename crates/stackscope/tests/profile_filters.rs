@@ -39,7 +39,7 @@ fn pid_filter_excludes_other_busy_processes() {
         .get(&("split_nofp".to_string(), wanted.pid()))
         .copied()
         .unwrap_or(0);
-    assert!(mine >= 300, "only {mine} samples of the wanted pid: {by:?}");
+    assert!(mine >= 50, "only {mine} samples of the wanted pid: {by:?}");
     assert_eq!(
         by.len(),
         1,
@@ -84,7 +84,7 @@ fn cpu_filter_keeps_one_cpu() {
         let lines = parse_folded(&run.stdout);
         let kept_samples: u64 = lines.iter().filter(|l| l.0[0] == kept).map(|l| l.1).sum();
         assert!(
-            kept_samples >= 300,
+            kept_samples >= 50,
             "-C {cpu}: only {kept_samples} samples of {kept}\n{}",
             top_folded(&lines, 5)
         );
@@ -147,7 +147,7 @@ fn stack_storage_overflow_is_marked_and_counted() {
         run.stderr
     );
 
-    // Folded: the marker stands where the user frames would.
+    // Folded: the same count of markers, each where its half of the stack would be.
     let run = profile(
         dir.path(),
         &[
@@ -163,10 +163,19 @@ fn stack_storage_overflow_is_marked_and_counted() {
     );
     run.assert_ok();
     let lines = parse_folded(&run.stdout);
-    let marked = lines
-        .iter()
-        .filter(|l| l.0.get(1).is_some_and(|f| f == "[Missed User Stack]"))
-        .count() as u64;
+    let mut marked = 0;
+    for (frames, _) in &lines {
+        for (i, frame) in frames.iter().enumerate() {
+            match frame.as_str() {
+                "[Missed User Stack]" => assert_eq!(i, 1, "user marker at the root: {frames:?}"),
+                "[Missed Kernel Stack]" => {
+                    assert_eq!(i, frames.len() - 1, "kernel marker at the leaf: {frames:?}")
+                }
+                _ => continue,
+            }
+            marked += 1;
+        }
+    }
     assert!(marked > 0, "{}", top_folded(&lines, 5));
     assert_eq!(
         missed_warning(&run.stderr).map(|w| w.0),

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -226,6 +227,23 @@ fn ctrl_c_ends_sampling_and_prints_the_profile() {
     let banner = format!(
         "Sampling at 499 Hertz of PID [{pid}] by user + kernel stack... Hit Ctrl-C to end.\n"
     );
+    // Ends stackscope past the deadline, returning its status and stderr.
+    let finish = |mut child: std::process::Child, started: Instant| {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("stackscope did not finish within {DEADLINE:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+        (status, stderr)
+    };
     let started = Instant::now();
     while !std::fs::read_to_string(&out_path)
         .unwrap_or_default()
@@ -233,11 +251,10 @@ fn ctrl_c_ends_sampling_and_prints_the_profile() {
     {
         if started.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
             let _ = child.kill();
-            let run = wait_output(child, started);
+            let (_, stderr) = finish(child, started);
             panic!(
-                "no banner; stdout {:?}, stderr:\n{}",
-                std::fs::read_to_string(&out_path),
-                run.stderr
+                "no banner; stdout {:?}, stderr:\n{stderr}",
+                std::fs::read_to_string(&out_path)
             );
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -245,8 +262,11 @@ fn ctrl_c_ends_sampling_and_prints_the_profile() {
     std::thread::sleep(Duration::from_secs(2));
     // SAFETY: kill(2) on a child we started and have not reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
-    let run = wait_output(child, started);
-    run.assert_ok();
+    let (status, stderr) = finish(child, Instant::now());
+    assert!(
+        status.success(),
+        "exit status {status:?} after Ctrl-C; stderr:\n{stderr}"
+    );
     let stdout = std::fs::read_to_string(&out_path).unwrap();
     let body = stdout.strip_prefix(&banner).unwrap();
     assert!(

@@ -104,7 +104,7 @@ fn no_stack_memory_leaves_the_kernel() {
         .arg("-o")
         .arg(&wl_trace)
         .arg(&prog)
-        .arg("40")
+        .arg("240")
         .stdin(Stdio::piped())
         .stdout(Stdio::null());
     let mut target = Background(strace.spawn().expect("spawn strace"));
@@ -147,7 +147,7 @@ fn no_stack_memory_leaves_the_kernel() {
     };
 
     // bcc text and folded on stdout, then every file format.
-    let run = check_run("profile-text", &["profile", "-F", "999", "-p", &pid, "2"]);
+    let run = check_run("profile-text", &["profile", "-F", "999", "-p", &pid, "1"]);
     assert!(
         run.stdout.contains("    burn\n"),
         "the profile shows the workload:\n{}",
@@ -155,7 +155,7 @@ fn no_stack_memory_leaves_the_kernel() {
     );
     check_run(
         "profile-folded",
-        &["profile", "-adf", "-F", "999", "-p", &pid, "2"],
+        &["profile", "-adf", "-F", "999", "-p", &pid, "1"],
     );
     for ext in ["json", "svg", "txt", "folded"] {
         let out = d.join(format!("profile.{ext}"));
