@@ -9,7 +9,7 @@
 //! An aggregation on `ustack()` has no thread: equal stacks of different threads add up, and
 //! the `comm` is not a frame. Each name ends in `+0x0`, the offset the collapser strips from
 //! the last `+`, so names holding a `+` survive. Markers and frames without a module print
-//! their bare name.
+//! their bare name; a stack without frames prints one `[unknown]` frame.
 
 use super::{push_name, WriteOptions};
 use crate::{Frame, FrameKind, Profile};
@@ -34,6 +34,10 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
         let mut text = String::new();
         for frame in profile.stack_frames(stack).rev() {
             push_frame(&mut text, frame);
+        }
+        if text.is_empty() {
+            // A count without frames would break readers (inferno's collapser fails on it).
+            push_frame(&mut text, &Frame::marker("[unknown]"));
         }
         *texts.entry(text).or_default() += count;
     }
@@ -101,6 +105,8 @@ mod tests {
         });
         let s1 = b.stack(&[main, f]);
         let s2 = b.stack(&[m, main]);
+        let empty = b.stack(&[]);
+        b.add(t2, empty, None, 1);
         b.add(t1, s1, None, 2);
         b.add(t2, s1, None, 3);
         b.add(t1, s2, None, 4);
@@ -111,7 +117,7 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             format!(
-                "\n{i}prog`main+0x0\n{i}[unknown]\n{c}4\n\n\
+                "\n{i}[unknown]\n{c}1\n\n{i}prog`main+0x0\n{i}[unknown]\n{c}4\n\n\
                  {i}libc.so.6`a+b+0x0\n{i}prog`main+0x0\n{c}5\n\n"
             )
         );

@@ -12,7 +12,8 @@
 //! `comm` would read as its pid); unknown functions name the module `[unknown]`, which keeps
 //! them `[unknown]` instead of `[module]`; each name ends in `+0x0`, the offset the collapser
 //! strips, so a name that itself ends like an offset survives. Inlined frames say `(inlined)`,
-//! as perf does. The profile keeps no addresses, so every frame prints address 0.
+//! as perf does. A sample without frames prints one `[unknown]` frame, since the collapsers
+//! drop a sample that has none. The profile keeps no addresses, so every frame prints address 0.
 
 use super::{push_name, WriteOptions};
 use crate::{Frame, FrameKind, Profile};
@@ -39,7 +40,12 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
             block.push_str(&format!(" [{cpu:03}]"));
         }
         block.push_str(&format!(" 0.000000: {} {event}:\n", sample.count));
-        for frame in profile.stack_frames(sample.stack).rev() {
+        let mut frames = profile.stack_frames(sample.stack).rev().peekable();
+        if frames.peek().is_none() {
+            // Collapsers drop a sample without frames; one unknown frame keeps its count.
+            push_frame(&mut block, &Frame::marker(UNKNOWN));
+        }
+        for frame in frames {
             push_frame(&mut block, frame);
         }
         block.push('\n');
@@ -152,6 +158,25 @@ mod tests {
              \t0 inner+0x0 (inlined)\n\
              \t0 main+0x0 (/usr/bin/my_prog)\n\
              \t0 [unknown] ([unknown])\n\n"
+        );
+    }
+
+    #[test]
+    fn a_sample_without_frames_keeps_its_count() {
+        let mut b = ProfileBuilder::new(Metadata::default());
+        let t = b.thread(Thread {
+            pid: 1,
+            tid: 1,
+            comm: "x".into(),
+            process_name: "x".into(),
+        });
+        let s = b.stack(&[]);
+        b.add(t, s, None, 3);
+        let mut out = Vec::new();
+        write(&b.finish(), &WriteOptions::default(), &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "x 1/1 0.000000: 3 cpu-clock:\n\t0 [unknown] ([unknown])\n\n"
         );
     }
 }
