@@ -96,7 +96,7 @@ impl Client<Box<dyn Stream>> {
             };
             Error::Connect {
                 remote: remote.to_string(),
-                source,
+                error: source,
                 hint,
             }
         };

@@ -7,15 +7,15 @@ use std::io;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Could not reach the stub at all.
-    #[error("cannot connect to the GDB stub at {remote}: {source}{hint}")]
+    #[error("cannot connect to the GDB stub at {remote}: {error}{hint}")]
     Connect {
         remote: String,
-        source: io::Error,
+        error: io::Error,
         hint: &'static str,
     },
     /// Reading or writing the connection failed.
-    #[error("connection to the GDB stub failed after sending {sent}: {source}")]
-    Io { sent: String, source: io::Error },
+    #[error("connection to the GDB stub failed after sending {sent}: {error}")]
+    Io { sent: String, error: io::Error },
     /// The stub closed or reset the connection.
     #[error("the GDB stub closed the connection (it exited or was killed?) after {sent} (received so far: {got})")]
     Closed { sent: String, got: String },

@@ -297,7 +297,7 @@ fn io_error(sent: &[u8], got: &[u8], source: io::Error) -> Error {
         },
         _ => Error::Io {
             sent: shown(sent),
-            source,
+            error: source,
         },
     }
 }

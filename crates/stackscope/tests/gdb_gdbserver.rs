@@ -452,3 +452,74 @@ fn ctrl_c_writes_the_profile_and_leaves_the_program_running() {
     });
     assert_eq!(state, 'R');
 }
+
+/// A Rust program whose hot function is a method of a generic type called from a closure.
+const RUST_GENERIC: &str = r#"
+struct Worker<T>(T);
+
+impl<T: Copy + Into<u64>> Worker<T> {
+    #[inline(never)]
+    fn spin(&self, n: u64) -> u64 {
+        let mut x: u64 = self.0.into();
+        for i in 0..n {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+        }
+        std::hint::black_box(x)
+    }
+}
+
+fn main() {
+    let worker = Worker(3u32);
+    let run = || loop {
+        std::hint::black_box(worker.spin(std::hint::black_box(1_000_000)));
+    };
+    run();
+}
+"#;
+
+#[test]
+fn rust_clean_shortens_generic_and_closure_names() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = stackscope_testkit::compile(
+        "rustc",
+        dir.path(),
+        ("rust_generic.rs", RUST_GENERIC),
+        &["-C", "opt-level=2", "-C", "debuginfo=1"],
+        &[],
+        "rust_generic",
+    );
+    // Each run gets its own gdbserver: detaching ends a gdbserver session for good.
+    let sample = |clean: bool| {
+        let stub = Gdbserver::tcp(&program, &[]);
+        let remote = stub.remote();
+        let out = dir
+            .path()
+            .join(if clean { "clean.folded" } else { "raw.folded" });
+        let mut args = vec!["gdb", "--remote", &remote, "--kernel"];
+        let program = program.to_str().unwrap();
+        args.push(program);
+        args.extend(["--samples", "100", "-F", "200", "-o", out.to_str().unwrap()]);
+        if clean {
+            args.push("--rust-clean");
+        }
+        stackscope(dir.path(), &args).assert_ok();
+        std::fs::read_to_string(&out).expect("profile written")
+    };
+    let raw = sample(false);
+    assert!(
+        raw.contains("rust_generic::Worker<T>::spin") && raw.contains("{{closure}}"),
+        "full names without --rust-clean:\n{raw}"
+    );
+    let clean = sample(true);
+    let lines = parse_folded(&clean);
+    let with_spin = folded_share(&lines, |f| {
+        f.iter().any(|n| n == "rust_generic::Worker::spin")
+            && f.iter().any(|n| n == "rust_generic::main")
+    });
+    assert!(with_spin > 0.9, "short names with --rust-clean:\n{clean}");
+    assert!(
+        !clean.contains('<') && !clean.contains("{{closure}}") && !clean.contains("{impl#"),
+        "{clean}"
+    );
+}
