@@ -1,5 +1,5 @@
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Index of a frame in [`Profile::frames`].
 pub type FrameId = u32;
@@ -131,6 +131,10 @@ pub struct Metadata {
     /// One-line explanations of broken stacks and how to fix them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hints: Vec<String>,
+    /// Build-ids (lowercase hex) of the modules frames name, keyed by [`Frame::module`], where
+    /// the source knew them; pprof mappings carry them.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub build_ids: BTreeMap<String, String>,
 }
 
 /// The profile: everything a writer needs, nothing a source needs.

@@ -113,7 +113,12 @@ fn dump(p: &proto::Profile) -> String {
 
 #[test]
 fn pprof_golden() {
-    let p = decode(&pprof_bytes(&fixture::profile()));
+    let mut profile = fixture::profile();
+    profile
+        .meta
+        .build_ids
+        .insert("worker".to_string(), "0a1b2c3d4e5f".to_string());
+    let p = decode(&pprof_bytes(&profile));
     fixture::check_golden("profile.pprof.txt", &dump(&p));
 }
 

@@ -4,8 +4,8 @@
 //! period; the latter only when the period is known as a time). A location is one machine
 //! address: a frame and the frames inlined into it (the model's [`Frame::inlined`] flag marks
 //! a frame that shares its caller's address) become one location with one line per frame,
-//! innermost first. Every module becomes a mapping; kernel frames belong to
-//! `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
+//! innermost first. Every module becomes a mapping, with its build-id where the profile has
+//! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
 //! no address range; pprof then goes by the function names, files and lines.
 
 use crate::{Frame, FrameKind, Profile};
@@ -379,10 +379,15 @@ impl<'a> Encoder<'a> {
         }
         let id = self.message.mapping.len() as u64 + 1;
         let filename = self.string(module);
+        let build_id = match self.profile.meta.build_ids.get(module) {
+            Some(id) => self.string(id),
+            None => 0,
+        };
         // Symbols were resolved when the profile was taken: pprof must not look for them again.
         self.message.mapping.push(proto::Mapping {
             id,
             filename,
+            build_id,
             has_functions: true,
             has_filenames: true,
             has_line_numbers: true,
