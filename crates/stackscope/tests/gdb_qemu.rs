@@ -21,11 +21,11 @@ const TOLERANCE: f64 = 0.05;
 /// emulation a vCPU stops only between translation blocks, never mid-prologue, but a stop on
 /// a function's first instruction can still hide its caller from the frame chain.
 const MIN_COMPLETE: f64 = 0.95;
-/// Rounds per run. Shares measured this way spread more than a binomial's (about 1.5 times:
-/// a vCPU stops only between translation blocks, and a loaded host delays the stops), so 2000
-/// rounds keep a 5-point tolerance at more than three standard deviations.
-const ROUNDS: u64 = 2000;
-const HZ: &str = "400";
+/// Rounds per run, and their rate. Shares measured this way spread more than a binomial's: on
+/// a loaded host a vCPU thread may not run at all between two stops, and then two rounds see
+/// the same place. A moderate rate leaves the guest time to move between rounds.
+const ROUNDS: u64 = 1500;
+const HZ: &str = "150";
 
 /// The entry function of each vCPU's stacks.
 fn entry_of(cpu: u32) -> &'static str {
@@ -104,7 +104,10 @@ fn vcpus_of_profile(profile: &Profile) -> Vec<(u32, Stacks)> {
             .stack_frames(s.stack)
             .map(|f| f.name.clone())
             .collect();
-        by_cpu.entry(thread.tid).or_default().push((frames, s.count));
+        by_cpu
+            .entry(thread.tid)
+            .or_default()
+            .push((frames, s.count));
     }
     by_cpu.into_iter().collect()
 }
@@ -259,7 +262,11 @@ fn unix_socket_stub_osdk_json() {
 
 #[test]
 fn cpu_mask_selects_vcpu0() {
-    let (_, text) = sample_kernel(Kernel::FramePointers, "guest.folded", &["--cpu-mask", "0x1"]);
+    let (_, text) = sample_kernel(
+        Kernel::FramePointers,
+        "guest.folded",
+        &["--cpu-mask", "0x1"],
+    );
     let vcpus = vcpus_of_folded(&text);
     assert_eq!(
         vcpus.iter().map(|v| v.0).collect::<Vec<_>>(),

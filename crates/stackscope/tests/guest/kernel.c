@@ -18,7 +18,7 @@ typedef unsigned long u64;
 #define COM1 0x3f8
 
 /* Loop iterations per unit of work; a round of work_loop is 1 to 64 units. */
-#define UNIT 50
+#define UNIT 200
 #define SHARE_A_PERMILLE 300
 
 extern char ap_trampoline[], ap_trampoline_end[];
@@ -32,6 +32,9 @@ static struct {
     volatile u64 value;
     u8 pad[56];
 } sink[MAX_CPUS];
+
+/* Units of work done by each CPU: how fast the guest runs, read by a debugger. */
+volatile u64 work_units[MAX_CPUS * 8];
 
 static inline void outb(u16 port, u8 v) { __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
 static inline void outw(u16 port, u16 v) { __asm__ volatile("outw %0, %1" : : "a"(v), "Nd"(port)); }
@@ -106,6 +109,7 @@ __attribute__((noipa)) void work_loop(u32 cpu)
         u64 units = 1 + (seed >> 58);
         spin_a(cpu, units * UNIT * SHARE_A_PERMILLE / 1000);
         spin_b(cpu, units * UNIT * (1000 - SHARE_A_PERMILLE) / 1000);
+        work_units[cpu * 8] += units;
     }
 }
 

@@ -79,10 +79,7 @@ impl Qemu {
                 Stub::Unix(path) => (
                     vec![
                         "-chardev".to_string(),
-                        format!(
-                            "socket,path={},server=on,wait=off,id=gdb0",
-                            path.display()
-                        ),
+                        format!("socket,path={},server=on,wait=off,id=gdb0", path.display()),
                         "-gdb".to_string(),
                         "chardev:gdb0".to_string(),
                     ],
