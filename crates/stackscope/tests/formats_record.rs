@@ -167,3 +167,70 @@ fn report_writes_speedscope_firefox_and_osdk_json() {
         "OSDK func_b share {b}"
     );
 }
+
+/// The frames of each `-traces` sample, leaf first, `(inline)` kept on inlined ones.
+fn traces_stacks(traces: &str) -> Vec<Vec<String>> {
+    traces
+        .split("-----------+")
+        .skip(1)
+        .map(|block| {
+            block
+                .lines()
+                .skip(1)
+                // Label lines are `key:  value`; frame lines are indented past the value column.
+                .filter(|l| !l.trim_end().ends_with(':') && !l.contains(":  "))
+                .filter_map(|l| {
+                    let l = l.trim();
+                    // The first frame line starts with the sample's value.
+                    let frame = match l.split_once("   ") {
+                        Some((value, rest)) if value.chars().next()?.is_ascii_digit() => rest,
+                        _ => l,
+                    };
+                    (!frame.is_empty()).then(|| frame.trim().to_string())
+                })
+                .collect()
+        })
+        .filter(|s: &Vec<String>| !s.is_empty())
+        .collect()
+}
+
+#[test]
+fn go_tool_pprof_shows_inlined_rust_frames_as_lines_of_their_caller() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("rust_deep");
+    let out = dir.path().join("deep.pb.gz");
+    record(dir.path(), &out, &[], &[prog.as_os_str()]).assert_ok();
+
+    let traces = go_pprof(&["-traces"], &out);
+    let stacks = traces_stacks(&traces);
+    // pprof marks every line of a location but its last (the caller it was inlined into).
+    // Samples in a leaf (not those taken in the loader or between calls) have the helper.
+    let in_leaf: Vec<&Vec<String>> = stacks
+        .iter()
+        .filter(|s| s.iter().any(|f| f.starts_with("rust_deep::leaf_")))
+        .collect();
+    assert!(in_leaf.len() >= 2, "{traces}");
+    let inlined = in_leaf
+        .iter()
+        .filter(|s| {
+            s.windows(2).any(|w| {
+                w[0] == "rust_deep::deep_helper_mix (inline)"
+                    && w[1].starts_with("rust_deep::leaf_")
+                    && !w[1].ends_with("(inline)")
+            })
+        })
+        .count();
+    assert!(
+        inlined as f64 >= 0.9 * in_leaf.len() as f64,
+        "the inlined helper under a leaf in only {inlined} of {} pprof traces in a leaf:\n{traces}",
+        in_leaf.len()
+    );
+    let top = go_pprof(&["-top"], &out);
+    let rows = top_rows(&top);
+    let share = |name: &str| rows.iter().find(|r| r.2 == name).map(|r| r.1);
+    // The heavier leaf comes out heavier (the split itself is checked on split.c above).
+    let a = share("rust_deep::leaf_a").unwrap_or_else(|| panic!("{top}"));
+    let b = share("rust_deep::leaf_b").unwrap_or_else(|| panic!("{top}"));
+    assert!(b > a, "leaf_b {b}% not above leaf_a {a}%:\n{top}");
+}
