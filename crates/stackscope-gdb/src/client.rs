@@ -183,78 +183,144 @@ impl<S: Stream> Client<S> {
         Ok(threads)
     }
 
-    /// Registers of one thread (`Hg` + `g`), in the x86-64 order both QEMU and gdbserver
-    /// use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes each, little-endian.
+    /// Registers of one thread; see [`Client::registers_of`].
     pub fn registers(&mut self, thread: u64) -> Result<Registers, Error> {
-        let reply = if self.selected == Some(thread) {
-            self.conn.request(b"g")?
-        } else {
-            let select = format!("Hg{thread:x}");
-            let (selected, reply) = if self.conn.acks() {
-                (self.conn.request(select.as_bytes())?, None)
-            } else {
-                let [selected, reply] = self.conn.exchange_pair(select.as_bytes(), b"g")?;
-                (selected, Some(reply))
+        Ok(self.registers_of(&[thread])?[0])
+    }
+
+    /// Registers of each thread (`Hg` + `g`, all sent at once without acks), in the x86-64
+    /// order both QEMU and gdbserver use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes
+    /// each, little-endian.
+    pub fn registers_of(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
+        let result = self.registers_of_inner(threads);
+        if result.is_err() {
+            // Which `Hg` took effect is unknown.
+            self.selected = None;
+        }
+        result
+    }
+
+    fn registers_of_inner(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
+        let mut packets = Vec::with_capacity(threads.len() * 2);
+        for &thread in threads {
+            self.select_packet(thread, &mut packets);
+            packets.push(b"g".to_vec());
+        }
+        let replies = self.conn.exchange(&packets)?;
+        let mut out = Vec::with_capacity(threads.len());
+        for (packet, reply) in packets.iter().zip(&replies) {
+            if packet.starts_with(b"Hg") {
+                expect_ok(packet, reply)?;
+                continue;
+            }
+            if let Some(code) = error_code(reply) {
+                return Err(stub_error(packet, code));
+            }
+            let reg = |i: usize| -> Option<u64> {
+                let hex = reply.get(i * 16..(i + 1) * 16)?;
+                // `xx` marks a register the stub cannot read.
+                let bytes = decode_hex(hex)?;
+                Some(u64::from_le_bytes(bytes.try_into().ok()?))
             };
-            if selected != b"OK" {
-                let sent = shown(&frame(select.as_bytes()));
-                return Err(match error_code(&selected) {
-                    Some(code) => Error::Stub { sent, code },
-                    None => Error::Malformed {
-                        sent,
-                        got: shown(&selected),
-                        why: "expected OK",
-                    },
-                });
+            match (reg(16), reg(7), reg(6)) {
+                (Some(ip), Some(sp), Some(bp)) => out.push(Registers { ip, sp, bp }),
+                _ => {
+                    return Err(malformed(
+                        packet,
+                        reply,
+                        "expected at least 17 x86-64 registers in hex",
+                    ))
+                }
             }
+        }
+        Ok(out)
+    }
+
+    /// Reads up to `len` bytes at `addr` as the selected thread sees memory; `None` where the
+    /// stub cannot read it (`E NN`). A stub may return fewer bytes than asked.
+    pub fn read_memory(&mut self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, Error> {
+        let packet = self.memory_packet(addr, len);
+        let reply = self.conn.exchange(std::slice::from_ref(&packet))?;
+        self.memory_reply(&packet, &reply[0], len)
+    }
+
+    /// Reads `(thread, addr, len)` each as its thread sees memory (QEMU reads through that
+    /// vCPU's page tables), all sent at once without acks; see [`Client::read_memory`].
+    pub fn read_memory_of(
+        &mut self,
+        reads: &[(u64, u64, usize)],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let result = self.read_memory_of_inner(reads);
+        if result.is_err() {
+            self.selected = None;
+        }
+        result
+    }
+
+    fn read_memory_of_inner(
+        &mut self,
+        reads: &[(u64, u64, usize)],
+    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        let mut packets = Vec::with_capacity(reads.len() * 2);
+        for &(thread, addr, len) in reads {
+            self.select_packet(thread, &mut packets);
+            packets.push(self.memory_packet(addr, len));
+        }
+        let replies = self.conn.exchange(&packets)?;
+        let mut out = Vec::with_capacity(reads.len());
+        let mut lens = reads.iter().map(|r| r.2);
+        for (packet, reply) in packets.iter().zip(&replies) {
+            if packet.starts_with(b"Hg") {
+                expect_ok(packet, reply)?;
+            } else {
+                out.push(self.memory_reply(packet, reply, lens.next().unwrap_or(0))?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Queues `Hg` when `thread` is not the selected one.
+    fn select_packet(&mut self, thread: u64, packets: &mut Vec<Vec<u8>>) {
+        if self.selected != Some(thread) {
+            packets.push(format!("Hg{thread:x}").into_bytes());
             self.selected = Some(thread);
-            match reply {
-                Some(reply) => match error_code(&reply) {
-                    Some(code) => {
-                        return Err(Error::Stub {
-                            sent: self.conn.sent(),
-                            code,
-                        })
-                    }
-                    None => reply,
-                },
-                None => self.conn.request(b"g")?,
-            }
-        };
-        let reg = |i: usize| -> Option<u64> {
-            let hex = reply.get(i * 16..(i + 1) * 16)?;
-            // `xx` marks a register the stub cannot read.
-            let bytes = decode_hex(hex)?;
-            Some(u64::from_le_bytes(bytes.try_into().ok()?))
-        };
-        match (reg(16), reg(7), reg(6)) {
-            (Some(ip), Some(sp), Some(bp)) => Ok(Registers { ip, sp, bp }),
-            _ => Err(self
-                .conn
-                .malformed(&reply, "expected at least 17 x86-64 registers in hex")),
         }
     }
 
-    /// Reads up to `len` bytes at `addr`; a stub may return fewer (the rest is unreadable).
-    pub fn read_memory(&mut self, addr: u64, len: usize) -> Result<Vec<u8>, Error> {
+    fn memory_packet(&self, addr: u64, len: usize) -> Vec<u8> {
+        let kind = if self.features.binary_upload {
+            'x'
+        } else {
+            'm'
+        };
+        format!("{kind}{addr:x},{len:x}").into_bytes()
+    }
+
+    fn memory_reply(
+        &self,
+        packet: &[u8],
+        reply: &[u8],
+        len: usize,
+    ) -> Result<Option<Vec<u8>>, Error> {
+        if error_code(reply).is_some() {
+            return Ok(None);
+        }
         if self.features.binary_upload {
-            let reply = self.conn.request(format!("x{addr:x},{len:x}").as_bytes())?;
             return match reply.split_first() {
                 Some((b'b', data)) => match unescape(data) {
-                    Some(bytes) if bytes.len() <= len => Ok(bytes),
-                    _ => Err(self.conn.malformed(&reply, "bad binary data")),
+                    Some(bytes) if bytes.len() <= len => Ok(Some(bytes)),
+                    _ => Err(malformed(packet, reply, "bad binary data")),
                 },
-                _ => Err(self
-                    .conn
-                    .malformed(&reply, "expected b followed by binary data")),
+                _ => Err(malformed(
+                    packet,
+                    reply,
+                    "expected b followed by binary data",
+                )),
             };
         }
-        let reply = self.conn.request(format!("m{addr:x},{len:x}").as_bytes())?;
-        match decode_hex(&reply) {
-            Some(bytes) if bytes.len() <= len && !bytes.is_empty() => Ok(bytes),
-            _ => Err(self
-                .conn
-                .malformed(&reply, "expected memory contents in hex")),
+        match decode_hex(reply) {
+            Some(bytes) if bytes.len() <= len && !bytes.is_empty() => Ok(Some(bytes)),
+            _ => Err(malformed(packet, reply, "expected memory contents in hex")),
         }
     }
 
@@ -381,6 +447,29 @@ impl<S: Stream> Client<S> {
                 None => Err(self.conn.malformed(&reply, "expected a stop reply")),
             };
         }
+    }
+}
+
+fn expect_ok(packet: &[u8], reply: &[u8]) -> Result<(), Error> {
+    match error_code(reply) {
+        Some(code) => Err(stub_error(packet, code)),
+        None if reply == b"OK" => Ok(()),
+        None => Err(malformed(packet, reply, "expected OK")),
+    }
+}
+
+fn stub_error(packet: &[u8], code: String) -> Error {
+    Error::Stub {
+        sent: shown(&frame(packet)),
+        code,
+    }
+}
+
+fn malformed(packet: &[u8], reply: &[u8], why: &'static str) -> Error {
+    Error::Malformed {
+        sent: shown(&frame(packet)),
+        got: shown(reply),
+        why,
     }
 }
 

@@ -115,18 +115,26 @@ impl<S: Stream> Connection<S> {
         }
     }
 
-    /// Without acks: sends two packets in one write and receives both replies, each error
-    /// naming its own packet. One round trip instead of two.
-    pub fn exchange_pair(&mut self, first: &[u8], second: &[u8]) -> Result<[Vec<u8>; 2], Error> {
-        debug_assert!(!self.ack, "pipelining needs no-ack mode");
-        let (first, second) = (frame(first), frame(second));
-        self.last = [first.as_slice(), second.as_slice()].concat();
+    /// Sends packets and returns their replies in order (`E NN` included, for the caller to
+    /// judge). Without acks all go out in one write: one round trip however many there are.
+    /// An error names the packet whose reply failed.
+    pub fn exchange(&mut self, packets: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Error> {
+        let mut replies = Vec::with_capacity(packets.len());
+        if self.ack {
+            for packet in packets {
+                self.send(packet)?;
+                replies.push(self.receive()?);
+            }
+            return Ok(replies);
+        }
+        let framed: Vec<Vec<u8>> = packets.iter().map(|p| frame(p)).collect();
+        self.last = framed.concat();
         self.write_last()?;
-        self.last = first;
-        let a = self.receive()?;
-        self.last = second;
-        let b = self.receive()?;
-        Ok([a, b])
+        for packet in framed {
+            self.last = packet;
+            replies.push(self.receive()?);
+        }
+        Ok(replies)
     }
 
     /// Sends one raw byte that is not a packet (the `0x03` interrupt).

@@ -174,7 +174,6 @@ pub fn record<S: Stream>(
     let mut stacks = StackCounts::default();
     let mut pauses = Vec::new();
     let mut cache = CacheX86_64::new();
-    let mut memory = Memory::default();
     let mut addrs = Vec::with_capacity(64);
     let start = Instant::now();
     // Connecting stopped the target; the first round starts after it ran.
@@ -199,27 +198,33 @@ pub fn record<S: Stream>(
             break;
         }
         let now = Instant::now();
-        // Rounds a little late are made up for; a long stall does not turn into a burst.
-        next = (next + jitter.around(options.interval))
-            .max(now.checked_sub(options.interval).unwrap_or(now));
+        // Late rounds are made up for, but never closer than half the mean gap: samples taken
+        // in a burst after a stall would all land on the same spot and count it many times.
+        next = (next + jitter.around(options.interval)).max(now + options.interval / 2);
         let round = (|| -> Result<(), Error> {
             let signal = match client.interrupt()? {
                 Stop::Signal(s) => s,
                 _ => 0,
             };
             running = false;
-            for &(vcpu, thread) in &target.vcpus {
-                // QEMU reads memory through the selected vCPU's page tables, which may differ.
-                memory.clear();
-                let regs = client.registers(thread)?;
-                let complete = unwind(
-                    &target.space,
-                    &mut cache,
-                    client,
-                    &mut memory,
-                    regs,
-                    &mut addrs,
-                )?;
+            let threads: Vec<u64> = target.vcpus.iter().map(|v| v.1).collect();
+            let regs = client.registers_of(&threads)?;
+            // Each stack's first chunks in one go: most unwinds need nothing more.
+            let mut memories: Vec<Memory> = threads.iter().map(|&t| Memory::new(t)).collect();
+            let reads: Vec<(u64, u64, usize)> = threads
+                .iter()
+                .zip(&regs)
+                .flat_map(|(&thread, r)| {
+                    let base = r.sp & !(CHUNK - 1);
+                    [base, base.wrapping_add(CHUNK)].map(|b| (thread, b, CHUNK as usize))
+                })
+                .collect();
+            let chunks = client.read_memory_of(&reads)?;
+            for (i, ((_, base, _), chunk)) in reads.iter().zip(chunks).enumerate() {
+                memories[i / 2].chunks.insert(*base, chunk);
+            }
+            for ((&(vcpu, _), regs), memory) in target.vcpus.iter().zip(regs).zip(&mut memories) {
+                let complete = unwind(&target.space, &mut cache, client, memory, regs, &mut addrs)?;
                 unplaced |= addrs.iter().any(|&a| target.space.image_of(a).is_none());
                 stacks.add(vcpu, &addrs, complete);
             }
@@ -343,11 +348,11 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     sorted[((sorted.len() - 1) * p).div_ceil(100)]
 }
 
-/// Target memory read during one unwind, in aligned chunks so that the words an unwind reads
-/// cost one request per chunk; cleared for every stack, since the target ran in between and
+/// Target memory read for one stack, in aligned chunks so that the words an unwind reads
+/// cost one request per chunk; made anew for every stack, since the target ran in between and
 /// each vCPU may map memory differently.
-#[derive(Default)]
 struct Memory {
+    thread: u64,
     chunks: HashMap<u64, Option<Vec<u8>>>,
 }
 
@@ -355,8 +360,11 @@ struct Memory {
 const CHUNK: u64 = 512;
 
 impl Memory {
-    fn clear(&mut self) {
-        self.chunks.clear();
+    fn new(thread: u64) -> Self {
+        Memory {
+            thread,
+            chunks: HashMap::new(),
+        }
     }
 
     /// The 8-byte little-endian word at `addr`; `Ok(None)` when the target cannot read it.
@@ -370,11 +378,10 @@ impl Memory {
             let chunk = match self.chunks.get(&base) {
                 Some(chunk) => chunk,
                 None => {
-                    let read = match client.read_memory(base, CHUNK as usize) {
-                        Ok(bytes) => Some(bytes),
-                        Err(Error::Stub { .. }) => None,
-                        Err(e) => return Err(e),
-                    };
+                    let read = client
+                        .read_memory_of(&[(self.thread, base, CHUNK as usize)])?
+                        .pop()
+                        .flatten();
                     self.chunks.entry(base).or_insert(read)
                 }
             };

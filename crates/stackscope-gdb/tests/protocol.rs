@@ -285,14 +285,39 @@ fn unexpected_reply_is_an_error_not_a_guess() {
 
 #[test]
 fn stub_errors_name_the_request() {
-    let e = packet("E14");
-    let mut client = no_ack_client("QStartNoAckMode+", &[&e]);
-    let err = client.read_memory(0xdead_0000, 512).unwrap_err();
+    // Unreadable memory is no error, only no bytes; a thread the stub refuses is one.
+    let e14 = packet("E14");
+    let e22 = packet("E22");
+    // `Hg7` and `g` go out together: the stub answers both, `g` for the thread it kept.
+    let g = packet(&g_reply(1, 2, 3));
+    let mut client = no_ack_client("QStartNoAckMode+", &[&e14, &e22, &g]);
+    assert_eq!(client.read_memory(0xdead_0000, 512).unwrap(), None);
+    let err = client.registers(7).unwrap_err();
     assert!(
-        matches!(err, Error::Stub { ref code, .. } if code == "14"),
+        matches!(err, Error::Stub { ref code, .. } if code == "22"),
         "{err}"
     );
-    assert!(err.to_string().contains("$mdead0000,200#"), "{err}");
+    assert!(err.to_string().contains("$Hg7#"), "{err}");
+}
+
+#[test]
+fn requests_without_acks_go_out_together() {
+    // Registers of two vCPUs, then their stacks: each batch is one write and one round trip.
+    let ok = packet("OK");
+    let g1 = packet(&g_reply(0x1000, 0x2000, 0x3000));
+    let g2 = packet(&g_reply(0x4000, 0x5000, 0x6000));
+    let mem = packet("0102");
+    let e = packet("E14");
+    let all: Vec<u8> = [&ok[..], &g1, &ok, &g2, &ok, &mem, &ok, &e].concat();
+    let supported = packet("QStartNoAckMode+");
+    let stream = Recorded::new(&[b"+", &supported, b"+", &ok, &all]);
+    let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    let regs = client.registers_of(&[1, 2]).unwrap();
+    assert_eq!((regs[0].ip, regs[1].sp), (0x3000, 0x5000));
+    let chunks = client
+        .read_memory_of(&[(1, 0x2000, 512), (2, 0x5000, 512)])
+        .unwrap();
+    assert_eq!(chunks, vec![Some(vec![1, 2]), None]);
 }
 
 #[test]
@@ -305,7 +330,7 @@ fn binary_memory_reads_unescape() {
     let mut client = no_ack_client("QStartNoAckMode+;binary-upload+", &[&reply]);
     assert_eq!(
         client.read_memory(0x1000, 6).unwrap(),
-        vec![0x01, b'#', b'$', b'}', b'*', 0xff]
+        Some(vec![0x01, b'#', b'$', b'}', b'*', 0xff])
     );
 }
 
@@ -313,7 +338,10 @@ fn binary_memory_reads_unescape() {
 fn hex_memory_reads_may_be_short() {
     let reply = packet("c3cc");
     let mut client = no_ack_client("QStartNoAckMode+", &[&reply]);
-    assert_eq!(client.read_memory(0x1000, 512).unwrap(), vec![0xc3, 0xcc]);
+    assert_eq!(
+        client.read_memory(0x1000, 512).unwrap(),
+        Some(vec![0xc3, 0xcc])
+    );
 }
 
 #[test]

@@ -40,7 +40,8 @@ pub struct GdbArgs {
     #[arg(long, visible_alias = "elf", value_name = "ELF")]
     pub kernel: PathBuf,
 
-    /// Rounds per second.
+    /// Rounds per second [default: 100]. Each gap between rounds is drawn between half and one
+    /// and a half of the mean, so sampling never keeps step with periodic guest work.
     #[arg(short = 'F', long, value_name = "HZ", conflicts_with = "interval")]
     pub frequency: Option<u64>,
 

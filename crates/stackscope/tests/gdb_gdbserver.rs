@@ -49,7 +49,7 @@ struct Gdbserver {
 impl Gdbserver {
     /// `gdbserver --once 127.0.0.1:0 PROGRAM ARGS`, waiting until it listens.
     fn tcp(program: &Path, args: &[&str]) -> Gdbserver {
-        let mut server = Command::new("gdbserver")
+        let mut server = gdbserver_command()
             .arg("--once")
             .arg("127.0.0.1:0")
             .arg(program)
@@ -82,7 +82,7 @@ impl Gdbserver {
     /// behind a Unix socket, as QEMU serves one.
     fn unix(program: &Path, args: &[&str], socket: &Path) -> Gdbserver {
         let listener = UnixListener::bind(socket).expect("bind the Unix socket");
-        let mut server = Command::new("gdbserver")
+        let mut server = gdbserver_command()
             .arg("-")
             .arg(program)
             .args(args)
@@ -132,6 +132,16 @@ impl Drop for Gdbserver {
         let _ = self.server.kill();
         let _ = self.server.wait();
     }
+}
+
+/// `gdbserver` at the highest priority, which the program inherits. This sampler takes wall-clock
+/// samples: on a loaded machine a program that waits for a CPU shows the same place in many
+/// samples in a row, which would make shares swing far beyond their sampling error. At nice
+/// -20 the program runs nearly all the time, so its samples fall where its time goes.
+fn gdbserver_command() -> Command {
+    let mut cmd = Command::new("nice");
+    cmd.args(["-n", "-20", "gdbserver"]);
+    cmd
 }
 
 /// gdbserver's stderr, line by line, from a thread.
