@@ -162,7 +162,8 @@ impl<S: Stream> Client<S> {
         self.stop_reply()
     }
 
-    /// The target's threads (QEMU: one per vCPU, in CPU order), as the stub numbers them.
+    /// The target's threads (QEMU: one per vCPU, in CPU order), as the stub numbers them;
+    /// `[0]` for a stub that knows no threads.
     pub fn threads(&mut self) -> Result<Vec<u64>, Error> {
         let mut threads = Vec::new();
         let mut reply = self.conn.request(b"qfThreadInfo")?;
@@ -176,6 +177,8 @@ impl<S: Stream> Client<S> {
                     }
                 }
                 Some((b'l', _)) => break,
+                // A stub without threads: the one it has is the current one (id 0).
+                None if threads.is_empty() => return Ok(vec![0]),
                 _ => return Err(self.conn.malformed(&reply, "expected a thread list")),
             }
             reply = self.conn.request(b"qsThreadInfo")?;
@@ -279,9 +282,9 @@ impl<S: Stream> Client<S> {
         Ok(out)
     }
 
-    /// Queues `Hg` when `thread` is not the selected one.
+    /// Queues `Hg` when `thread` is not the selected one (0: the only one, never selected).
     fn select_packet(&mut self, thread: u64, packets: &mut Vec<Vec<u8>>) {
-        if self.selected != Some(thread) {
+        if thread != 0 && self.selected != Some(thread) {
             packets.push(format!("Hg{thread:x}").into_bytes());
             self.selected = Some(thread);
         }

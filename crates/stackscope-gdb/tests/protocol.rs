@@ -464,3 +464,13 @@ fn an_unasked_stop_reply_at_connection_is_not_taken_for_the_features() {
     assert_eq!(client.features().packet_size, Some(0x1000));
     assert_eq!(client.status().unwrap(), Stop::Signal(5));
 }
+
+#[test]
+fn a_stub_without_threads_has_one_and_needs_no_selecting() {
+    // An empty reply is how a stub says it does not know a packet.
+    let none = packet("");
+    let g = packet(&g_reply(0x10, 0x20, 0x30));
+    let mut client = no_ack_client("QStartNoAckMode+", &[&none, &g]);
+    assert_eq!(client.threads().unwrap(), vec![0]);
+    assert_eq!(client.registers(0).unwrap().ip, 0x30);
+}
