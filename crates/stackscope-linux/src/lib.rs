@@ -7,6 +7,7 @@
 
 pub mod maps;
 mod perf;
+pub mod perf_data;
 pub mod record;
 pub mod sampler;
 pub mod stacks;

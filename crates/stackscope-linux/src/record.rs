@@ -132,8 +132,9 @@ struct Process {
     known: bool,
 }
 
-/// Turns sampler events into counted raw stacks.
-struct Collector {
+/// Turns sampler events into counted raw stacks; shared by live recording and the replay of a
+/// perf.data file.
+pub(crate) struct Collector {
     processes: HashMap<u32, Process>,
     /// Thread names, by tid.
     comms: HashMap<u32, String>,
@@ -145,10 +146,13 @@ struct Collector {
     stack_bytes: Option<u32>,
     addrs: Vec<u64>,
     frames: Vec<RawFrame>,
+    /// False when replaying a saved file: its pids are no longer the live ones, so /proc must
+    /// not fill in what the file lacks, and the hints speak of perf record's options.
+    live: bool,
 }
 
 impl Collector {
-    fn new(config: &SamplerConfig) -> Self {
+    pub(crate) fn new(config: &SamplerConfig) -> Self {
         Collector {
             processes: HashMap::new(),
             comms: HashMap::new(),
@@ -163,10 +167,17 @@ impl Collector {
             },
             addrs: Vec::new(),
             frames: Vec::new(),
+            live: true,
         }
     }
 
-    fn handle(&mut self, event: Event<'_>) {
+    /// A collector for events read back from a file rather than from live processes.
+    pub(crate) fn replaying(mut self) -> Self {
+        self.live = false;
+        self
+    }
+
+    pub(crate) fn handle(&mut self, event: Event<'_>) {
         match event {
             Event::Sample(sample) => self.sample(&sample),
             Event::Mmap { pid, mapping, .. } => {
@@ -240,7 +251,9 @@ impl Collector {
         let process = self.processes.entry(pid).or_default();
         if !process.known {
             // A process we have no events for (it raced our start): read its maps once.
-            process.maps = ProcessMaps::from_proc(pid).unwrap_or_default();
+            if self.live {
+                process.maps = ProcessMaps::from_proc(pid).unwrap_or_default();
+            }
             process.known = true;
         }
         let end = match (self.stack_bytes, sample.user_regs) {
@@ -278,14 +291,20 @@ impl Collector {
         end
     }
 
-    fn finish(self, mut meta: Metadata, config: &SamplerConfig, kernel_excluded: bool) -> Profile {
+    pub(crate) fn finish(
+        self,
+        mut meta: Metadata,
+        config: &SamplerConfig,
+        kernel_excluded: bool,
+    ) -> Profile {
         let mut symbolizer = Symbolizer::new();
         let comms = self.comms;
+        let live = self.live;
         let thread = |pid: u32, tid: u32| Thread {
             pid,
             tid,
-            comm: thread_comm(&comms, pid, tid),
-            process_name: thread_comm(&comms, pid, pid),
+            comm: thread_comm(&comms, pid, tid, live),
+            process_name: thread_comm(&comms, pid, pid, live),
         };
         meta.lost_samples = self.lost;
         let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
@@ -303,7 +322,11 @@ impl Collector {
         }
         if let Some(bytes) = self.stack_bytes {
             let share = percent(stats.truncated, stats.user_stacks);
-            if share >= 1.0 && bytes < MAX_STACK_COPY {
+            if share >= 1.0 && !self.live {
+                hints.push(format!(
+                    "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: record with a larger perf record --call-graph dwarf,SIZE"
+                ));
+            } else if share >= 1.0 && bytes < MAX_STACK_COPY {
                 hints.push(format!(
                     "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most {MAX_STACK_COPY})"
                 ));
@@ -329,7 +352,12 @@ impl Collector {
                 "{short:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
             ));
         }
-        if self.lost > 0 {
+        if self.lost > 0 && !self.live {
+            hints.push(format!(
+                "{} samples were lost while recording: record with a lower perf record -F or a larger -m",
+                self.lost
+            ));
+        } else if self.lost > 0 {
             hints.push(format!(
                 "{} samples were lost because the ring buffer was full: lower -F or --stack-size",
                 self.lost
@@ -355,9 +383,17 @@ pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
         .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
 }
 
-fn thread_comm(comms: &HashMap<u32, String>, pid: u32, tid: u32) -> String {
+fn thread_comm(comms: &HashMap<u32, String>, pid: u32, tid: u32, live: bool) -> String {
     if let Some(comm) = comms.get(&tid) {
         return comm.clone();
+    }
+    if !live {
+        // perf names the idle task as the kernel does.
+        return if tid == 0 {
+            "swapper".to_string()
+        } else {
+            format!("[pid {tid}]")
+        };
     }
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|s| s.trim_end().to_string())

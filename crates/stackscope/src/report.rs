@@ -1,4 +1,5 @@
-//! `stackscope report`: read a saved profile and write it in another format.
+//! `stackscope report`: read a saved profile (or a perf.data file) and write it in another
+//! format.
 
 use anyhow::Result;
 
@@ -7,10 +8,11 @@ use crate::input::read_profile;
 use crate::output::Output;
 
 pub fn run(args: ReportArgs) -> Result<i32> {
-    let profile = read_profile(&args.input)?;
+    // Checked first: a perf.data file can take a while to read, and the output path is known.
     let title = format!("stackscope: {}", args.input.display());
     let output = Output::from_args(&args.output, title);
     output.check_writable()?;
+    let profile = read_profile(&args.input)?;
     output.write(&profile)?;
     if !output.is_stdout() {
         eprintln!(

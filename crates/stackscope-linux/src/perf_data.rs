@@ -1,0 +1,466 @@
+//! Reading a `perf.data` file as `perf record` writes it: the records of one sampled event are
+//! replayed through the same collector `stackscope record` uses (process maps from the mmap,
+//! comm, fork and exit records; user stacks unwound from the sample's registers and stack copy,
+//! or taken from its frame-pointer callchain; kernel callchains as they are), then symbolized
+//! once per unique address into a [`Profile`].
+//!
+//! The file is read where it was recorded: binaries, their unwind info and kernel symbols come
+//! from this machine. The build-ids in the file's header tell whether a binary on disk is still
+//! the one that ran; one that is not is looked up in perf's build-id cache.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use linux_perf_data::linux_perf_event_reader::constants::{
+    PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
+};
+use linux_perf_data::linux_perf_event_reader::{
+    AttrFlags, CpuMode, EventRecord, SampleFormat, SampleRecord, SamplingPolicy,
+};
+use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
+use stackscope_profile::{Metadata, Profile};
+
+use crate::maps::Mapping;
+use crate::perf::split_callchain;
+use crate::record::Collector;
+use crate::sampler::{Event, SampleEvent, SamplerConfig, StackMode, UserRegs};
+
+/// The first bytes of a perf.data file (`2ELIFREP` when written big-endian).
+pub const MAGIC: &[u8; 8] = b"PERFILE2";
+const MAGIC_SWAPPED: &[u8; 8] = b"2ELIFREP";
+
+/// True when `head` (the first bytes of a file) starts like a perf.data file.
+pub fn is_perf_data(head: &[u8]) -> bool {
+    head.starts_with(MAGIC) || head.starts_with(MAGIC_SWAPPED)
+}
+
+/// Why a perf.data file could not be read; one line naming the file and, for damage, where.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct PerfDataError {
+    message: String,
+}
+
+impl PerfDataError {
+    fn new(message: String) -> Self {
+        PerfDataError { message }
+    }
+
+    fn damaged(path: &Path, at: u64, len: u64, what: impl std::fmt::Display) -> Self {
+        Self::new(format!(
+            "{} is truncated or corrupt near byte {at} of {len}: {what}; record it again with perf record",
+            path.display()
+        ))
+    }
+}
+
+/// How far the reading got, for a progress bar: bytes of the file consumed so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub done: u64,
+    pub total: u64,
+}
+
+/// How often (in records) the progress callback is called.
+const PROGRESS_EVERY: u64 = 4096;
+
+/// Reads the perf.data file at `path` into a profile. `progress` is called now and then while
+/// the records are read, and once more when symbolization starts (with `done == total`).
+pub fn read_perf_data(
+    path: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Profile, PerfDataError> {
+    let file = File::open(path)
+        .map_err(|e| PerfDataError::new(format!("cannot open {}: {e}", path.display())))?;
+    let total = file
+        .metadata()
+        .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?
+        .len();
+    let position = Rc::new(Cell::new(0));
+    let reader = Counting {
+        inner: BufReader::with_capacity(1 << 20, file),
+        position: position.clone(),
+    };
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = PerfFileReader::parse_file(reader)
+        .map_err(|e| PerfDataError::damaged(path, position.get(), total, e))?;
+
+    let attrs = perf_file.event_attributes();
+    if attrs.is_empty() {
+        return Err(PerfDataError::damaged(
+            path,
+            0,
+            total,
+            "no event is described",
+        ));
+    }
+    // One event's samples make one profile; cpu-clock is what stackscope itself samples.
+    let chosen = attrs
+        .iter()
+        .position(|a| a.name() == Some("cpu-clock"))
+        .unwrap_or(0);
+    let attr = attrs[chosen].attributes().clone();
+    let event = attrs[chosen].name().unwrap_or("unknown event").to_string();
+    let config = sampler_config(&attr);
+    let build_ids = BuildIds::from_header(&perf_file);
+    let command: Vec<String> = perf_file
+        .cmdline()
+        .ok()
+        .flatten()
+        .map(|args| args.iter().map(|s| s.to_string()).collect())
+        .unwrap_or_default();
+
+    let mut collector = Collector::new(&config).replaying();
+    let mut replay = Replay {
+        chain: Vec::new(),
+        times: None,
+        build_ids,
+        has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
+    };
+    let mut records = 0u64;
+    progress(Progress { done: 0, total });
+    loop {
+        let record = match record_iter.next_record(&mut perf_file) {
+            Ok(Some(record)) => record,
+            Ok(None) => break,
+            Err(e) => return Err(PerfDataError::damaged(path, position.get(), total, e)),
+        };
+        records += 1;
+        if records.is_multiple_of(PROGRESS_EVERY) {
+            progress(Progress {
+                done: position.get(),
+                total,
+            });
+        }
+        let PerfFileRecord::EventRecord { attr_index, record } = record else {
+            continue;
+        };
+        let parsed = match record.parse() {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                return Err(PerfDataError::damaged(
+                    path,
+                    position.get(),
+                    total,
+                    format!("a {:?} record cannot be decoded: {e}", record.record_type),
+                ))
+            }
+        };
+        match parsed {
+            EventRecord::Sample(sample) if attr_index == chosen => {
+                replay.sample(&sample, &mut collector)
+            }
+            EventRecord::Sample(_) => {}
+            other => replay.other(other, &mut collector),
+        }
+    }
+    progress(Progress { done: total, total });
+
+    let duration_secs = replay
+        .times
+        .map_or(0.0, |(first, last)| (last - first) as f64 / 1e9);
+    let (frequency_hz, period) = match attr.sampling_policy {
+        SamplingPolicy::Frequency(hz) => (Some(hz), None),
+        SamplingPolicy::Period(p) => (None, Some(p.get())),
+        SamplingPolicy::NoSampling => (None, None),
+    };
+    let meta = Metadata {
+        source: "perf.data".into(),
+        event,
+        frequency_hz,
+        period,
+        duration_secs,
+        command,
+        ..Metadata::default()
+    };
+    Ok(collector.finish(meta, &config, false))
+}
+
+/// The collector's settings for what the recorded event captured.
+fn sampler_config(attr: &linux_perf_data::linux_perf_event_reader::PerfEventAttr) -> SamplerConfig {
+    let dwarf = attr
+        .sample_format
+        .contains(SampleFormat::REGS_USER | SampleFormat::STACK_USER);
+    let (frequency, period) = match attr.sampling_policy {
+        SamplingPolicy::Frequency(hz) => (Some(hz), None),
+        SamplingPolicy::Period(p) => (None, Some(p.get())),
+        SamplingPolicy::NoSampling => (None, None),
+    };
+    SamplerConfig {
+        cpu: None,
+        frequency,
+        period,
+        user: !attr.flags.contains(AttrFlags::EXCLUDE_USER),
+        kernel: !attr.flags.contains(AttrFlags::EXCLUDE_KERNEL),
+        stack_mode: if dwarf {
+            StackMode::Dwarf {
+                stack_bytes: attr.sample_stack_user,
+            }
+        } else {
+            StackMode::FramePointer
+        },
+        include_idle: true,
+        buffer_pages: 0,
+    }
+}
+
+/// Per-file replay state.
+struct Replay {
+    /// The sample's callchain, copied out of the record (it may not be 8-aligned there).
+    chain: Vec<u64>,
+    /// First and last sample times.
+    times: Option<(u64, u64)>,
+    build_ids: BuildIds,
+    /// Without callchains a sample's stack is its instruction pointer alone.
+    has_callchain: bool,
+}
+
+impl Replay {
+    fn sample(&mut self, s: &SampleRecord<'_>, collector: &mut Collector) {
+        if let Some(t) = s.timestamp {
+            self.times = Some(match self.times {
+                Some((first, last)) => (first.min(t), last.max(t)),
+                None => (t, t),
+            });
+        }
+        self.chain.clear();
+        if let Some(chain) = &s.callchain {
+            self.chain
+                .extend((0..chain.len()).filter_map(|i| chain.get(i)));
+        }
+        let in_kernel = matches!(s.cpu_mode, CpuMode::Kernel);
+        let ip_only = [s.ip.unwrap_or(0)];
+        let (kernel_stack, user_callchain): (&[u64], &[u64]) = if self.has_callchain {
+            split_callchain(&self.chain)
+        } else if in_kernel {
+            (&ip_only, &[])
+        } else {
+            (&[], &ip_only)
+        };
+        let user_regs = s.user_regs.as_ref().and_then(|r| {
+            Some(UserRegs {
+                ip: r.get(PERF_REG_X86_IP)?,
+                sp: r.get(PERF_REG_X86_SP)?,
+                bp: r.get(PERF_REG_X86_BP)?,
+            })
+        });
+        let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
+            let bytes = data.as_slice();
+            let keep = usize::try_from(*dyn_size)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            match bytes {
+                std::borrow::Cow::Borrowed(b) => std::borrow::Cow::Borrowed(&b[..keep]),
+                std::borrow::Cow::Owned(mut v) => {
+                    v.truncate(keep);
+                    std::borrow::Cow::Owned(v)
+                }
+            }
+        });
+        collector.handle(Event::Sample(SampleEvent {
+            pid: pid(s.pid),
+            tid: pid(s.tid),
+            cpu: s.cpu.unwrap_or(0),
+            time: s.timestamp.unwrap_or(0),
+            period: s.period.unwrap_or(1),
+            kernel_stack,
+            user_callchain,
+            user_regs,
+            user_stack: stack.as_deref().unwrap_or(&[]),
+            in_user: !in_kernel,
+        }));
+    }
+
+    fn other(&mut self, record: EventRecord<'_>, collector: &mut Collector) {
+        match record {
+            EventRecord::Mmap(m) => {
+                if m.is_executable && m.pid >= 0 && is_user(m.cpu_mode) {
+                    let path = m.path.as_slice();
+                    let mapping = self
+                        .build_ids
+                        .mapping(m.address, m.length, m.page_offset, &path);
+                    collector.handle(Event::Mmap {
+                        pid: m.pid as u32,
+                        tid: pid(Some(m.tid)),
+                        mapping,
+                    });
+                }
+            }
+            EventRecord::Mmap2(m) => {
+                let exec = m.protection & libc::PROT_EXEC as u32 != 0;
+                if exec && m.pid >= 0 && is_user(m.cpu_mode) {
+                    let path = m.path.as_slice();
+                    let mut mapping =
+                        self.build_ids
+                            .mapping(m.address, m.length, m.page_offset, &path);
+                    if let linux_perf_data::linux_perf_event_reader::Mmap2FileId::BuildId(id) =
+                        &m.file_id
+                    {
+                        if mapping.build_id.is_none() && !id.is_empty() {
+                            mapping.build_id = Some(Arc::from(id.as_slice()));
+                        }
+                    }
+                    collector.handle(Event::Mmap {
+                        pid: m.pid as u32,
+                        tid: pid(Some(m.tid)),
+                        mapping,
+                    });
+                }
+            }
+            EventRecord::Comm(c) => {
+                let name = c.name.as_slice();
+                let comm = String::from_utf8_lossy(&name);
+                collector.handle(Event::Comm {
+                    pid: pid(Some(c.pid)),
+                    tid: pid(Some(c.tid)),
+                    comm: &comm,
+                    exec: c.is_execve,
+                });
+            }
+            EventRecord::Fork(f) => collector.handle(Event::Fork {
+                pid: pid(Some(f.pid)),
+                ppid: pid(Some(f.ppid)),
+                tid: pid(Some(f.tid)),
+                ptid: pid(Some(f.ptid)),
+            }),
+            EventRecord::Exit(e) => collector.handle(Event::Exit {
+                pid: pid(Some(e.pid)),
+                tid: pid(Some(e.tid)),
+            }),
+            EventRecord::Lost(l) => collector.handle(Event::Lost { count: l.count }),
+            _ => {}
+        }
+    }
+}
+
+/// perf writes -1 for "no task"; such records concern no process we track.
+fn pid(p: Option<i32>) -> u32 {
+    p.and_then(|p| u32::try_from(p).ok()).unwrap_or(0)
+}
+
+fn is_user(mode: CpuMode) -> bool {
+    !matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
+}
+
+/// The build-ids perf stored in the header for every binary a sample hit, and where each such
+/// binary is found now.
+struct BuildIds {
+    by_path: HashMap<Vec<u8>, Arc<[u8]>>,
+    /// Per path: the file to read for it (the path itself, or perf's cached copy when the file
+    /// on disk was rebuilt since).
+    located: HashMap<Vec<u8>, Arc<str>>,
+    cache_dir: Option<PathBuf>,
+}
+
+impl BuildIds {
+    fn from_header(file: &linux_perf_data::PerfFile) -> Self {
+        let mut by_path = HashMap::new();
+        for (key, info) in file.build_ids().unwrap_or_default() {
+            if let DsoKey::User { full_path, .. } = key {
+                if !info.build_id.is_empty() {
+                    by_path.insert(full_path, Arc::from(info.build_id.as_slice()));
+                }
+            }
+        }
+        BuildIds {
+            by_path,
+            located: HashMap::new(),
+            cache_dir: std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".debug")),
+        }
+    }
+
+    /// The mapping for an mmap record, with its binary's build-id and the file that holds it.
+    fn mapping(&mut self, start: u64, len: u64, offset: u64, path: &[u8]) -> Mapping {
+        let build_id = self.by_path.get(path).cloned();
+        let file = match &build_id {
+            Some(id) => self.locate(path, id),
+            None => Arc::from(String::from_utf8_lossy(path).as_ref()),
+        };
+        Mapping {
+            start,
+            end: start.saturating_add(len),
+            offset,
+            path: file,
+            build_id,
+        }
+    }
+
+    /// The path to read for `path`: itself when its build-id matches (or cannot be told), else
+    /// perf's cached copy (`~/.debug/.build-id/xx/rest/elf`) when there is one.
+    fn locate(&mut self, path: &[u8], id: &[u8]) -> Arc<str> {
+        if let Some(found) = self.located.get(path) {
+            return found.clone();
+        }
+        let text: Arc<str> = Arc::from(String::from_utf8_lossy(path).as_ref());
+        let mut found = text.clone();
+        let on_disk = file_build_id(Path::new(&*text));
+        if on_disk.as_deref().is_some_and(|d| d != id) {
+            if let Some(cached) = self.cache_dir.as_ref().and_then(|d| cached_copy(d, id)) {
+                found = Arc::from(cached.to_string_lossy().as_ref());
+            }
+        }
+        self.located.insert(path.to_vec(), found.clone());
+        found
+    }
+}
+
+/// perf's build-id cache entry for `id`, if it holds the binary.
+fn cached_copy(dir: &Path, id: &[u8]) -> Option<PathBuf> {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let (head, rest) = hex.split_at_checked(2)?;
+    let path = dir.join(".build-id").join(head).join(rest).join("elf");
+    (file_build_id(&path).as_deref() == Some(id)).then_some(path)
+}
+
+/// The GNU build-id note of an ELF file.
+fn file_build_id(path: &Path) -> Option<Vec<u8>> {
+    use object::Object;
+    let file = File::open(path).ok()?;
+    // SAFETY: the map is read-only and dropped before returning; a binary changed under us
+    // gives a wrong answer at worst, as reading it would.
+    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+    let elf = object::File::parse(&*map).ok()?;
+    elf.build_id().ok().flatten().map(<[u8]>::to_vec)
+}
+
+/// A reader that remembers how far it got, so errors and progress can say where.
+struct Counting<R> {
+    inner: R,
+    position: Rc<Cell<u64>>,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.position.set(self.position.get() + n as u64);
+        Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for Counting<R> {
+    fn seek(&mut self, pos: SeekFrom) -> std::io::Result<u64> {
+        let at = self.inner.seek(pos)?;
+        self.position.set(at);
+        Ok(at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magic_is_recognized_in_both_byte_orders() {
+        assert!(is_perf_data(b"PERFILE2\x68\0\0\0"));
+        assert!(is_perf_data(b"2ELIFREP"));
+        assert!(!is_perf_data(b"{\"frames\""));
+        assert!(!is_perf_data(b"PERF"));
+    }
+}
