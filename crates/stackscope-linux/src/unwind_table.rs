@@ -8,8 +8,9 @@
 //! expressions), whether `rbp` was saved (at `CFA + n`) or is unchanged, and that the return
 //! address is at `CFA - 8`. Kinds outside that model are rows of their own: [`RowKind::End`]
 //! (no CFI covers this pc: walk by frame pointers), [`RowKind::Stop`] (the return address is
-//! undefined: the outermost frame, e.g. `_start`) and [`RowKind::Unsupported`] (CFI this format
-//! cannot express: try frame pointers, else the stack is truncated there).
+//! undefined: the outermost frame, e.g. `_start`), [`RowKind::Signal`] (the signal return
+//! trampoline: registers come from the signal frame) and [`RowKind::Unsupported`] (CFI this
+//! format cannot express: try frame pointers, else the stack is truncated there).
 //!
 //! It does not load anything into the kernel (that is `stackscope-bpf`) and does not unwind
 //! copied stacks (that is [`crate::unwind`]).
@@ -42,6 +43,9 @@ pub enum RowKind {
     Stop = 4,
     /// CFI the row format cannot express.
     Unsupported = 5,
+    /// A signal trampoline (`__restore_rt`, an FDE of a CIE with augmentation `S`): sp points
+    /// at the `ucontext` the kernel saved, which holds the interrupted rip, rsp and rbp.
+    Signal = 6,
 }
 
 /// One row, laid out exactly as the BPF walker reads it (`struct unwind_row`, 8 bytes).
@@ -83,6 +87,8 @@ pub enum Rule {
     /// Outermost frame.
     Stop,
     Unsupported,
+    /// Registers restored from the signal frame at sp.
+    Signal,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,6 +116,7 @@ impl Row {
             },
             RowKind::Stop => Rule::Stop,
             RowKind::Unsupported => Rule::Unsupported,
+            RowKind::Signal => Rule::Signal,
         }
     }
 

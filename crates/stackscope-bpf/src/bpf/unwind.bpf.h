@@ -45,7 +45,15 @@ enum unwind_row_kind {
 	UNWIND_ROW_PLT = 3,         /* CFA = rsp + cfa_offset + ((pc & 15) >= aux ? 8 : 0) */
 	UNWIND_ROW_STOP = 4,        /* return address undefined: outermost frame */
 	UNWIND_ROW_UNSUPPORTED = 5, /* CFI the rows cannot express: frame pointers */
+	UNWIND_ROW_SIGNAL = 6,      /* signal trampoline: registers from the ucontext at sp */
 };
+
+/* Where the kernel saved the interrupted registers, from sp at the signal trampoline (the
+ * ucontext of struct rt_sigframe): uc_mcontext is at 40, and in it rbp, rsp, rip at 80,
+ * 120, 128 (uapi asm/sigcontext.h, struct sigcontext_64). */
+#define UNWIND_SIGNAL_RBP (40 + 80)
+#define UNWIND_SIGNAL_RSP (40 + 120)
+#define UNWIND_SIGNAL_RIP (40 + 128)
 
 struct unwind_regs {
 	__u64 ip, sp, bp;
@@ -107,6 +115,8 @@ struct unwind_state {
 	/* Frames written; only written by the steps, read at the end. */
 	__u32 n, max;
 	__u32 status;
+	/* ip was interrupted (leaf or below a signal frame), not a return address. */
+	__u32 exact_ip;
 };
 
 /* The mapping of this process holding pc, or NULL. */
@@ -186,7 +196,7 @@ static long unwind_step(__u64 index, void *data)
 		return 1;
 	}
 	/* A return address points after its call, maybe past the end of the caller's code. */
-	if (index > 0)
+	if (!s->exact_ip)
 		pc -= 1;
 	m = unwind_find_mapping(s->first, s->count, pc);
 	if (!m) {
@@ -203,6 +213,22 @@ static long unwind_step(__u64 index, void *data)
 	}
 
 	switch (kind) {
+	case UNWIND_ROW_SIGNAL:
+		/* The interrupted code may run on another stack (sigaltstack): no ordering check. */
+		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(sp + UNWIND_SIGNAL_RIP)) ||
+		    bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(sp + UNWIND_SIGNAL_RSP)) ||
+		    bpf_probe_read_user(&saved_bp, sizeof(saved_bp), (void *)(sp + UNWIND_SIGNAL_RBP)) ||
+		    ra == 0) {
+			s->status = UNWIND_BROKEN;
+			return 1;
+		}
+		s->ips[n] = ra;
+		s->n = n + 1;
+		s->ip = ra;
+		s->sp = cfa;
+		s->bp = saved_bp;
+		s->exact_ip = 1;
+		return 0;
 	case UNWIND_ROW_STOP:
 		s->status = UNWIND_COMPLETE;
 		return 1;
@@ -252,6 +278,7 @@ static long unwind_step(__u64 index, void *data)
 	s->ip = ra;
 	s->sp = cfa;
 	s->bp = saved_bp;
+	s->exact_ip = 0;
 	return 0;
 }
 
@@ -284,6 +311,7 @@ static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u
 	s.n = 1;
 	s.max = max_frames > 1 ? max_frames : 1;
 	s.status = UNWIND_TRUNCATED;
+	s.exact_ip = 1;
 	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
 	*status = s.status;
 	return s.n;

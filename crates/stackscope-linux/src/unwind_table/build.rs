@@ -78,6 +78,7 @@ fn build<'a, S: UnwindSection<Reader<'a>>>(
             continue;
         }
         let ra_register_ok = fde.cie().return_address_register() == RA;
+        let signal = fde.is_signal_trampoline();
         let first = scratch.len();
         let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
             stats.skipped_fdes += 1;
@@ -87,7 +88,12 @@ fn build<'a, S: UnwindSection<Reader<'a>>>(
             match table.next_row() {
                 Ok(Some(row)) => {
                     let mut r = convert(row, section);
-                    if !ra_register_ok && r.kind != RowKind::Stop {
+                    if signal {
+                        r = Row {
+                            kind: RowKind::Signal,
+                            ..unsupported(r.addr)
+                        };
+                    } else if !ra_register_ok && r.kind != RowKind::Stop {
                         r = unsupported(r.addr);
                     }
                     scratch.push(r);
