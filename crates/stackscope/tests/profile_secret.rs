@@ -167,7 +167,7 @@ fn no_stack_memory_leaves_the_kernel() {
             &pid,
             "-o",
             out.to_str().unwrap(),
-            "2",
+            "1",
         ];
         check_run(&format!("profile-{ext}"), &args);
         outputs.push(out);
