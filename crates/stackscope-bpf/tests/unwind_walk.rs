@@ -1,0 +1,218 @@
+//! The in-kernel user-stack walker (unwind.bpf.h over the tables of tables.rs) on real
+//! programs, through the BPF recorder: a signal handler (the walk crosses the signal frame), a
+//! binary without unwind tables (frame pointers there, tables again in libc), and a Rust
+//! recursion deeper than the walker's frame limit. Needs root, BTF and kernel >= 6.4.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+
+use stackscope_bpf::{record, BpfConfig, BpfRecording};
+use stackscope_linux::target::Target;
+use stackscope_profile::Profile;
+
+/// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Spends ~1.5 s of CPU in a SIGUSR1 handler, entered from raise() under busy().
+const SIGNAL_C: &str = r#"
+#include <signal.h>
+#include <time.h>
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+volatile unsigned long sink;
+__attribute__((noipa)) void in_handler(void) {
+    double start = cpu();
+    while (cpu() - start < 1.5)
+        for (int i = 0; i < 100000; i++) sink++;
+}
+__attribute__((noipa)) void handler(int sig) { (void)sig; in_handler(); sink++; }
+__attribute__((noipa)) void busy(void) { raise(SIGUSR1); sink++; }
+int main(void) { signal(SIGUSR1, handler); busy(); return 0; }
+"#;
+
+/// leaf under middle under main for ~1.5 s of CPU; built with frame pointers and no unwind
+/// tables at all.
+const FRAME_POINTER_C: &str = r#"
+#include <time.h>
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+volatile unsigned long sink;
+__attribute__((noipa)) void leaf(void) { for (int i = 0; i < 100000; i++) sink += i; }
+__attribute__((noipa)) void middle(void) { leaf(); sink++; }
+int main(void) {
+    double start = cpu();
+    while (cpu() - start < 1.5) middle();
+    return 0;
+}
+"#;
+
+/// Recursion 300 deep, then ~1.5 s of CPU at the bottom.
+const DEEP_RS: &str = r#"
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+#[inline(never)]
+fn spin() -> u64 {
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_millis(1500) {
+        for _ in 0..10_000 { n = black_box(n + 1); }
+    }
+    n
+}
+#[inline(never)]
+fn recurse(depth: u32) -> u64 {
+    let mut buf = [0u8; 24];
+    buf[0] = depth as u8;
+    black_box(&mut buf);
+    if depth == 0 { return spin(); }
+    black_box(recurse(black_box(depth - 1))) + buf[0] as u64
+}
+fn main() { std::process::exit((recurse(300) & 1) as i32) }
+"#;
+
+fn run(exe: std::path::PathBuf) -> BpfRecording {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
+    config.frequency = Some(499);
+    let stop = AtomicBool::new(false);
+    let rec = record(config, &stop, || {}).expect("BPF recording failed");
+    assert!(
+        rec.exit_status.is_some(),
+        "the workload did not finish: {:?}",
+        rec.exit_status
+    );
+    rec
+}
+
+/// Stacks, root first, as frame names, with their counts.
+fn stacks(profile: &Profile) -> Vec<(Vec<&str>, u64)> {
+    profile
+        .samples
+        .iter()
+        .map(|s| {
+            let names = profile
+                .stack(s.stack)
+                .frames
+                .iter()
+                .map(|&f| profile.frame(f).name.as_str())
+                .collect();
+            (names, s.count)
+        })
+        .collect()
+}
+
+fn top(stacks: &[(Vec<&str>, u64)]) -> String {
+    let mut sorted: Vec<_> = stacks.iter().collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
+    sorted
+        .iter()
+        .take(6)
+        .map(|(names, count)| format!("\n  {} {count}", names.join(";")))
+        .collect()
+}
+
+/// Asserts at least 99% of the samples in `leaf` went through `path` (outermost first,
+/// not necessarily adjacent) and down to `_start`; at least `min` such samples.
+fn assert_whole(profile: &Profile, leaf: &str, path: &[&str], min: u64) {
+    let stacks = stacks(profile);
+    let in_leaf: Vec<_> = stacks.iter().filter(|s| s.0.contains(&leaf)).collect();
+    let all: u64 = in_leaf.iter().map(|s| s.1).sum();
+    assert!(all >= min, "only {all} samples in {leaf}:{}", top(&stacks));
+    let whole: u64 = in_leaf
+        .iter()
+        .filter(|(names, _)| {
+            let mut rest = names.iter().skip_while(|n| **n != "_start");
+            rest.next().is_some() && path.iter().all(|p| rest.any(|n| n == p))
+        })
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        whole * 100 >= all * 99,
+        "{whole} of {all} samples in {leaf} unwound from _start through {path:?}:{}",
+        top(&stacks)
+    );
+}
+
+fn gcc(dir: &std::path::Path, name: &str, text: &str, args: &[&str]) -> std::path::PathBuf {
+    stackscope_testkit::compile("gcc", dir, (&format!("{name}.c"), text), args, &[], name)
+}
+
+#[test]
+fn walk_crosses_a_signal_frame() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = gcc(
+        dir.path(),
+        "signal",
+        SIGNAL_C,
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
+    let rec = run(exe);
+    assert_whole(
+        &rec.profile,
+        "in_handler",
+        &["main", "busy", "handler", "in_handler"],
+        200,
+    );
+}
+
+#[test]
+fn code_without_unwind_tables_is_walked_by_frame_pointers() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = gcc(
+        dir.path(),
+        "fp",
+        FRAME_POINTER_C,
+        &[
+            // -O0: gcc sets up no frame in a leaf that needs no stack at -O1 and above, and
+            // no frame-pointer walk can see such a leaf's caller.
+            "-O0",
+            "-fno-omit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+            "-fno-unwind-tables",
+        ],
+    );
+    let rec = run(exe);
+    assert_whole(&rec.profile, "leaf", &["main", "middle", "leaf"], 200);
+}
+
+#[test]
+fn deep_rust_recursion_stops_at_the_frame_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = stackscope_testkit::compile(
+        "rustc",
+        dir.path(),
+        ("deep.rs", DEEP_RS),
+        &["-O", "-C", "debuginfo=line-tables-only"],
+        &[],
+        "deep",
+    );
+    let rec = run(exe);
+    let stacks = stacks(&rec.profile);
+    let deepest = stacks
+        .iter()
+        .map(|(names, _)| names.iter().filter(|n| n.contains("recurse")).count())
+        .max()
+        .unwrap_or(0);
+    // 127 user frames at most: spin and ~125 of the 301 recurse frames, never main.
+    assert!(
+        (110..=127).contains(&deepest),
+        "{deepest} recurse frames in the deepest stack:{}",
+        top(&stacks)
+    );
+    let in_spin: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.0.iter().any(|n| n.contains("spin")))
+        .collect();
+    assert!(!in_spin.is_empty(), "no samples in spin:{}", top(&stacks));
+    assert!(
+        in_spin.iter().all(|(names, _)| !names.contains(&"main")),
+        "a stack deeper than the frame limit reached main:{}",
+        top(&stacks)
+    );
+}
