@@ -1,0 +1,233 @@
+//! `stackscope report perf.data` on files the installed `perf record` writes in the test:
+//! DWARF and frame-pointer recordings of split.c (func_a/func_b 30/70, main in every stack),
+//! several events in one file, a system-wide recording, an optimised Rust program whose
+//! inlined helper must come out as an inlined frame, and damaged files.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use stackscope_profile::Profile;
+
+/// Runs `perf record OPTIONS -o DIR/perf.data -- COMMAND` and returns the file's path.
+fn perf_record(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
+    let data = dir.join("perf.data");
+    let mut cmd = Command::new("perf");
+    cmd.current_dir(dir)
+        .arg("record")
+        .args(options)
+        .arg("-o")
+        .arg(&data)
+        .arg("--")
+        .args(command);
+    let run = run_with_deadline(cmd);
+    assert!(
+        run.status.success(),
+        "perf record failed: {:?}\n{}",
+        run.status,
+        run.stderr
+    );
+    data
+}
+
+/// `stackscope report DATA -o DIR/NAME`, which must succeed; returns the output's path.
+fn report(dir: &Path, data: &Path, name: &str) -> PathBuf {
+    let out = dir.join(name);
+    stackscope(
+        dir,
+        [os("report"), data.as_os_str(), os("-o"), out.as_os_str()],
+    )
+    .assert_ok();
+    out
+}
+
+fn report_folded(dir: &Path, data: &Path) -> Vec<(Vec<String>, u64)> {
+    let out = report(dir, data, "x.folded");
+    parse_folded(&std::fs::read_to_string(out).expect("folded output"))
+}
+
+fn report_json(dir: &Path, data: &Path) -> Profile {
+    read_json(&report(dir, data, "x.json"))
+}
+
+/// Asserts the 30/70 split and main under every split sample, among the lines of `comm`.
+fn assert_split(lines: &[(Vec<String>, u64)], comm: &str) {
+    let own: Vec<(Vec<String>, u64)> = lines.iter().filter(|l| l.0[0] == comm).cloned().collect();
+    let total: u64 = own.iter().map(|l| l.1).sum();
+    assert!(
+        total >= 500,
+        "only {total} samples of {comm}\n{}",
+        top_folded(lines, 8)
+    );
+    let a = folded_share_of(&own, "func_a");
+    let b = folded_share_of(&own, "func_b");
+    let main = folded_share_of(&own, "main");
+    let detail = top_folded(&own, 8);
+    assert!((a - 0.30).abs() <= 0.03, "func_a share {a:.3}\n{detail}");
+    assert!((b - 0.70).abs() <= 0.03, "func_b share {b:.3}\n{detail}");
+    assert!(main >= 0.99, "main in only {main:.3} of samples\n{detail}");
+}
+
+#[test]
+fn dwarf_recording_gives_the_split_with_whole_stacks() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_nofp");
+    let data = perf_record(
+        dir.path(),
+        &["-F", "999", "--call-graph", "dwarf"],
+        &[prog.as_os_str()],
+    );
+    assert_split(&report_folded(dir.path(), &data), "split_nofp");
+
+    let profile = report_json(dir.path(), &data);
+    let meta = &profile.meta;
+    assert_eq!(meta.source, "perf.data");
+    assert_eq!(meta.frequency_hz, Some(999), "meta.frequency_hz");
+    assert!(!meta.event.is_empty(), "no event name");
+    assert!(
+        meta.command.first().is_some_and(|c| c.ends_with("perf"))
+            && meta.command.iter().any(|a| a == "dwarf"),
+        "command from the header: {:?}",
+        meta.command
+    );
+    assert!(meta.duration_secs > 0.5, "duration {}", meta.duration_secs);
+    assert!(
+        meta.unwind.user_stacks > 0
+            && meta.unwind.complete as f64 >= 0.99 * meta.unwind.user_stacks as f64,
+        "fewer than 99% of user stacks unwound completely: {:?}",
+        meta.unwind
+    );
+    let func_b = profile
+        .frames
+        .iter()
+        .find(|f| f.name == "func_b")
+        .expect("a func_b frame");
+    assert_eq!(func_b.module.as_deref(), Some("split_nofp"), "{func_b:?}");
+    assert!(
+        func_b
+            .file
+            .as_deref()
+            .is_some_and(|f| f.ends_with("split.c")),
+        "func_b has no source file: {func_b:?}"
+    );
+}
+
+#[test]
+fn frame_pointer_recording_gives_the_split_with_whole_stacks() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_fp");
+    let data = perf_record(dir.path(), &["-F", "999", "-g"], &[prog.as_os_str()]);
+    assert_split(&report_folded(dir.path(), &data), "split_fp");
+}
+
+#[test]
+fn of_several_events_the_cpu_clock_one_is_reported() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_fp");
+    let data = perf_record(
+        dir.path(),
+        &["-e", "task-clock", "-e", "cpu-clock", "-F", "999", "-g"],
+        &[prog.as_os_str()],
+    );
+    let profile = report_json(dir.path(), &data);
+    assert_eq!(profile.meta.event, "cpu-clock");
+    assert_share(&profile, "func_b", 0.70, 0.03);
+    assert_share_at_least(&profile, "main", 0.99);
+}
+
+#[test]
+fn system_wide_recording_holds_the_workload_among_other_tasks() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_fp");
+    let data = perf_record(dir.path(), &["-a", "-F", "999", "-g"], &[prog.as_os_str()]);
+    let lines = report_folded(dir.path(), &data);
+    assert_split(&lines, "split_fp");
+    // Two CPUs, one busy with the workload: the other ran something else or idled.
+    assert!(
+        lines.iter().any(|l| l.0[0] != "split_fp"),
+        "a system-wide recording with the workload alone\n{}",
+        top_folded(&lines, 8)
+    );
+}
+
+#[test]
+fn rust_dwarf_recording_has_inlined_frames() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("rust_deep");
+    let data = perf_record(
+        dir.path(),
+        &["-F", "999", "--call-graph", "dwarf,32000"],
+        &[prog.as_os_str(), os("1500")],
+    );
+    let profile = report_json(dir.path(), &data);
+    assert_min_samples(&profile, 200);
+    assert_share(&profile, "rust_deep::leaf_b", 0.70, 0.05);
+    let inlined = share(&profile, |frames| {
+        frames.windows(2).any(|w| {
+            w[0].name.starts_with("rust_deep::leaf_")
+                && w[1].name == "rust_deep::deep_helper_mix"
+                && w[1].inlined
+        })
+    });
+    assert!(
+        inlined >= 0.9,
+        "rust_deep::deep_helper_mix is an inlined frame under a leaf in only {:.1}% of samples\n{}",
+        inlined * 100.0,
+        top_stacks(&profile, 5)
+    );
+}
+
+#[test]
+fn damaged_perf_data_is_a_one_line_error_naming_the_file() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let prog = workload("split_fp");
+    let data = perf_record(d, &["-F", "999", "-g"], &[prog.as_os_str()]);
+    let bytes = std::fs::read(&data).unwrap();
+    let data_offset = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+
+    let mut zeroed = bytes.clone();
+    // A record header of size 0 where the first record should be.
+    zeroed[data_offset..data_offset + 64].fill(0);
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated.data", bytes[..bytes.len() / 2].to_vec()),
+        ("magic-only.data", b"PERFILE2".to_vec()),
+        ("zeroed.data", zeroed),
+    ];
+    for (name, content) in cases {
+        let input = d.join(name);
+        std::fs::write(&input, content).unwrap();
+        let out = d.join(format!("{name}.folded"));
+        let run = stackscope(
+            d,
+            [os("report"), input.as_os_str(), os("-o"), out.as_os_str()],
+        );
+        run.assert_one_line_error(&[name, "byte"]);
+        assert!(!out.exists(), "output written from damaged {name}");
+    }
+}
+
+#[test]
+fn other_profiles_still_read_as_before() {
+    let dir = tempdir();
+    let d = dir.path();
+    let input = d.join("in.folded");
+    std::fs::write(&input, "prog;main;work 7\nprog;main;rest 3\n").unwrap();
+    let out = report(d, &input, "out.folded");
+    let lines = parse_folded(&std::fs::read_to_string(out).unwrap());
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert_eq!(total, 10, "{lines:?}");
+    assert!(
+        (folded_share_of(&lines, "work") - 0.7).abs() < 1e-9,
+        "{lines:?}"
+    );
+}
