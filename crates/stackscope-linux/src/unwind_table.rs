@@ -135,8 +135,8 @@ pub struct TableStats {
     pub skipped_fdes: usize,
     /// Rows (after removing redundant ones) of kind [`RowKind::Unsupported`].
     pub unsupported_rows: usize,
-    /// True when the rows came from `.debug_frame` (the file has no `.eh_frame`).
-    pub from_debug_frame: bool,
+    /// FDEs (of `fdes`) taken from `.debug_frame`, for functions `.eh_frame` leaves out.
+    pub debug_frame_fdes: usize,
 }
 
 /// The unwind table of one ELF file: rows sorted by address, no two consecutive rows alike,
@@ -191,11 +191,18 @@ impl UnwindTable {
     /// The table from a parsed file's CFI; `None` when it has none.
     pub(crate) fn from_module(module: &ModuleFile) -> Option<Self> {
         let info = module.section_info();
-        let text = info.text_svma.as_ref().map(|r| r.start);
-        if let (Some(data), Some(svma)) = (&info.eh_frame, &info.eh_frame_svma) {
-            return Some(build::from_eh_frame(data, svma.start, text));
+        let eh_frame = match (&info.eh_frame, &info.eh_frame_svma) {
+            (Some(data), Some(svma)) => Some((&data[..], svma.start)),
+            _ => None,
+        };
+        if eh_frame.is_none() && info.debug_frame.is_none() {
+            return None;
         }
-        info.debug_frame.as_deref().map(build::from_debug_frame)
+        Some(build::build(build::Sections {
+            eh_frame,
+            text_svma: info.text_svma.as_ref().map(|r| r.start),
+            debug_frame: info.debug_frame.as_deref(),
+        }))
     }
 
     pub fn rows(&self) -> &[Row] {

@@ -28,113 +28,145 @@ const DW_OP_LIT3: u8 = 0x33;
 const DW_OP_SHL: u8 = 0x24;
 const DW_OP_PLUS: u8 = 0x22;
 
-pub(super) fn from_eh_frame(data: &[u8], svma: u64, text_svma: Option<u64>) -> UnwindTable {
-    let section = EhFrame::new(data, LittleEndian);
-    let mut bases = BaseAddresses::default().set_eh_frame(svma);
-    if let Some(text) = text_svma {
-        bases = bases.set_text(text);
-    }
-    build(&section, &bases, false)
+/// The sections a table is built from.
+pub(super) struct Sections<'a> {
+    /// `.eh_frame` bytes and stated address.
+    pub eh_frame: Option<(&'a [u8], u64)>,
+    pub text_svma: Option<u64>,
+    pub debug_frame: Option<&'a [u8]>,
 }
 
-pub(super) fn from_debug_frame(data: &[u8]) -> UnwindTable {
-    let mut section = DebugFrame::new(data, LittleEndian);
-    section.set_address_size(8);
-    build(&section, &BaseAddresses::default(), true)
+/// Builds the table from `.eh_frame` and `.debug_frame` together: a program built with
+/// `-fno-asynchronous-unwind-tables -g` has its own functions in `.debug_frame` and only the
+/// C runtime's in `.eh_frame`. Where both describe a function, `.eh_frame` wins.
+pub(super) fn build(sections: Sections) -> UnwindTable {
+    let mut fdes = Fdes::default();
+    if let Some((data, svma)) = sections.eh_frame {
+        let section = EhFrame::new(data, LittleEndian);
+        let mut bases = BaseAddresses::default().set_eh_frame(svma);
+        if let Some(text) = sections.text_svma {
+            bases = bases.set_text(text);
+        }
+        fdes.collect(&section, &bases, false);
+    }
+    if let Some(data) = sections.debug_frame {
+        let mut section = DebugFrame::new(data, LittleEndian);
+        section.set_address_size(8);
+        fdes.collect(&section, &BaseAddresses::default(), true);
+    }
+    fdes.into_table()
 }
 
 /// One FDE's range and its rows in the scratch vector.
 struct Fde {
     start: u64,
     end: u64,
+    from_debug_frame: bool,
     rows: Range<usize>,
 }
 
-fn build<'a, S: UnwindSection<Reader<'a>>>(
-    section: &S,
-    bases: &BaseAddresses,
-    from_debug_frame: bool,
-) -> UnwindTable {
-    let mut stats = TableStats {
-        from_debug_frame,
-        ..TableStats::default()
-    };
-    let mut ctx = Box::new(UnwindContext::new());
-    let mut scratch: Vec<Row> = Vec::new();
-    let mut fdes: Vec<Fde> = Vec::new();
-    let mut entries = section.entries(bases);
-    // A malformed entry ends the walk: its length cannot be trusted to find the next one.
-    while let Ok(Some(entry)) = entries.next() {
-        let CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            stats.skipped_fdes += 1;
-            continue;
-        };
-        let (start, end) = (fde.initial_address(), fde.end_address());
-        if start >= end || end > u64::from(u32::MAX) {
-            stats.skipped_fdes += 1;
-            continue;
-        }
-        let ra_register_ok = fde.cie().return_address_register() == RA;
-        let signal = fde.is_signal_trampoline();
-        let first = scratch.len();
-        let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
-            stats.skipped_fdes += 1;
-            continue;
-        };
-        let complete = loop {
-            match table.next_row() {
-                Ok(Some(row)) => {
-                    let mut r = convert(row, section);
-                    if signal {
-                        r = Row {
-                            kind: RowKind::Signal,
-                            ..unsupported(r.addr)
-                        };
-                    } else if !ra_register_ok && r.kind != RowKind::Stop {
-                        r = unsupported(r.addr);
-                    }
-                    scratch.push(r);
-                }
-                Ok(None) => break true,
-                Err(_) => break false,
-            }
-        };
-        if !complete {
-            scratch.truncate(first);
-            stats.skipped_fdes += 1;
-            continue;
-        }
-        fdes.push(Fde {
-            start,
-            end,
-            rows: first..scratch.len(),
-        });
-    }
-    fdes.sort_unstable_by_key(|f| f.start);
+/// The rows of every FDE, in section order.
+#[derive(Default)]
+struct Fdes {
+    scratch: Vec<Row>,
+    fdes: Vec<Fde>,
+    stats: TableStats,
+}
 
-    let mut rows = Vec::with_capacity(scratch.len() / 2 + fdes.len());
-    let mut covered_to = 0;
-    for fde in &fdes {
-        if fde.start < covered_to {
-            stats.skipped_fdes += 1;
-            continue;
+impl Fdes {
+    fn collect<'a, S: UnwindSection<Reader<'a>>>(
+        &mut self,
+        section: &S,
+        bases: &BaseAddresses,
+        from_debug_frame: bool,
+    ) {
+        let stats = &mut self.stats;
+        let scratch = &mut self.scratch;
+        let mut ctx = Box::new(UnwindContext::new());
+        let mut entries = section.entries(bases);
+        // A malformed entry ends the walk: its length cannot be trusted to find the next one.
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else {
+                continue;
+            };
+            let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+                stats.skipped_fdes += 1;
+                continue;
+            };
+            let (start, end) = (fde.initial_address(), fde.end_address());
+            if start >= end || end > u64::from(u32::MAX) {
+                stats.skipped_fdes += 1;
+                continue;
+            }
+            let ra_register_ok = fde.cie().return_address_register() == RA;
+            let signal = fde.is_signal_trampoline();
+            let first = scratch.len();
+            let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
+                stats.skipped_fdes += 1;
+                continue;
+            };
+            let complete = loop {
+                match table.next_row() {
+                    Ok(Some(row)) => {
+                        let mut r = convert(row, section);
+                        if signal {
+                            r = Row {
+                                kind: RowKind::Signal,
+                                ..unsupported(r.addr)
+                            };
+                        } else if !ra_register_ok && r.kind != RowKind::Stop {
+                            r = unsupported(r.addr);
+                        }
+                        scratch.push(r);
+                    }
+                    Ok(None) => break true,
+                    Err(_) => break false,
+                }
+            };
+            if !complete {
+                scratch.truncate(first);
+                stats.skipped_fdes += 1;
+                continue;
+            }
+            self.fdes.push(Fde {
+                start,
+                end,
+                from_debug_frame,
+                rows: first..scratch.len(),
+            });
         }
-        for row in &scratch[fde.rows.clone()] {
-            push(&mut rows, *row);
-        }
-        // Replaced by the next FDE's first row when it starts right here.
-        push(&mut rows, end_row(fde.end as u32));
-        covered_to = fde.end;
-        stats.fdes += 1;
     }
-    stats.unsupported_rows = rows
-        .iter()
-        .filter(|r| r.kind == RowKind::Unsupported)
-        .count();
-    UnwindTable { rows, stats }
+
+    fn into_table(mut self) -> UnwindTable {
+        // `.eh_frame` first among FDEs starting at the same address.
+        self.fdes
+            .sort_unstable_by_key(|f| (f.start, f.from_debug_frame));
+        let mut stats = self.stats;
+        let mut rows = Vec::with_capacity(self.scratch.len() / 2 + self.fdes.len());
+        let mut covered_to = 0;
+        for fde in &self.fdes {
+            if fde.start < covered_to {
+                // The same function in both sections is expected; anything else is not.
+                if !fde.from_debug_frame {
+                    stats.skipped_fdes += 1;
+                }
+                continue;
+            }
+            for row in &self.scratch[fde.rows.clone()] {
+                push(&mut rows, *row);
+            }
+            // Replaced by the next FDE's first row when it starts right here.
+            push(&mut rows, end_row(fde.end as u32));
+            covered_to = fde.end;
+            stats.fdes += 1;
+            stats.debug_frame_fdes += usize::from(fde.from_debug_frame);
+        }
+        stats.unsupported_rows = rows
+            .iter()
+            .filter(|r| r.kind == RowKind::Unsupported)
+            .count();
+        UnwindTable { rows, stats }
+    }
 }
 
 /// Appends `row`, replacing a row at the same address and dropping it when the row before

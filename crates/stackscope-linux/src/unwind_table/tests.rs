@@ -52,7 +52,7 @@ fn libc_path() -> PathBuf {
     PathBuf::from(&*m.path)
 }
 
-/// One `.eh_frame` FDE as readelf interprets it.
+/// One `.eh_frame` or `.debug_frame` FDE as readelf interprets it.
 struct ReadelfFde {
     start: u64,
     end: u64,
@@ -76,13 +76,14 @@ fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
     );
     let mut fdes = Vec::new();
     let mut columns: Vec<String> = Vec::new();
-    let mut in_eh_frame = false;
+    let mut in_cfi = false;
     for line in text.lines() {
         if line.starts_with("Contents of the ") {
-            in_eh_frame = line.starts_with("Contents of the .eh_frame section");
+            in_cfi = line.starts_with("Contents of the .eh_frame section")
+                || line.starts_with("Contents of the .debug_frame section");
             continue;
         }
-        if !in_eh_frame {
+        if !in_cfi {
             continue;
         }
         // A register rule reads `r10 (r10)`: one column, two words.
@@ -318,6 +319,40 @@ fn table_with_frame_pointers_agrees_with_readelf() {
 }
 
 #[test]
+fn table_from_debug_frame_agrees_with_readelf() {
+    let dir = tempfile::tempdir().unwrap();
+    // Without asynchronous unwind tables gcc puts the program's CFI in .debug_frame; the C
+    // runtime's stays in .eh_frame.
+    let exe = gcc(
+        dir.path(),
+        "debug_frame",
+        &[
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-fno-asynchronous-unwind-tables",
+        ],
+    );
+    assert!(section_address(&exe, ".debug_frame").is_some());
+    let table = UnwindTable::from_path(&exe).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(&exe, &table);
+    assert!(table.stats().debug_frame_fdes >= 3, "{:?}", table.stats());
+    assert_eq!(
+        table.lookup(symbol(&exe, "leaf")).unwrap().rule(),
+        Rule::Cfa {
+            base: CfaBase::Rsp,
+            offset: 8,
+            rbp_offset: None
+        }
+    );
+    assert_eq!(
+        table.lookup(symbol(&exe, "_start")).unwrap().kind,
+        RowKind::Stop
+    );
+}
+
+#[test]
 fn libc_table_agrees_with_readelf() {
     let libc = libc_path();
     let table = UnwindTable::from_path(&libc).unwrap();
@@ -330,7 +365,7 @@ fn libc_table_agrees_with_readelf() {
         table.rows().len(),
         table.size_bytes()
     );
-    assert!(!stats.from_debug_frame);
+    assert_eq!(stats.debug_frame_fdes, 0);
     assert!(stats.fdes > 1000, "{stats:?}");
     // __restore_rt, where signal handlers return to.
     assert!(table.rows().iter().any(|r| r.kind == RowKind::Signal));
