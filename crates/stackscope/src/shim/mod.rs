@@ -15,9 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
-use stackscope_profile::{FrameId, Profile, ProfileBuilder};
-
 use clap::Parser;
+use stackscope_profile::{FrameId, Profile, ProfileBuilder};
 
 use crate::cli::{Cli, Command, RecordArgs};
 
@@ -31,7 +30,7 @@ fn record_args(args: Vec<OsString>) -> Result<RecordArgs> {
         Ok(Cli {
             command: Command::Record(args),
         }) => Ok(args),
-        Ok(_) => unreachable!("the argv starts with `record`"),
+        Ok(_) => bail!("a shim's command line did not parse as `stackscope record`"),
         // clap's message spans lines; keep its first, which names the problem.
         Err(e) => bail!(
             "{}",
