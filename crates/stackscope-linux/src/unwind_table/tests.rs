@@ -353,6 +353,26 @@ fn table_from_debug_frame_agrees_with_readelf() {
 }
 
 #[test]
+fn rust_release_table_agrees_with_readelf() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(
+        "rustc",
+        dir.path(),
+        (
+            "prog.rs",
+            "fn main() { let v: Vec<u64> = (0..100).collect(); println!(\"{}\", v.iter().sum::<u64>()); }",
+        ),
+        &["-O"],
+        &[],
+        "prog",
+    );
+    let table = UnwindTable::from_path(&exe).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(&exe, &table);
+    assert!(table.stats().fdes > 100, "{:?}", table.stats());
+}
+
+#[test]
 fn libc_table_agrees_with_readelf() {
     let libc = libc_path();
     let table = UnwindTable::from_path(&libc).unwrap();
