@@ -102,12 +102,18 @@ pub fn read_perf_data(
         ));
     }
     // One event's samples make one profile; cpu-clock is what stackscope itself samples.
-    let chosen = attrs
-        .iter()
-        .position(|a| a.name() == Some("cpu-clock"))
+    // perf names events with their modifiers (`cpu-clock:pppH`); the profile keeps the event.
+    let event_name = |i: usize| {
+        attrs[i]
+            .name()
+            .and_then(|n| n.split(':').next())
+            .unwrap_or("unknown event")
+    };
+    let chosen = (0..attrs.len())
+        .find(|&i| event_name(i) == "cpu-clock")
         .unwrap_or(0);
     let attr = attrs[chosen].attributes().clone();
-    let event = attrs[chosen].name().unwrap_or("unknown event").to_string();
+    let event = event_name(chosen).to_string();
     let config = sampler_config(&attr);
     let build_ids = BuildIds::from_header(&perf_file);
     let command: Vec<String> = perf_file
