@@ -397,6 +397,9 @@ impl FreeRanges {
     }
 
     fn alloc(&mut self, count: u32) -> Option<Range<u32>> {
+        if count == 0 {
+            return Some(0..0);
+        }
         let i = self.free.iter().position(|r| r.end - r.start >= count)?;
         let r = &mut self.free[i];
         let out = r.start..r.start + count;
@@ -512,11 +515,13 @@ mod tests {
     impl Sleeper {
         fn start() -> Self {
             let child = Command::new("sleep").arg("60").spawn().unwrap();
-            // Until exec finished, /proc shows the test binary's maps.
+            // Wait for exec and for the dynamic loader to map libc.
             let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
-            for _ in 0..1000 {
-                let now = std::fs::read_link(format!("/proc/{}/exe", child.id()));
-                if now.is_ok_and(|p| p != exe) {
+            for _ in 0..2000 {
+                let execed =
+                    std::fs::read_link(format!("/proc/{}/exe", child.id())).is_ok_and(|p| p != exe);
+                let maps = ProcessMaps::from_proc(child.id()).unwrap_or_default();
+                if execed && maps.iter().any(|m| m.path.contains("libc")) {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));
@@ -660,6 +665,11 @@ mod tests {
         f.free(0..3);
         f.free(b);
         assert_eq!(f.free, vec![0..10]);
+        // Nothing to place takes nothing, even from a full array.
+        assert_eq!(f.alloc(10), Some(0..10));
+        assert_eq!(f.alloc(0), Some(0..0));
+        f.free(0..0);
+        f.free(0..10);
         assert_eq!(f.total(), 10);
     }
 }
