@@ -345,7 +345,9 @@ fn percentile(sorted: &[Duration], p: usize) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
-    sorted[((sorted.len() - 1) * p).div_ceil(100)]
+    // Nearest rank: the smallest value with at least p% of the values at or below it.
+    let rank = (sorted.len() * p).div_ceil(100).max(1);
+    sorted[rank - 1]
 }
 
 /// Target memory read for one stack, in aligned chunks so that the words an unwind reads
@@ -582,5 +584,37 @@ fn kind_of(addr: u64) -> FrameKind {
         FrameKind::Kernel
     } else {
         FrameKind::User
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_stay_within_half_and_one_and_a_half_of_the_mean() {
+        let mut jitter = Jitter::seeded();
+        let mean = Duration::from_millis(10);
+        let gaps: Vec<Duration> = (0..10_000).map(|_| jitter.around(mean)).collect();
+        assert!(gaps.iter().all(|&g| g >= mean / 2 && g <= mean * 3 / 2));
+        let average = gaps.iter().sum::<Duration>() / gaps.len() as u32;
+        assert!(
+            average > mean * 95 / 100 && average < mean * 105 / 100,
+            "{average:?}"
+        );
+        // Spread over the whole range, not stuck on a few values.
+        assert!(
+            gaps.iter().any(|&g| g < mean * 6 / 10) && gaps.iter().any(|&g| g > mean * 14 / 10)
+        );
+    }
+
+    #[test]
+    fn percentiles_of_sorted_pauses() {
+        let ms = |v: u64| Duration::from_millis(v);
+        let sorted: Vec<Duration> = (1..=100).map(ms).collect();
+        assert_eq!(percentile(&sorted, 50), ms(50));
+        assert_eq!(percentile(&sorted, 95), ms(95));
+        assert_eq!(percentile(&[ms(7)], 95), ms(7));
+        assert_eq!(percentile(&[], 50), Duration::ZERO);
     }
 }
