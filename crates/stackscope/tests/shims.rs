@@ -286,6 +286,32 @@ fn perf_script_reads_a_real_perf_data() {
     let theirs = collapse_perf(&script.stdout);
     assert_eq!(theirs, ours);
     assert!(theirs.keys().any(|s| s.ends_with("main;func_b")));
+
+    // diff reads a real perf.data too: against itself, both columns are its folded counts.
+    let run = stackscope(
+        dir.path(),
+        [
+            "diff",
+            "perf.data",
+            "perf.data",
+            "--format",
+            "folded",
+            "-o",
+            "-",
+        ],
+    );
+    run.assert_ok();
+    let mut same = BTreeMap::new();
+    for line in run.stdout.lines() {
+        let mut fields = line.rsplitn(3, ' ');
+        let (after, before) = (fields.next().unwrap(), fields.next().unwrap());
+        assert_eq!(before, after, "{line}");
+        same.insert(
+            fields.next().unwrap().to_string(),
+            after.parse::<u64>().unwrap(),
+        );
+    }
+    assert_eq!(same, ours);
 }
 
 /// The dtrace writer against our folded writer on one recording, through inferno's dtrace
