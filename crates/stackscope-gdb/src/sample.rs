@@ -198,9 +198,9 @@ pub fn record<S: Stream>(
             break;
         }
         let now = Instant::now();
-        // Late rounds are made up for, but never closer than half the mean gap: samples taken
-        // in a burst after a stall would all land on the same spot and count it many times.
-        next = (next + jitter.around(options.interval)).max(now + options.interval / 2);
+        // Late rounds are made up for, but never closer than a quarter of the mean gap: samples
+        // taken in a burst after a stall would all land on the same spot and count it many times.
+        next = (next + jitter.around(options.interval)).max(now + options.interval / 4);
         let round = (|| -> Result<(), Error> {
             let signal = match client.interrupt()? {
                 Stop::Signal(s) => s,
