@@ -82,6 +82,7 @@ fn run(exe: std::path::PathBuf) -> BpfRecording {
     config.frequency = Some(499);
     let stop = AtomicBool::new(false);
     let rec = record(config, &stop, || {}).expect("BPF recording failed");
+    eprintln!("instructions verified: {:?}", rec.verified_insns);
     assert!(
         rec.exit_status.is_some(),
         "the workload did not finish: {:?}",
