@@ -394,8 +394,3 @@ pub fn decode_hex(text: &[u8]) -> Option<Vec<u8>> {
         .map(|p| Some((hex_digit(p[0])? << 4) | hex_digit(p[1])?))
         .collect()
 }
-
-/// Hex-encodes bytes (`qXfer` annexes, `qRcmd`).
-pub fn encode_hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
