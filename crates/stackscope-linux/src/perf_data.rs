@@ -112,7 +112,7 @@ pub fn read_perf_data(
     let chosen = (0..attrs.len())
         .find(|&i| event_name(i) == "cpu-clock")
         .unwrap_or(0);
-    let attr = attrs[chosen].attributes().clone();
+    let attr = *attrs[chosen].attributes();
     let event = event_name(chosen).to_string();
     let config = sampler_config(&attr);
     let build_ids = BuildIds::from_header(&perf_file);
@@ -286,18 +286,16 @@ impl Replay {
 
     fn other(&mut self, record: EventRecord<'_>, collector: &mut Collector) {
         match record {
-            EventRecord::Mmap(m) => {
-                if m.is_executable && m.pid >= 0 && is_user(m.cpu_mode) {
-                    let path = m.path.as_slice();
-                    let mapping = self
-                        .build_ids
-                        .mapping(m.address, m.length, m.page_offset, &path);
-                    collector.handle(Event::Mmap {
-                        pid: m.pid as u32,
-                        tid: pid(Some(m.tid)),
-                        mapping,
-                    });
-                }
+            EventRecord::Mmap(m) if m.is_executable && m.pid >= 0 && is_user(m.cpu_mode) => {
+                let path = m.path.as_slice();
+                let mapping = self
+                    .build_ids
+                    .mapping(m.address, m.length, m.page_offset, &path);
+                collector.handle(Event::Mmap {
+                    pid: m.pid as u32,
+                    tid: pid(Some(m.tid)),
+                    mapping,
+                });
             }
             EventRecord::Mmap2(m) => {
                 let exec = m.protection & libc::PROT_EXEC as u32 != 0;
