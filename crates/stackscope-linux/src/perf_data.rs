@@ -419,7 +419,15 @@ impl BuildIds {
 fn cached_copy(dir: &Path, id: &[u8]) -> Option<PathBuf> {
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
     let (head, rest) = hex.split_at_checked(2)?;
-    let path = dir.join(".build-id").join(head).join(rest).join("elf");
+    // The entry links to `~/.debug/ORIGINAL/PATH/BUILDID/elf`: resolved, the original file's
+    // name stays in the path.
+    let path = dir
+        .join(".build-id")
+        .join(head)
+        .join(rest)
+        .join("elf")
+        .canonicalize()
+        .ok()?;
     (file_build_id(&path).as_deref() == Some(id)).then_some(path)
 }
 

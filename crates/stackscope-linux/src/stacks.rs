@@ -344,14 +344,38 @@ fn unknown(kind: FrameKind, module: Option<&str>) -> Frame {
     }
 }
 
-/// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`.
+/// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; for a copy
+/// in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`), the original file's name.
 fn file_name(path: &str) -> String {
-    path.rsplit('/').next().unwrap_or(path).to_string()
+    let mut parts = path.rsplit('/');
+    let last = parts.next().unwrap_or(path);
+    if last == "elf" && path.contains("/.debug/") {
+        let id = parts.next().unwrap_or("");
+        if id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if let Some(name) = parts.next() {
+                return name.to_string();
+            }
+        }
+    }
+    last.to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn module_names_see_through_perfs_build_id_cache() {
+        assert_eq!(
+            file_name("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            "libc.so.6"
+        );
+        assert_eq!(
+            file_name("/root/.debug/tmp/x/prog/6fab166e78b0a2a73797d7e2c63a5a0fa27d0ce9/elf"),
+            "prog"
+        );
+        assert_eq!(file_name("/opt/tools/elf"), "elf");
+    }
 
     #[test]
     fn tally_judges_broken_and_frame_pointer_stacks_by_their_root() {

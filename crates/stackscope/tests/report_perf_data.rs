@@ -231,3 +231,51 @@ fn other_profiles_still_read_as_before() {
         "{lines:?}"
     );
 }
+
+#[test]
+fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    // A build of its own, with a build-id no other binary in perf's cache has.
+    let prog = d.join("split_rebuilt");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    stackscope_testkit::run(
+        Command::new("gcc")
+            .current_dir(workloads_src())
+            .args(["-O2", "-g", "-fomit-frame-pointer", "split.c"])
+            .arg(format!(
+                "-Wl,--build-id=0x{:08x}{nanos:032x}",
+                std::process::id()
+            ))
+            .arg("-o")
+            .arg(&prog),
+    );
+    let data = perf_record(
+        d,
+        &["-F", "999", "--call-graph", "dwarf"],
+        &[prog.as_os_str()],
+    );
+    // Rebuilt differently: other code at other addresses, another build-id.
+    stackscope_testkit::run(
+        Command::new("gcc")
+            .current_dir(workloads_src())
+            .args(["-O0", "-g", "split.c", "-o"])
+            .arg(&prog),
+    );
+    assert_split(&report_folded(d, &data), "split_rebuilt");
+    let profile = report_json(d, &data);
+    let func_b = profile
+        .frames
+        .iter()
+        .find(|f| f.name == "func_b")
+        .expect("a func_b frame");
+    assert_eq!(
+        func_b.module.as_deref(),
+        Some("split_rebuilt"),
+        "{func_b:?}"
+    );
+}
