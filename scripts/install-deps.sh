@@ -5,6 +5,7 @@ set -euo pipefail
 
 apt_packages=(
     gcc libc6-dev util-linux   # C test workloads, taskset/setpriv in tests
+    libssl3                    # libcrypto's hand-written assembly frames in the unwind-table tests
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
     clang llvm libelf-dev zlib1g-dev pkg-config make   # the eBPF program (clang -target bpf) and libbpf built from source
     strace                     # the test that no stack memory reaches stackscope (what it reads)

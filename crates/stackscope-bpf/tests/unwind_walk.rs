@@ -52,6 +52,31 @@ int main(void) {
 }
 "#;
 
+/// SHA-256 and SHA-512 from libcrypto for ~1.5 s of CPU: its hand-written assembly realigns
+/// the stack and describes the caller's frame with `*(rsp + n) + 8`.
+const SHA_C: &str = r#"
+#include <stddef.h>
+#include <time.h>
+unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);
+unsigned char *SHA512(const unsigned char *d, size_t n, unsigned char *md);
+static double cpu(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+static unsigned char buf[1 << 16], md[64];
+__attribute__((noipa)) void hash(void) {
+    SHA256(buf, sizeof buf, md);
+    SHA512(buf, sizeof buf, md);
+    buf[0] = md[0];
+}
+int main(void) {
+    double start = cpu();
+    while (cpu() - start < 1.5) hash();
+    return 0;
+}
+"#;
+
 /// Recursion 300 deep, then ~1.5 s of CPU at the bottom.
 const DEEP_RS: &str = r#"
 use std::hint::black_box;
@@ -180,6 +205,41 @@ fn code_without_unwind_tables_is_walked_by_frame_pointers() {
     );
     let rec = run(exe);
     assert_whole(&rec.profile, "leaf", &["main", "middle", "leaf"], 200);
+}
+
+#[test]
+fn walk_leaves_openssl_realigned_frames() {
+    let libcrypto = [
+        "/usr/lib/x86_64-linux-gnu/libcrypto.so.3",
+        "/usr/lib64/libcrypto.so.3",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("libcrypto.so.3 (libssl3) is installed");
+    let dir = tempfile::tempdir().unwrap();
+    let exe = stackscope_testkit::compile(
+        "gcc",
+        dir.path(),
+        ("sha.c", SHA_C),
+        &["-O2", "-fomit-frame-pointer"],
+        &[libcrypto],
+        "sha",
+    );
+    let rec = run(exe);
+    let stacks = stacks(&rec.profile);
+    let all: u64 = stacks.iter().map(|s| s.1).sum();
+    let in_hash: u64 = stacks
+        .iter()
+        .filter(|s| s.0.contains(&"hash"))
+        .map(|s| s.1)
+        .sum();
+    // A stack that broke off in libcrypto would not reach hash.
+    assert!(
+        in_hash * 100 >= all * 95,
+        "{in_hash} of {all} samples reached hash:{}",
+        top(&stacks)
+    );
+    assert_whole(&rec.profile, "hash", &["main", "hash"], 200);
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! A row says how to find the caller of any pc from its address up to the next row's address:
 //! where the canonical frame address (CFA) is (`rsp + n`, `rbp + n`, or one of the two PLT
 //! expressions), whether `rbp` was saved (at `CFA + n`) or is unchanged, and that the return
-//! address is at `CFA - 8`. Kinds outside that model are rows of their own: [`RowKind::End`]
+//! address is at `CFA - 8` (and `*(rsp + n) + 8`, OpenSSL's realigned frames). Kinds outside that model are rows of their own: [`RowKind::End`]
 //! (no CFI covers this pc: walk by frame pointers), [`RowKind::Stop`] (the return address is
 //! undefined: the outermost frame, e.g. `_start`), [`RowKind::Signal`] (the signal return
 //! trampoline: registers come from the signal frame) and [`RowKind::Unsupported`] (CFI this
@@ -46,6 +46,9 @@ pub enum RowKind {
     /// A signal trampoline (`__restore_rt`, an FDE of a CIE with augmentation `S`): sp points
     /// at the `ucontext` the kernel saved, which holds the interrupted rip, rsp and rbp.
     Signal = 6,
+    /// CFA = *(rsp + `cfa_offset`) + 8: hand-written assembly (OpenSSL's) that realigns the
+    /// stack and keeps the caller's rsp in a stack slot. `aux` is the rbp rule.
+    CfaDerefRsp = 7,
 }
 
 /// One row, laid out exactly as the BPF walker reads it (`struct unwind_row`, 8 bytes).
@@ -89,6 +92,11 @@ pub enum Rule {
     Unsupported,
     /// Registers restored from the signal frame at sp.
     Signal,
+    /// CFA = *(rsp + `offset`) + 8; rbp as in [`Rule::Cfa`].
+    CfaDeref {
+        offset: i16,
+        rbp_offset: Option<i16>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +125,10 @@ impl Row {
             RowKind::Stop => Rule::Stop,
             RowKind::Unsupported => Rule::Unsupported,
             RowKind::Signal => Rule::Signal,
+            RowKind::CfaDerefRsp => Rule::CfaDeref {
+                offset: self.cfa_offset,
+                rbp_offset: (self.aux != 0).then(|| i16::from(self.aux) * 8),
+            },
         }
     }
 

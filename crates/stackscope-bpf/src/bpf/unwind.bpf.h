@@ -47,6 +47,7 @@ enum unwind_row_kind {
 	UNWIND_ROW_STOP = 4,        /* return address undefined: outermost frame */
 	UNWIND_ROW_UNSUPPORTED = 5, /* CFI the rows cannot express: frame pointers */
 	UNWIND_ROW_SIGNAL = 6,      /* signal trampoline: registers from the ucontext at sp */
+	UNWIND_ROW_CFA_DEREF_RSP = 7, /* CFA = *(rsp + cfa_offset) + 8 (OpenSSL's realigned frames) */
 };
 
 /* Where the kernel saved the interrupted registers, from sp at the signal trampoline (the
@@ -238,6 +239,13 @@ static long unwind_step(__u64 index, void *data)
 		break;
 	case UNWIND_ROW_CFA_RBP:
 		cfa = bp + cfa_offset;
+		break;
+	case UNWIND_ROW_CFA_DEREF_RSP:
+		if (bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(sp + cfa_offset))) {
+			s->status = UNWIND_BROKEN;
+			return 1;
+		}
+		cfa += 8;
 		break;
 	case UNWIND_ROW_PLT:
 		cfa = sp + cfa_offset + ((s->ip & 15) >= (__u64)aux ? 8 : 0);

@@ -27,6 +27,8 @@ const DW_OP_GE: u8 = 0x2a;
 const DW_OP_LIT3: u8 = 0x33;
 const DW_OP_SHL: u8 = 0x24;
 const DW_OP_PLUS: u8 = 0x22;
+const DW_OP_DEREF: u8 = 0x06;
+const DW_OP_PLUS_UCONST: u8 = 0x23;
 
 /// The sections a table is built from.
 pub(super) struct Sections<'a> {
@@ -241,21 +243,58 @@ fn convert<'a, S: UnwindSection<Reader<'a>>>(row: &UnwindTableRow<usize>, sectio
             }
         }
         CfaRule::Expression(expr) => {
-            let plt = expr
-                .get(section)
-                .ok()
-                .and_then(|e| plt_expression(e.0.slice()));
-            match (plt, rbp) {
-                (Some((cfa_offset, threshold)), Some(0)) => Row {
+            let Ok(expr) = expr.get(section) else {
+                return unsupported(addr);
+            };
+            let bytes = expr.0.slice();
+            if let (Some((cfa_offset, threshold)), Some(0)) = (plt_expression(bytes), rbp) {
+                return Row {
                     addr,
                     cfa_offset,
                     kind: RowKind::Plt,
                     aux: threshold,
+                };
+            }
+            match (deref_rsp_expression(bytes), rbp) {
+                (Some(cfa_offset), Some(aux)) => Row {
+                    addr,
+                    cfa_offset,
+                    kind: RowKind::CfaDerefRsp,
+                    aux,
                 },
                 _ => unsupported(addr),
             }
         }
     }
+}
+
+/// `breg7 N; deref; plus_uconst 8`: the caller's rsp was saved at rsp + N. Returns N.
+fn deref_rsp_expression(bytes: &[u8]) -> Option<i16> {
+    let (&op, rest) = bytes.split_first()?;
+    if op != DW_OP_BREG7 {
+        return None;
+    }
+    let (n, rest) = sleb128(rest)?;
+    match rest {
+        [DW_OP_DEREF, DW_OP_PLUS_UCONST, 8] => i16::try_from(n).ok(),
+        _ => None,
+    }
+}
+
+/// A signed LEB128 number of at most 4 bytes and what follows it.
+fn sleb128(bytes: &[u8]) -> Option<(i64, &[u8])> {
+    let mut value: i64 = 0;
+    for (i, &b) in bytes.iter().enumerate().take(4) {
+        value |= i64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            let bits = 7 * (i + 1);
+            if b & 0x40 != 0 {
+                value |= -1i64 << bits;
+            }
+            return Some((value, &bytes[i + 1..]));
+        }
+    }
+    None
 }
 
 /// The expression linkers emit for PLT stubs, `rsp + N + ((rip & 15) >= K) << 3`:

@@ -196,7 +196,10 @@ fn assert_agrees_with_readelf(path: &Path, table: &UnwindTable) -> usize {
                 ),
                 None => {
                     assert!(
-                        matches!(got, Rule::Plt { .. } | Rule::Unsupported),
+                        matches!(
+                            got,
+                            Rule::Plt { .. } | Rule::CfaDeref { .. } | Rule::Unsupported
+                        ),
                         "{} at {addr:#x}: expression CFA read as {got:?}",
                         path.display()
                     );
@@ -370,6 +373,57 @@ fn rust_release_table_agrees_with_readelf() {
     assert_well_formed(&table);
     assert_agrees_with_readelf(&exe, &table);
     assert!(table.stats().fdes > 100, "{:?}", table.stats());
+}
+
+#[test]
+fn openssl_realigned_frames_are_deref_rows() {
+    let Some(libcrypto) = [
+        "/usr/lib/x86_64-linux-gnu/libcrypto.so.3",
+        "/usr/lib64/libcrypto.so.3",
+    ]
+    .into_iter()
+    .map(Path::new)
+    .find(|p| p.exists()) else {
+        panic!("libcrypto.so.3 not found: install libssl3 (scripts/install-deps.sh)");
+    };
+    let table = UnwindTable::from_path(libcrypto).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(libcrypto, &table);
+    // readelf prints these as "exp": check their offsets against the raw CFI dump.
+    let out = Command::new("readelf")
+        .arg("--debug-dump=frames")
+        .arg(libcrypto)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut offsets: Vec<i16> = text
+        .lines()
+        .filter_map(|l| {
+            let n = l
+                .split("DW_CFA_def_cfa_expression (DW_OP_breg7 (rsp): ")
+                .nth(1)?
+                .strip_suffix("; DW_OP_deref; DW_OP_plus_uconst: 8)")?;
+            n.parse().ok()
+        })
+        .collect();
+    offsets.sort_unstable();
+    offsets.dedup();
+    assert!(
+        !offsets.is_empty(),
+        "no realigned frames in {}",
+        libcrypto.display()
+    );
+    let mut ours: Vec<i16> = table
+        .rows()
+        .iter()
+        .filter_map(|r| match r.rule() {
+            Rule::CfaDeref { offset, .. } => Some(offset),
+            _ => None,
+        })
+        .collect();
+    ours.sort_unstable();
+    ours.dedup();
+    assert_eq!(ours, offsets);
 }
 
 #[test]
