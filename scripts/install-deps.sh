@@ -11,6 +11,7 @@ apt_packages=(
     strace                     # the test that no stack memory reaches stackscope (what it reads)
     qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
     gdbserver                  # stackscope gdb tested against a second real stub
+    linux-perf                 # report perf.data tests read recordings the real perf record makes
 )
 missing=()
 for pkg in "${apt_packages[@]}"; do
