@@ -20,7 +20,8 @@ use linux_perf_data::linux_perf_event_reader::constants::{
     PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
 };
 use linux_perf_data::linux_perf_event_reader::{
-    AttrFlags, CpuMode, EventRecord, SampleFormat, SampleRecord, SamplingPolicy,
+    AttrFlags, CpuMode, Endianness, EventRecord, RecordType, SampleFormat, SampleRecord,
+    SamplingPolicy,
 };
 use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
 use stackscope_profile::{Metadata, Profile};
@@ -123,6 +124,7 @@ pub fn read_perf_data(
         .map(|args| args.iter().map(|s| s.to_string()).collect())
         .unwrap_or_default();
 
+    let endian = perf_file.endian();
     let mut collector = Collector::new(&config).replaying();
     let mut replay = Replay {
         chain: Vec::new(),
@@ -131,6 +133,7 @@ pub fn read_perf_data(
         has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
     };
     let mut records = 0u64;
+    let (mut lost_in_ring, mut lost_samples) = (0u64, 0u64);
     progress(Progress { done: 0, total });
     loop {
         let record = match record_iter.next_record(&mut perf_file) {
@@ -164,10 +167,28 @@ pub fn read_perf_data(
                 replay.sample(&sample, &mut collector)
             }
             EventRecord::Sample(_) => {}
+            EventRecord::Lost(l) => lost_in_ring += l.count,
+            // perf writes the event's own count of lost samples at the end of the recording
+            // (the kernel's, ring buffer overflows included), and the kernel writes one for
+            // samples it could not write whole.
+            EventRecord::Raw(raw) if raw.record_type == RecordType::LOST_SAMPLES => {
+                let head = raw.data.as_slice();
+                if let Some(bytes) = head.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()) {
+                    let count = match endian {
+                        Endianness::LittleEndian => u64::from_le_bytes(bytes),
+                        Endianness::BigEndian => u64::from_be_bytes(bytes),
+                    };
+                    lost_samples += count;
+                }
+            }
             other => replay.other(other, &mut collector),
         }
     }
     progress(Progress { done: total, total });
+    // The two counts overlap (a ring buffer overflow is in both): the larger is the loss.
+    collector.handle(Event::Lost {
+        count: lost_in_ring.max(lost_samples),
+    });
 
     let duration_secs = replay
         .times
@@ -338,7 +359,6 @@ impl Replay {
                 pid: pid(Some(e.pid)),
                 tid: pid(Some(e.tid)),
             }),
-            EventRecord::Lost(l) => collector.handle(Event::Lost { count: l.count }),
             _ => {}
         }
     }

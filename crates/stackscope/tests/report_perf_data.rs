@@ -279,3 +279,39 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
         "{func_b:?}"
     );
 }
+
+#[test]
+fn lost_samples_are_counted_as_perf_counts_them() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_nofp");
+    // Two pages of ring buffer for 4 KB stack copies at 4 kHz: perf falls behind and loses some.
+    let data = perf_record(
+        dir.path(),
+        &["-m", "2", "-F", "4000", "--call-graph", "dwarf,4000"],
+        &[prog.as_os_str()],
+    );
+    let mut cmd = Command::new("perf");
+    cmd.arg("script")
+        .arg("--show-lost-events")
+        .arg("-F")
+        .arg("tid")
+        .arg("-i")
+        .arg(&data);
+    let script = run_with_deadline(cmd);
+    let perf_lost: u64 = script
+        .stdout
+        .lines()
+        .filter(|l| l.contains("PERF_RECORD_LOST "))
+        .filter_map(|l| l.split_whitespace().last()?.parse::<u64>().ok())
+        .sum();
+    let profile = report_json(dir.path(), &data);
+    assert_eq!(profile.meta.lost_samples, perf_lost, "lost samples");
+    if perf_lost > 0 {
+        assert!(
+            profile.meta.hints.iter().any(|h| h.contains("lost")),
+            "no hint on lost samples: {:?}",
+            profile.meta.hints
+        );
+    }
+}
