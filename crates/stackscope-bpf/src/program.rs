@@ -105,9 +105,6 @@ pub(crate) fn load<'a>(
 fn load_error(err: libbpf_rs::Error) -> BpfError {
     let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
     let euid = unsafe { libc::geteuid() };
-    if std::env::var_os("STACKSCOPE_BPF_LOG").is_some() {
-        eprintln!("{}", log.join("\n"));
-    }
     if euid != 0
         && err.kind() == libbpf_rs::ErrorKind::PermissionDenied
         && !log.iter().any(|l| l.contains("BEGIN PROG LOAD LOG"))

@@ -359,9 +359,6 @@ fn handle_events(
     user: bool,
 ) {
     for event in events.drain(..) {
-        if std::env::var_os("STACKSCOPE_BPF_DEBUG").is_some() {
-            eprintln!("event {event:?}");
-        }
         match event {
             Event::Loaded { pid, held: true } => {
                 processes.note_held(pid);
