@@ -315,3 +315,13 @@ fn lost_samples_are_counted_as_perf_counts_them() {
         );
     }
 }
+
+#[test]
+fn compressed_recording_gives_the_split() {
+    let _serial = serial();
+    let dir = tempdir();
+    let prog = workload("split_fp");
+    // cargo-flamegraph's --compression-level passes -z to perf record.
+    let data = perf_record(dir.path(), &["-z", "-F", "999", "-g"], &[prog.as_os_str()]);
+    assert_split(&report_folded(dir.path(), &data), "split_fp");
+}
