@@ -82,6 +82,8 @@ pub fn read_perf_data(
         .metadata()
         .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?
         .len();
+    check_layout(&file, total)
+        .map_err(|(at, what)| PerfDataError::damaged(path, at, total, what))?;
     let position = Rc::new(Cell::new(0));
     let reader = Counting {
         inner: BufReader::with_capacity(1 << 20, file),
@@ -461,6 +463,99 @@ fn file_build_id(path: &Path) -> Option<Vec<u8>> {
     let elf = object::File::parse(&*map).ok()?;
     elf.build_id().ok().flatten().map(<[u8]>::to_vec)
 }
+
+/// Checks that the header's sections lie inside the file and that the counts in the
+/// sections read before the records fit their sections: a damaged count must not make the
+/// parser reserve memory for billions of entries. Errs with an offset and what is wrong.
+fn check_layout(file: &File, len: u64) -> Result<(), (u64, String)> {
+    use std::os::unix::fs::FileExt;
+    let read = |at: u64, n: usize| -> Result<Vec<u8>, (u64, String)> {
+        let mut buf = vec![0; n];
+        file.read_exact_at(&mut buf, at).map_err(|_| {
+            (
+                at,
+                format!("the file ends before the {n} bytes expected here"),
+            )
+        })?;
+        Ok(buf)
+    };
+    let word =
+        |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+    let head = read(0, HEADER_SIZE)?;
+    if !head.starts_with(MAGIC) {
+        // Big-endian files are left to the parser's own checks.
+        return Ok(());
+    }
+    let section = |b: &[u8], at: usize| (word(b, at), word(b, at + 8));
+    let inside = |(offset, size): (u64, u64), at: u64, what: &str| {
+        if offset.checked_add(size).is_some_and(|end| end <= len) {
+            Ok(())
+        } else {
+            Err((
+                at,
+                format!("the {what} section ({size} bytes at {offset}) lies past the end"),
+            ))
+        }
+    };
+    let attrs = section(&head, 24);
+    let data = section(&head, 40);
+    inside(attrs, 24, "attributes")?;
+    inside(data, 40, "data")?;
+    inside(section(&head, 56), 56, "event types")?;
+    let features: Vec<u32> = (0..256u32)
+        .filter(|&bit| word(&head, 72 + (bit / 64) as usize * 8) & (1 << (bit % 64)) != 0)
+        .collect();
+    let table_at = data.0 + data.1;
+    let table = read(table_at, features.len() * 16)?;
+    for (i, &feature) in features.iter().enumerate() {
+        let sec = section(&table, i * 16);
+        let at = table_at + i as u64 * 16;
+        inside(sec, at, &format!("header feature {feature}"))?;
+        let counted = match feature {
+            FEATURE_CMDLINE => 4,
+            FEATURE_EVENT_DESC => 8,
+            _ => continue,
+        };
+        let body = read(
+            sec.0,
+            usize::try_from(sec.1).unwrap_or(usize::MAX).min(1 << 24),
+        )?;
+        let count = |at: usize| {
+            body.get(at..at.saturating_add(4)).map_or(0, |b| {
+                u32::from_le_bytes(b.try_into().unwrap_or_default()) as u64
+            })
+        };
+        let too_many = || {
+            (
+                sec.0,
+                format!("header feature {feature} counts more entries than it holds"),
+            )
+        };
+        // Every string takes at least its 4-byte length.
+        if count(0) * counted > sec.1 {
+            return Err(too_many());
+        }
+        if feature == FEATURE_EVENT_DESC {
+            // Each event: its attribute, its id count, its name (length and bytes), its ids.
+            let attr_size = count(4);
+            let mut at = 8u64;
+            for _ in 0..count(0) {
+                let ids = count(usize::try_from(at + attr_size).unwrap_or(usize::MAX));
+                let name = count(usize::try_from(at + attr_size + 4).unwrap_or(usize::MAX));
+                at += attr_size + 8 + name + ids * 8;
+                if at > sec.1 {
+                    return Err(too_many());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// perf_file_header: magic, size, attr_size, three sections, the feature bitmap.
+const HEADER_SIZE: usize = 104;
+const FEATURE_CMDLINE: u32 = 11;
+const FEATURE_EVENT_DESC: u32 = 12;
 
 /// A reader that remembers how far it got, so errors and progress can say where.
 struct Counting<R> {
