@@ -170,4 +170,16 @@ fn damaged_files_are_errors_naming_the_file_and_where() {
             "{text}"
         );
     }
+    // A data section larger than the file, as a damaged header would state it.
+    let mut huge = bytes.clone();
+    huge[48..56].copy_from_slice(&(u64::MAX / 2).to_le_bytes());
+    let path = dir.path().join("huge.data");
+    std::fs::write(&path, &huge).unwrap();
+    let text = read_perf_data(&path, &mut |_| {})
+        .expect_err("a file with a data section past its end reads")
+        .to_string();
+    assert!(
+        text.contains("huge.data") && text.contains("data section") && text.contains("byte 40"),
+        "{text}"
+    );
 }
