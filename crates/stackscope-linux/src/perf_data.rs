@@ -133,6 +133,7 @@ pub fn read_perf_data(
         times: None,
         build_ids,
         has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
+        kernel_text: None,
     };
     let mut records = 0u64;
     let (mut lost_in_ring, mut lost_samples) = (0u64, 0u64);
@@ -209,7 +210,17 @@ pub fn read_perf_data(
         command,
         ..Metadata::default()
     };
-    Ok(collector.finish(meta, &config, false))
+    let mut profile = collector.finish(meta, &config, false);
+    if config.kernel
+        && replay
+            .kernel_text
+            .is_some_and(|t| running_kernel_text() != Some(t))
+    {
+        profile.meta.hints.push(
+            "kernel frames are named from the running kernel, which is not the recorded one (or was booted again since): they may be misnamed".into(),
+        );
+    }
+    Ok(profile)
 }
 
 /// The collector's settings for what the recorded event captured.
@@ -249,6 +260,8 @@ struct Replay {
     build_ids: BuildIds,
     /// Without callchains a sample's stack is its instruction pointer alone.
     has_callchain: bool,
+    /// Where the recorded kernel's text began (perf's `[kernel.kallsyms]_text` mapping).
+    kernel_text: Option<u64>,
 }
 
 impl Replay {
@@ -309,6 +322,11 @@ impl Replay {
 
     fn other(&mut self, record: EventRecord<'_>, collector: &mut Collector) {
         match record {
+            EventRecord::Mmap(m)
+                if m.pid < 0 && m.path.as_slice().starts_with(b"[kernel.kallsyms]_text") =>
+            {
+                self.kernel_text = Some(m.page_offset);
+            }
             EventRecord::Mmap(m) if m.is_executable && m.pid >= 0 && is_user(m.cpu_mode) => {
                 let path = m.path.as_slice();
                 let mapping = self
@@ -364,6 +382,19 @@ impl Replay {
             _ => {}
         }
     }
+}
+
+/// Where the running kernel's text begins, from /proc/kallsyms (0 when addresses are hidden).
+fn running_kernel_text() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/kallsyms").ok()?;
+    text.lines().find_map(|line| {
+        let mut fields = line.split_ascii_whitespace();
+        let addr = fields.next()?;
+        let _kind = fields.next()?;
+        (fields.next()? == "_text")
+            .then(|| u64::from_str_radix(addr, 16).ok())
+            .flatten()
+    })
 }
 
 /// perf writes -1 for "no task"; such records concern no process we track.

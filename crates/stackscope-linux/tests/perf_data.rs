@@ -183,3 +183,34 @@ fn damaged_files_are_errors_naming_the_file_and_where() {
         "{text}"
     );
 }
+
+#[test]
+fn a_kernel_moved_since_the_recording_is_hinted_at() {
+    let dir = tempfile::tempdir().unwrap();
+    let prog = compile(
+        "gcc",
+        dir.path(),
+        ("forking.c", FORKING_C),
+        &["-O2", "-g", "-fno-omit-frame-pointer"],
+        &[],
+        "forking",
+    );
+    let data = perf_record(dir.path(), &["-F", "999", "-g"], &prog);
+    let moved_hint = |p: &Profile| p.meta.hints.iter().any(|h| h.contains("running kernel"));
+    let same = read_perf_data(&data, &mut |_| {}).expect("read perf.data");
+    assert!(!moved_hint(&same), "hints: {:?}", same.meta.hints);
+
+    // perf's kernel mapping record: header, pid/tid, start, len, pgoff (the text address), path.
+    let mut bytes = std::fs::read(&data).unwrap();
+    let path_at = bytes
+        .windows(22)
+        .position(|w| w == b"[kernel.kallsyms]_text")
+        .expect("a kernel mapping record");
+    let pgoff = path_at - 8;
+    let text = u64::from_le_bytes(bytes[pgoff..path_at].try_into().unwrap());
+    bytes[pgoff..path_at].copy_from_slice(&(text + 0x20_0000).to_le_bytes());
+    let moved = dir.path().join("moved.data");
+    std::fs::write(&moved, &bytes).unwrap();
+    let other = read_perf_data(&moved, &mut |_| {}).expect("read perf.data");
+    assert!(moved_hint(&other), "hints: {:?}", other.meta.hints);
+}
