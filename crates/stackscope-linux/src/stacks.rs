@@ -172,6 +172,17 @@ impl StackTable {
             builder.add(tid, stack, Some(key.cpu), *count);
         }
         builder.meta_mut().unwind = tally.stats.clone();
+        // Build-ids let a consumer (pprof's mappings) match each module to its exact file.
+        for key in &self.modules {
+            if let ModuleKey::File {
+                path,
+                build_id: Some(id),
+            } = key
+            {
+                let hex = id.iter().map(|b| format!("{b:02x}")).collect();
+                builder.meta_mut().build_ids.insert(file_name(path), hex);
+            }
+        }
         let mut profile = builder.finish();
         // A stable order makes outputs reproducible run to run.
         profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));

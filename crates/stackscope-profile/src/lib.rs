@@ -5,8 +5,9 @@
 //! how the profile was taken. It knows nothing about kernels, ELF files or sampling: sources
 //! build it through [`ProfileBuilder`], writers read it.
 //!
-//! Readers and writers live in [`format`]: folded stacks, bcc `profile` text, flamegraph SVG
-//! and stackscope's own lossless JSON.
+//! Readers and writers live in [`format`]: folded stacks, bcc `profile` text, flamegraph SVG,
+//! stackscope's own lossless JSON, pprof, speedscope, the Firefox Profiler's processed format,
+//! the Asterinas OSDK's JSON, `perf script` text and DTrace aggregation text.
 
 pub mod format;
 mod model;

@@ -13,15 +13,21 @@ use stackscope_profile::format::Format;
     version,
     about = "A sampling CPU profiler: whole call stacks of any process, as flamegraphs and the files other tools read",
     long_about = "A sampling CPU profiler: whole call stacks of any process, as flamegraphs and the files other tools read.\n\n\
-        stackscope samples call stacks with perf_event_open on the cpu-clock event, unwinds user \
-        stacks with DWARF unwind info (so binaries without frame pointers, like Rust release \
-        builds, still give whole stacks), names every frame (inlined functions included), and \
-        writes a flamegraph SVG, folded stacks, bcc profile text or its own JSON.",
+        stackscope samples call stacks with perf_event_open on the cpu-clock event (or with an \
+        eBPF program that counts and unwinds stacks in the kernel), unwinds user stacks with \
+        DWARF unwind info (so binaries without frame pointers, like Rust release builds, still \
+        give whole stacks), names every frame (inlined functions included), and writes a \
+        flamegraph SVG, folded stacks, bcc profile text, its own JSON, pprof, speedscope, Firefox \
+        Profiler, OSDK JSON, perf script or DTrace text. It also samples guest kernels in QEMU \
+        (and programs under gdbserver) over the GDB remote protocol, and reads perf.data.",
     after_help = "Examples:\n  \
         stackscope record -o flame.svg -- ./target/release/myprog arg1\n  \
         stackscope record -p 1234 -d 10 -o out.folded\n  \
         stackscope record -a -C 1 -o cpu1.svg          # whole system, one CPU, until Ctrl-C\n  \
-        stackscope report profile.json -o flame.svg"
+        stackscope profile -adf -p 1234 5 > out.folded  # bcc profile, whole stacks (eBPF)\n  \
+        stackscope gdb --remote localhost:1234 --kernel vmlinux -o guest.svg\n  \
+        stackscope report perf.data -o flame.svg\n  \
+        stackscope diff before.json after.json -o diff.svg"
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -43,9 +49,12 @@ pub enum Command {
         Without root: profiling your own processes needs kernel.perf_event_paranoid <= 2 \
         (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep).")]
     Record(RecordArgs),
-    /// Re-render a saved profile (stackscope JSON or folded stacks) into another format.
+    /// Re-render a saved profile (stackscope JSON, folded stacks, OSDK JSON, or a perf.data file
+    /// written by `perf record`) into another format.
     #[command(after_help = "Examples:\n  \
         stackscope report profile.json -o flame.svg\n  \
+        stackscope report perf.data -o flame.svg        # perf record's file, -g or --call-graph dwarf\n  \
+        stackscope report profile.json -o prof.pb.gz    # pprof; also .speedscope.json, .firefox.json\n  \
         stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
     Report(ReportArgs),
     /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
@@ -169,7 +178,8 @@ pub enum UnwindArg {
 
 #[derive(Args)]
 pub struct ReportArgs {
-    /// The saved profile: stackscope JSON or folded stacks.
+    /// The saved profile: stackscope JSON, folded stacks, OSDK JSON or perf.data (detected from
+    /// the content).
     pub input: PathBuf,
 
     #[command(flatten)]
