@@ -118,7 +118,7 @@ run_one() {
         keep "$name" "$tool" extra "$extra"
         keep "$name" "$tool" main "$main_pct"
         keep "$name" "$tool" base "$base"
-        [ -n "${KEEP:-}" ] && cp out.folded "$name.$tool.folded"
+        if [ -n "${KEEP:-}" ]; then cp out.folded "$name.$tool.folded"; fi
     done
 }
 
