@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Installs the Debian packages that building stackscope and running its tests need, if any is
-# missing. Called by scripts/demo.sh and .ci/run; safe to run again.
+# Installs what building stackscope (`build`: scripts/demo.sh) or building it and running its
+# tests (`test`, the default: .ci/run) needs, when missing. Safe to run again.
 set -euo pipefail
 
-apt_packages=(
-    gcc libc6-dev util-linux   # C test workloads, taskset/setpriv in tests
-    libssl3                    # libcrypto's hand-written assembly frames in the unwind-table tests
+# What building stackscope needs: gcc for the C parts of dependencies, and clang, libelf and
+# zlib for the eBPF program and the libbpf built with it.
+build_packages=(
+    gcc libc6-dev                                        # C compiler for -sys crates and test workloads
+    clang llvm libelf-dev zlib1g-dev pkg-config make     # the eBPF program (clang -target bpf) and libbpf built from source
+)
+# What the tests and benchmarks use besides: the real tools whose files or places stackscope
+# takes, so that each test runs the real consumer or peer.
+test_packages=(
+    util-linux                 # taskset/setpriv in tests
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
-    clang llvm libelf-dev zlib1g-dev pkg-config make   # the eBPF program (clang -target bpf) and libbpf built from source
     strace                     # the test that no stack memory reaches stackscope (what it reads)
     qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
     gdbserver                  # stackscope gdb tested against a second real stub
-    linux-perf                 # report perf.data tests read recordings the real perf record makes
+    linux-perf                 # perf.data recordings read by `stackscope report`, and the benches
+    libssl3                    # libcrypto's hand-written unwind rules, exercised by the BPF walker tests
 )
+
+mode=${1:-test}
+case "$mode" in
+    build) apt_packages=("${build_packages[@]}") ;;
+    test) apt_packages=("${build_packages[@]}" "${test_packages[@]}") ;;
+    *) echo "usage: $0 [build|test]" >&2; exit 2 ;;
+esac
 missing=()
 for pkg in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -21,6 +35,10 @@ if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} ..." >&2
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$mode" = build ]; then
+    exit 0
 fi
 
 # cargo-flamegraph, driven with PERF=stackscope-perf by the shim tests.
