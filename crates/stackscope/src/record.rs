@@ -125,7 +125,7 @@ pub(crate) fn run_with(
             }
         }
         BackendArg::Bpf => {
-            crate::record_bpf::record(&args, target, &config, duration, stop, &command, announce)?
+            crate::record_bpf::record(target, &config, duration, stop, &command, announce)?
         }
     };
     finish(outcome, &output, &command, write)

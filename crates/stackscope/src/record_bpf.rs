@@ -12,7 +12,6 @@ use stackscope_linux::sampler::SamplerConfig;
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
 
-use crate::cli::RecordArgs;
 use crate::profile::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 use crate::record::Outcome;
 
@@ -79,7 +78,6 @@ pub(crate) fn sample(request: Request, on_start: impl FnOnce()) -> Result<Sample
 /// `stackscope record --backend bpf`: the eBPF source with record's target, rate and stack
 /// choices and bcc's storage sizes; warnings go to stderr.
 pub(crate) fn record(
-    _args: &RecordArgs,
     target: Target,
     config: &SamplerConfig,
     duration: Option<Duration>,
