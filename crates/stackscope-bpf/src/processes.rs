@@ -19,6 +19,8 @@ pub(crate) struct Processes {
     maps: HashMap<u32, ProcessMaps>,
     /// Processes whose tables are in the maps.
     loaded: HashSet<u32>,
+    /// Processes seen exiting: a sample taken on their way out asks for tables no more.
+    exited: HashSet<u32>,
     loader: Option<TableLoader>,
     /// Why the last table load failed, for one hint at the end.
     pub load_error: Option<String>,
@@ -50,8 +52,11 @@ impl Processes {
 
     /// Reads the process's mappings afresh and loads (or reloads) its unwind tables.
     pub fn load(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
-        let Ok(maps) = ProcessMaps::from_proc(pid) else {
-            return; // gone already: keep what we knew
+        // A process that has let go of its memory on the way out shows no mappings: keep
+        // what we knew, or its frames could not be named at the end.
+        let maps = match ProcessMaps::from_proc(pid) {
+            Ok(maps) if !maps.is_empty() => maps,
+            _ => return,
         };
         for m in maps.iter() {
             if is_dynamic_loader(&m.path) {
@@ -71,6 +76,7 @@ impl Processes {
 
     /// A process that exited: its tables go, its maps stay for naming its frames.
     pub fn forget(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
+        self.exited.insert(pid);
         if self.loaded.remove(&pid) {
             if let Some(loader) = self.loader.as_mut() {
                 let _ = loader.forget_process(&table_maps(skel), pid);
@@ -84,6 +90,16 @@ impl Processes {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         self.held.remove(&pid);
+    }
+
+    /// Whether the process was seen exiting (and its pid not since reused by a fork).
+    pub fn has_exited(&self, pid: u32) -> bool {
+        self.exited.contains(&pid)
+    }
+
+    /// A pid that starts a new process (a fork, or the command launched) is not the exited one.
+    pub fn note_started(&mut self, pid: u32) {
+        self.exited.remove(&pid);
     }
 
     pub fn note_held(&mut self, pid: u32) {

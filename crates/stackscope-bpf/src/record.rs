@@ -364,10 +364,15 @@ fn handle_events(
                 processes.note_held(pid);
                 processes.release_held(skel, pid);
             }
-            Event::NoTables { pid }
-            | Event::Fork { pid, .. }
-            | Event::Exec { pid }
-            | Event::Loaded { pid, .. } => {
+            // A sample taken as a process exits finds its tables gone: it needs none.
+            Event::NoTables { pid } | Event::Loaded { pid, .. } if processes.has_exited(pid) => {}
+            Event::Fork { pid, .. } => {
+                processes.note_started(pid);
+                if user {
+                    processes.load(skel, pid);
+                }
+            }
+            Event::NoTables { pid } | Event::Exec { pid } | Event::Loaded { pid, .. } => {
                 if user {
                     processes.load(skel, pid);
                 }
