@@ -20,4 +20,5 @@ mod record;
 mod tables;
 
 pub use error::BpfError;
+pub use program::ProgramCost;
 pub use record::{record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY};

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
@@ -145,13 +145,7 @@ fn load_error(err: libbpf_rs::Error) -> BpfError {
 pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     let mut out = Vec::new();
     for prog in skel.object().progs() {
-        let mut info = libbpf_sys::bpf_prog_info::default();
-        let mut len = std::mem::size_of_val(&info) as u32;
-        // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes; the kernel fills it.
-        let r = unsafe {
-            libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len)
-        };
-        if r == 0 {
+        if let Some(info) = prog_info(&prog) {
             out.push((
                 prog.name().to_string_lossy().into_owned(),
                 info.verified_insns,
@@ -159,6 +153,44 @@ pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
         }
     }
     out
+}
+
+/// What a BPF program cost while the kernel timed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProgramCost {
+    /// Times it ran.
+    pub runs: u64,
+    /// Time spent in it in all, in nanoseconds.
+    pub run_time_ns: u64,
+}
+
+/// Has the kernel time every BPF program's runs until the returned descriptor is closed
+/// (`BPF_ENABLE_STATS`, kernel 5.8+); `None` when the kernel refuses.
+pub(crate) fn time_programs() -> Option<OwnedFd> {
+    // SAFETY: a plain bpf(2) command; on success it returns a new descriptor we then own.
+    let fd = unsafe { libbpf_sys::bpf_enable_stats(libbpf_sys::BPF_STATS_RUN_TIME) };
+    // SAFETY: `fd` is a new, open descriptor owned by no one else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The sampling program's runs and time so far, as the kernel timed them.
+pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
+    let info = prog_info(&skel.progs.on_sample)?;
+    Some(ProgramCost {
+        runs: info.run_cnt,
+        run_time_ns: info.run_time_ns,
+    })
+}
+
+/// The kernel's information on one loaded program.
+fn prog_info(prog: &impl AsFd) -> Option<libbpf_sys::bpf_prog_info> {
+    let mut info = libbpf_sys::bpf_prog_info::default();
+    let mut len = std::mem::size_of_val(&info) as u32;
+    // SAFETY: `info` is a zeroed bpf_prog_info of `len` bytes; the kernel fills it.
+    let r = unsafe {
+        libbpf_sys::bpf_prog_get_info_by_fd(prog.as_fd().as_raw_fd(), &mut info, &mut len)
+    };
+    (r == 0).then_some(info)
 }
 
 /// Attaches the tracepoint programs that follow processes (fork, exec, exit); the loader

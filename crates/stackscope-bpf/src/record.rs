@@ -52,6 +52,9 @@ pub struct BpfConfig {
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
     pub command: Vec<String>,
+    /// Have the kernel time the sampling program ([`BpfRecording::sampler_cost`]). While on,
+    /// every BPF program on the machine pays for two clock reads per run.
+    pub measure_cost: bool,
 }
 
 impl BpfConfig {
@@ -68,6 +71,7 @@ impl BpfConfig {
             hash_storage_size: 40960,
             duration: None,
             command: Vec::new(),
+            measure_cost: false,
         }
     }
 }
@@ -92,6 +96,9 @@ pub struct BpfRecording {
     pub dropped_samples: u64,
     /// Instructions the kernel's verifier walked for each BPF program.
     pub verified_insns: Vec<(String, u32)>,
+    /// What the sampling program cost, as the kernel timed it (with `measure_cost`, when the
+    /// kernel allows it).
+    pub sampler_cost: Option<program::ProgramCost>,
 }
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
@@ -246,6 +253,8 @@ pub fn record(
         .build()
         .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))?;
 
+    // Timing starts before the first sample and is read after the last.
+    let timing = config.measure_cost.then(program::time_programs).flatten();
     let mut sampling = Sampling::start(&skel, &cpus, config.frequency, config.period)?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
@@ -274,6 +283,7 @@ pub fn record(
     }
     sampling.stop();
     let elapsed = started.elapsed();
+    let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
     let _ = ring.consume();
     handle_events(&mut events.borrow_mut(), &skel, &mut processes, config.user);
     processes.release_all();
@@ -304,6 +314,7 @@ pub fn record(
     result.child_pid = child.as_ref().map(|c| c.pid);
     result.interrupted = interrupted;
     result.verified_insns = verified_insns;
+    result.sampler_cost = sampler_cost;
     Ok(result)
 }
 
@@ -543,6 +554,7 @@ fn collect(
         hash_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         verified_insns: Vec::new(),
+        sampler_cost: None,
     }
 }
 

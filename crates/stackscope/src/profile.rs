@@ -7,15 +7,15 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
+use stackscope_bpf::{BpfConfig, DEFAULT_FREQUENCY};
 use stackscope_linux::target::Target;
 use stackscope_profile::format::{Format, WriteOptions};
 
 use crate::output::Output;
 use crate::record::stop_on_signals;
-use crate::record_bpf::{self, Request};
+use crate::record_bpf;
 
 /// bcc profile's defaults.
-const DEFAULT_FREQUENCY: u64 = 49;
 pub(crate) const DEFAULT_STACK_STORAGE: u32 = 16384;
 pub(crate) const DEFAULT_HASH_STORAGE: u32 = 40960;
 
@@ -153,29 +153,25 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     };
     let banner = (!args.folded).then(|| banner(&args, frequency, period));
     let stop = stop_on_signals()?;
-    let sampled = record_bpf::sample(
-        Request {
-            target,
-            cpu: u32::try_from(args.cpu).ok(),
-            frequency,
-            period,
-            user: !args.kernel_stacks_only,
-            kernel: !args.user_stacks_only,
-            include_idle: args.include_idle,
-            stack_storage_size: args.stack_storage_size,
-            hash_storage_size: args.hash_storage_size,
-            duration: args.duration.map(std::time::Duration::from_secs),
-            stop,
-            command: Vec::new(),
-        },
-        || {
-            if let Some(banner) = &banner {
-                let mut stdout = std::io::stdout().lock();
-                let _ = writeln!(stdout, "{banner}");
-                let _ = stdout.flush();
-            }
-        },
-    )?;
+    let config = BpfConfig {
+        cpu: u32::try_from(args.cpu).ok(),
+        frequency,
+        period,
+        user: !args.kernel_stacks_only,
+        kernel: !args.user_stacks_only,
+        include_idle: args.include_idle,
+        stack_storage_size: args.stack_storage_size,
+        hash_storage_size: args.hash_storage_size,
+        duration: args.duration.map(std::time::Duration::from_secs),
+        ..BpfConfig::new(target)
+    };
+    let sampled = record_bpf::sample(config, &stop, || {
+        if let Some(banner) = &banner {
+            let mut stdout = std::io::stdout().lock();
+            let _ = writeln!(stdout, "{banner}");
+            let _ = stdout.flush();
+        }
+    })?;
     if !args.folded {
         println!();
     }

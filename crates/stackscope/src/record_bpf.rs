@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use stackscope_bpf::BpfConfig;
+use stackscope_bpf::{BpfConfig, ProgramCost};
 use stackscope_linux::sampler::SamplerConfig;
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
@@ -19,24 +19,6 @@ use crate::record::Outcome;
 pub(crate) const MISSED_USER: &str = "[Missed User Stack]";
 pub(crate) const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
 
-/// What to sample with the eBPF source.
-pub(crate) struct Request {
-    pub target: Target,
-    pub cpu: Option<u32>,
-    pub frequency: Option<u64>,
-    pub period: Option<u64>,
-    pub user: bool,
-    pub kernel: bool,
-    pub include_idle: bool,
-    /// Unique stacks the kernel can keep (bcc `--stack-storage-size`).
-    pub stack_storage_size: u32,
-    /// Counted keys the kernel can keep (bcc `--hash-storage-size`).
-    pub hash_storage_size: u32,
-    pub duration: Option<Duration>,
-    pub stop: Arc<AtomicBool>,
-    pub command: Vec<String>,
-}
-
 /// What the eBPF source handed back.
 pub(crate) struct Sampled {
     pub outcome: Outcome,
@@ -45,25 +27,18 @@ pub(crate) struct Sampled {
     pub storage_full: bool,
     /// The count map filled up, so samples of new keys were dropped.
     pub hash_full: bool,
+    /// What the sampling program cost in the kernel, when it was timed.
+    pub sampler_cost: Option<ProgramCost>,
 }
 
-/// Samples until the duration ends, the target exits or `request.stop` is set; `on_start`
-/// runs once sampling runs.
-pub(crate) fn sample(request: Request, on_start: impl FnOnce()) -> Result<Sampled> {
-    let config = BpfConfig {
-        cpu: request.cpu,
-        frequency: request.frequency,
-        period: request.period,
-        user: request.user,
-        kernel: request.kernel,
-        include_idle: request.include_idle,
-        stack_storage_size: request.stack_storage_size,
-        hash_storage_size: request.hash_storage_size,
-        duration: request.duration,
-        command: request.command,
-        ..BpfConfig::new(request.target)
-    };
-    let recording = stackscope_bpf::record(config, &request.stop, on_start)?;
+/// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
+/// sampling runs.
+pub(crate) fn sample(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+) -> Result<Sampled> {
+    let recording = stackscope_bpf::record(config, stop, on_start)?;
     Ok(Sampled {
         outcome: Outcome {
             profile: recording.profile,
@@ -72,6 +47,7 @@ pub(crate) fn sample(request: Request, on_start: impl FnOnce()) -> Result<Sample
         },
         storage_full: recording.stack_collisions,
         hash_full: recording.hash_full,
+        sampler_cost: recording.sampler_cost,
     })
 }
 
@@ -85,23 +61,24 @@ pub(crate) fn record(
     command: &[String],
     on_start: impl FnOnce(),
 ) -> Result<Outcome> {
-    let sampled = sample(
-        Request {
-            target,
-            cpu: config.cpu,
-            frequency: config.frequency,
-            period: config.period,
-            user: config.user,
-            kernel: config.kernel,
-            include_idle: config.include_idle,
-            stack_storage_size: DEFAULT_STACK_STORAGE,
-            hash_storage_size: DEFAULT_HASH_STORAGE,
-            duration,
-            stop,
-            command: command.to_vec(),
-        },
-        on_start,
-    )?;
+    let config = BpfConfig {
+        cpu: config.cpu,
+        frequency: config.frequency,
+        period: config.period,
+        user: config.user,
+        kernel: config.kernel,
+        include_idle: config.include_idle,
+        stack_storage_size: DEFAULT_STACK_STORAGE,
+        hash_storage_size: DEFAULT_HASH_STORAGE,
+        duration,
+        command: command.to_vec(),
+        measure_cost: true,
+        ..BpfConfig::new(target)
+    };
+    let sampled = sample(config, &stop, on_start)?;
+    if let Some(cost) = sampled.sampler_cost.filter(|c| c.runs > 0) {
+        eprintln!("{}", describe_cost(&cost));
+    }
     // record has no storage flags: say what was lost in its own words.
     let missed = missed_stacks(&sampled.outcome.profile);
     if missed > 0 {
@@ -119,6 +96,17 @@ pub(crate) fn record(
         );
     }
     Ok(sampled.outcome)
+}
+
+/// The kernel's timing of the sampling program, in one line: what profiling cost the
+/// profiled CPUs in the kernel (the rest of the cost is stackscope's own CPU time).
+fn describe_cost(cost: &ProgramCost) -> String {
+    format!(
+        "in-kernel sampling: {} runs, {:.2} µs each, {:.1} ms of CPU in all",
+        cost.runs,
+        cost.run_time_ns as f64 / cost.runs as f64 / 1e3,
+        cost.run_time_ns as f64 / 1e6
+    )
 }
 
 /// Stacks that could not be displayed, counted as bcc counts them: one per missed side (user,
