@@ -7,7 +7,10 @@
 # For each: the workload's CPU time over an unprofiled run of it (slowdown; for bpf this is
 # where the in-kernel work is charged), the profiler's own CPU (recording, plus perf script +
 # inferno-collapse-perf for perf, which stackscope does not need), their sum (extra), and the
-# share of the workload's samples whose stack reaches main (whole stacks).
+# share of the workload's samples whose stack reaches main (whole stacks). For bpf it also
+# prints the kernel's own timing of the sampling program (BPF_ENABLE_STATS, as stackscope
+# reports it): all its runs on every CPU, against the workload's unprofiled CPU time. That is
+# the cost to the profiled program that the slowdown column measures too coarsely to see.
 # Workloads: split.c built -O2 -fomit-frame-pointer and rust_deep.rs (release, no frame
 # pointers), each a fixed amount of work.
 #
@@ -103,6 +106,12 @@ run_one() {
             unit=1001001 # the cpu-clock period at 999 Hz
             ;;
         esac
+        if [ "$tool" = bpf ]; then
+            local kernel_ms
+            kernel_ms=$(sed -n 's/^in-kernel sampling: .* \([0-9.]*\) ms of CPU in all$/\1/p' prof.stderr)
+            keep "$name" bpf kernel_ms "${kernel_ms:-0}"
+            keep "$name" bpf per_run "$(sed -n 's/^in-kernel sampling: [0-9]* runs, \([0-9.]*\) µs each.*/\1/p' prof.stderr)"
+        fi
         wl=$(cpu_of wl.time)
         own=$(calc "$(cpu_of prof.time) - $wl")
         stats=$(folded_stats out.folded "$name" "$main" "$unit")
@@ -147,3 +156,17 @@ for name in split_nofp rust_deep; do
             "$(calc "$extra / ($ref > 0 ? $ref : 0.001)")"
     done
 done
+
+case " $tools " in
+*" bpf "*)
+    echo
+    echo "bpf in the kernel (medians): the sampling program's runs on all CPUs, timed by the kernel"
+    printf '%-10s %12s %12s %18s\n' workload "µs per run" "ms in all" "% of workload CPU"
+    for name in split_nofp rust_deep; do
+        base=$(median <<<"${results[$name/bpf/base]}")
+        kernel_ms=$(median <<<"${results[$name/bpf/kernel_ms]}")
+        printf '%-10s %12s %12s %18s\n' "$name" "$(median <<<"${results[$name/bpf/per_run]}")" \
+            "$kernel_ms" "$(calc "100 * $kernel_ms / 1000 / $base")"
+    done
+    ;;
+esac
