@@ -6,15 +6,17 @@
  * <bpf/bpf_helpers.h>; call unwind_user().
  *
  * Only code addresses leave this code (return addresses, and the interrupted pc saved in a
- * signal frame): stack words are read with bpf_probe_read_user into locals and dropped.
+ * signal frame). Stack words are read with bpf_probe_read_user a window of 512 bytes at a time
+ * into a per-CPU buffer that no one outside this program reads, and that the walk wipes
+ * before it returns.
  *
  * Each frame is one bpf_loop() callback (nested bounded loops exceed the verifier's 1M
- * instruction limit). Per frame, the cost is one user-memory read and one search of the
- * rows (about 100 and 35 ns on a 6.18 VM): the row search is a plain bounded loop, as an
- * open-coded bpf_for() iterator pays a kfunc call per step (it took 140 ns a frame), at the
- * price of a longer verification at load (about 130,000 instructions for on_sample instead of
- * 55,000). The mapping search runs only when a frame leaves the previous frame's file, so it
- * stays a bpf_for() iterator. Needs kernel >= 6.4.
+ * instruction limit). A frame costs a search of the rows and, unless its words are in the
+ * window already, a user-memory read: on a 6.18 VM one took about 100 ns, so the words of
+ * several frames are read at once. The row search is a plain bounded loop in a global function
+ * (verified once), as an open-coded bpf_for() iterator pays a kfunc call per step (140 ns a
+ * frame where the loop takes about 40). The mapping search runs only when a frame leaves the
+ * previous frame's file, so it stays a bpf_for() iterator. Needs kernel >= 6.4.
  */
 #ifndef STACKSCOPE_UNWIND_BPF_H
 #define STACKSCOPE_UNWIND_BPF_H
@@ -27,6 +29,8 @@
 /* Binary search steps: enough for a range as large as the map holding it. */
 #define UNWIND_ROW_SEARCH_STEPS 23
 #define UNWIND_MAPPING_SEARCH_STEPS 18
+/* Stack words read at once: a few frames of a Rust program, a dozen of C. */
+#define UNWIND_WINDOW_WORDS 64
 
 /* How unwind_user ended. */
 enum unwind_status {
@@ -112,6 +116,67 @@ struct {
 	__uint(max_entries, UNWIND_MAX_PROCS);
 } unwind_procs SEC(".maps");
 
+/* Stack memory read ahead of the walk, one per CPU: callers' frames lie above their callees'. */
+struct unwind_window {
+	__u64 words[UNWIND_WINDOW_WORDS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, struct unwind_window);
+	__uint(max_entries, 1);
+} unwind_window SEC(".maps");
+
+/* The window holds the stack words of user addresses [start, end). */
+struct unwind_cursor {
+	__u64 start, end;
+};
+
+/*
+ * Reads the user stack word at addr, from the window or into it; 0 on success, and on
+ * failure *out is 0. A global function: the verifier checks it once, not at every call with
+ * every state of the walk (inlined at each call, it took the program past 1M instructions).
+ */
+__noinline long unwind_read(struct unwind_cursor *c, __u64 addr, __u64 *out)
+{
+	__u32 zero = 0;
+	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
+	__u64 index;
+
+	if (!c || !out)
+		return -1;
+	*out = 0;
+	if (!win)
+		return -1;
+	index = (addr - c->start) / 8;
+	if (addr >= c->start && addr < c->end && !(addr & 7) && index < UNWIND_WINDOW_WORDS) {
+		*out = win->words[index];
+		return 0;
+	}
+	/* A failed read clears the buffer: the window is empty until one succeeds. */
+	c->end = 0;
+	if (!(addr & 7) && !bpf_probe_read_user(win->words, sizeof(win->words), (void *)addr)) {
+		c->start = addr;
+		c->end = addr + sizeof(win->words);
+		*out = win->words[0];
+		return 0;
+	}
+	/* Near the top of the stack a whole window runs past its end: one word then. */
+	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
+}
+
+/* Empties the window, so that no stack memory outlives the walk. */
+static __always_inline void unwind_wipe(struct unwind_cursor *c)
+{
+	__u32 zero = 0;
+	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
+
+	if (win && c->end)
+		__builtin_memset(win->words, 0, sizeof(win->words));
+	c->end = 0;
+}
+
 /* The walk's state, shared by the bpf_loop callbacks. */
 struct unwind_state {
 	__u64 ip, sp, bp;
@@ -122,9 +187,11 @@ struct unwind_state {
 	__u32 status;
 	/* ip was interrupted (leaf or below a signal frame), not a return address. */
 	__u32 exact_ip;
-	/* The mapping of the last frame: callers are mostly in the same file, and a search
-	 * costs more than the frame's stack read. */
+	/* The mapping of the last frame: callers are mostly in the same file, so most frames
+	 * need no mapping search. */
 	struct unwind_mapping last;
+	/* The stack words read ahead. */
+	struct unwind_cursor window;
 };
 
 /* The mapping of this process holding pc, or NULL. */
@@ -157,15 +224,19 @@ static __always_inline struct unwind_mapping *unwind_find_mapping(__u32 first, _
 	return m;
 }
 
-/* The row of rows[first .. first + count) covering file address addr, or NULL. */
-static __always_inline struct unwind_row *unwind_find_row(__u32 first, __u32 count, __u64 addr)
+/*
+ * The rule of the row of rows[first .. first + count) covering file address addr: its
+ * cfa_offset in bits 0-15, kind in 16-23 and aux in 24-31; -1 when no row covers it. A global
+ * function, checked once by the verifier rather than in every state of the walk.
+ */
+__noinline __s64 unwind_row_rule(__u32 first, __u32 count, __u64 addr)
 {
 	struct unwind_row *r;
 	__u32 lo = first, hi = first + count, mid;
 	int i;
 
 	if (addr > 0xffffffffULL)
-		return NULL;
+		return -1;
 #pragma clang loop unroll(disable)
 	for (i = 0; i < UNWIND_ROW_SEARCH_STEPS; i++) {
 		if (lo >= hi)
@@ -173,16 +244,19 @@ static __always_inline struct unwind_row *unwind_find_row(__u32 first, __u32 cou
 		mid = lo + (hi - lo) / 2;
 		r = bpf_map_lookup_elem(&unwind_rows, &mid);
 		if (!r)
-			return NULL;
+			return -1;
 		if (r->addr <= (__u32)addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo != hi || lo == first)
-		return NULL;
+		return -1;
 	mid = lo - 1;
-	return bpf_map_lookup_elem(&unwind_rows, &mid);
+	r = bpf_map_lookup_elem(&unwind_rows, &mid);
+	if (!r)
+		return -1;
+	return (__u16)r->cfa_offset | (__u32)r->kind << 16 | (__u32)(__u8)r->aux << 24;
 }
 
 /* One frame: finds the caller of s->ip and appends its return address. 1 = stop. */
@@ -190,7 +264,7 @@ static long unwind_step(__u64 index, void *data)
 {
 	struct unwind_state *s = data;
 	struct unwind_mapping *m;
-	struct unwind_row *r;
+	__s64 rule;
 	__u64 pc = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0, saved_bp = bp;
 	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
 	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
@@ -216,20 +290,20 @@ static long unwind_step(__u64 index, void *data)
 		s->last = *m;
 	}
 	if (s->last.row_count) {
-		r = unwind_find_row(s->last.row_first, s->last.row_count, pc - s->last.bias);
-		if (r) {
-			kind = r->kind;
-			cfa_offset = r->cfa_offset;
-			aux = r->aux;
+		rule = unwind_row_rule(s->last.row_first, s->last.row_count, pc - s->last.bias);
+		if (rule >= 0) {
+			cfa_offset = (__s16)(rule & 0xffff);
+			kind = (rule >> 16) & 0xff;
+			aux = (__s8)((rule >> 24) & 0xff);
 		}
 	}
 
 	switch (kind) {
 	case UNWIND_ROW_SIGNAL:
 		/* The interrupted code may run on another stack (sigaltstack): no ordering check. */
-		if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(sp + UNWIND_SIGNAL_RIP)) ||
-		    bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(sp + UNWIND_SIGNAL_RSP)) ||
-		    bpf_probe_read_user(&saved_bp, sizeof(saved_bp), (void *)(sp + UNWIND_SIGNAL_RBP)) ||
+		if (unwind_read(&s->window, sp + UNWIND_SIGNAL_RIP, &ra) ||
+		    unwind_read(&s->window, sp + UNWIND_SIGNAL_RSP, &cfa) ||
+		    unwind_read(&s->window, sp + UNWIND_SIGNAL_RBP, &saved_bp) ||
 		    ra == 0) {
 			s->status = UNWIND_BROKEN;
 			return 1;
@@ -251,7 +325,7 @@ static long unwind_step(__u64 index, void *data)
 		cfa = bp + cfa_offset;
 		break;
 	case UNWIND_ROW_CFA_DEREF_RSP:
-		if (bpf_probe_read_user(&cfa, sizeof(cfa), (void *)(sp + cfa_offset))) {
+		if (unwind_read(&s->window, sp + cfa_offset, &cfa)) {
 			s->status = UNWIND_BROKEN;
 			return 1;
 		}
@@ -280,11 +354,11 @@ static long unwind_step(__u64 index, void *data)
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)(cfa - 8))) {
+	if (unwind_read(&s->window, cfa - 8, &ra)) {
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
-	if (aux && bpf_probe_read_user(&saved_bp, sizeof(saved_bp), (void *)(cfa + aux * 8))) {
+	if (aux && unwind_read(&s->window, cfa + aux * 8, &saved_bp)) {
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
@@ -332,6 +406,7 @@ static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u
 	s.status = UNWIND_TRUNCATED;
 	s.exact_ip = 1;
 	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	unwind_wipe(&s.window);
 	*status = s.status;
 	return s.n;
 }
