@@ -141,7 +141,7 @@ pub struct RecordArgs {
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
     /// from the binaries' unwind tables, so no stack memory leaves the kernel (needs root or
-    /// CAP_BPF+CAP_PERFMON).
+    /// CAP_BPF+CAP_PERFMON); it ends by saying how much CPU the program took in the kernel.
     #[arg(long, value_enum, default_value = "perf")]
     pub backend: BackendArg,
 
