@@ -113,6 +113,23 @@ fn record_backend_bpf_matches_record() {
         run.stderr
     );
     assert_min_samples(&bpf, 500);
+    // The kernel timed the sampling program: it ran at least once per sample counted, and
+    // took some time doing so.
+    let cost = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("in-kernel sampling: "))
+        .unwrap_or_else(|| panic!("no in-kernel cost line:\n{}", run.stderr));
+    let runs: u64 = cost
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no run count in {cost:?}"));
+    let samples: u64 = bpf.samples.iter().map(|s| s.count).sum();
+    assert!(
+        runs >= samples && !cost.contains(" 0.00 µs each"),
+        "{samples} samples, but the kernel timed: {cost}"
+    );
     assert_share(&bpf, "func_a", 0.30, 0.03);
     assert_share(&bpf, "func_b", 0.70, 0.03);
     assert_share_at_least(&bpf, "main", 0.99);
