@@ -69,6 +69,20 @@ fn perf_record(dir: &Path, options: &[&str], prog: &Path) -> PathBuf {
     data
 }
 
+/// Builds forking.c in `dir` with `-O2 -g` and the frame-pointer flag `frame_pointers`, and
+/// records it with `perf record OPTIONS`; returns the perf.data path.
+fn record_forking(dir: &Path, frame_pointers: &str, options: &[&str]) -> PathBuf {
+    let prog = compile(
+        "gcc",
+        dir,
+        ("forking.c", FORKING_C),
+        &["-O2", "-g", frame_pointers],
+        &[],
+        "forking",
+    );
+    perf_record(dir, options, &prog)
+}
+
 /// Share of samples whose stack has a frame named `name` (of `kind`, when given).
 fn share(profile: &Profile, pred: impl Fn(&str, FrameKind) -> bool) -> f64 {
     let total = profile.total_samples() as f64;
@@ -84,15 +98,11 @@ fn share(profile: &Profile, pred: impl Fn(&str, FrameKind) -> bool) -> f64 {
 #[test]
 fn dwarf_recording_of_a_forking_program_replays_both_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = compile(
-        "gcc",
+    let data = record_forking(
         dir.path(),
-        ("forking.c", FORKING_C),
-        &["-O2", "-g", "-fomit-frame-pointer"],
-        &[],
-        "forking",
+        "-fomit-frame-pointer",
+        &["-F", "999", "--call-graph", "dwarf"],
     );
-    let data = perf_record(dir.path(), &["-F", "999", "--call-graph", "dwarf"], &prog);
     let head = std::fs::read(&data).unwrap();
     assert!(is_perf_data(&head[..8]));
 
@@ -146,15 +156,7 @@ fn dwarf_recording_of_a_forking_program_replays_both_processes() {
 #[test]
 fn damaged_files_are_errors_naming_the_file_and_where() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = compile(
-        "gcc",
-        dir.path(),
-        ("forking.c", FORKING_C),
-        &["-O2", "-g", "-fno-omit-frame-pointer"],
-        &[],
-        "forking",
-    );
-    let data = perf_record(dir.path(), &["-F", "999", "-g"], &prog);
+    let data = record_forking(dir.path(), "-fno-omit-frame-pointer", &["-F", "999", "-g"]);
     let bytes = std::fs::read(&data).unwrap();
     for (name, cut) in [
         ("header.data", 100),
@@ -187,15 +189,7 @@ fn damaged_files_are_errors_naming_the_file_and_where() {
 #[test]
 fn a_kernel_moved_since_the_recording_is_hinted_at() {
     let dir = tempfile::tempdir().unwrap();
-    let prog = compile(
-        "gcc",
-        dir.path(),
-        ("forking.c", FORKING_C),
-        &["-O2", "-g", "-fno-omit-frame-pointer"],
-        &[],
-        "forking",
-    );
-    let data = perf_record(dir.path(), &["-F", "999", "-g"], &prog);
+    let data = record_forking(dir.path(), "-fno-omit-frame-pointer", &["-F", "999", "-g"]);
     let moved_hint = |p: &Profile| p.meta.hints.iter().any(|h| h.contains("running kernel"));
     let same = read_perf_data(&data, &mut |_| {}).expect("read perf.data");
     assert!(!moved_hint(&same), "hints: {:?}", same.meta.hints);
