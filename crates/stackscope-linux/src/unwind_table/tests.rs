@@ -263,6 +263,25 @@ fn section_address(path: &Path, name: &str) -> Option<u64> {
     file.section_by_name(name).map(|s| s.address())
 }
 
+/// What a build without frame pointers gives: leaf's CFA is rsp-based on entry, and _start says
+/// the return address is undefined, the end of every stack.
+fn assert_leaf_on_rsp_and_start_stops(exe: &Path, table: &UnwindTable) {
+    assert_eq!(
+        table.lookup(symbol(exe, "leaf")).unwrap().rule(),
+        Rule::Cfa {
+            base: CfaBase::Rsp,
+            offset: 8,
+            rbp_offset: None
+        },
+        "leaf's rule on entry"
+    );
+    assert_eq!(
+        table.lookup(symbol(exe, "_start")).unwrap().kind,
+        RowKind::Stop,
+        "_start's row"
+    );
+}
+
 #[test]
 fn table_without_frame_pointers_agrees_with_readelf() {
     let dir = tempfile::tempdir().unwrap();
@@ -271,21 +290,9 @@ fn table_without_frame_pointers_agrees_with_readelf() {
     assert_well_formed(&table);
     let plt_rows = assert_agrees_with_readelf(&exe, &table);
     assert!(plt_rows > 0, "the PLT expression was not recognised");
-    // No frame pointer: leaf's CFA is rsp-based on entry and rbp is never a CFA base.
-    assert_eq!(
-        table.lookup(symbol(&exe, "leaf")).unwrap().rule(),
-        Rule::Cfa {
-            base: CfaBase::Rsp,
-            offset: 8,
-            rbp_offset: None
-        }
-    );
+    assert_leaf_on_rsp_and_start_stops(&exe, &table);
+    // No frame pointer: rbp is never a CFA base.
     assert!(!table.rows().iter().any(|r| r.kind == RowKind::CfaRbp));
-    // _start says the return address is undefined: the end of every stack.
-    assert_eq!(
-        table.lookup(symbol(&exe, "_start")).unwrap().kind,
-        RowKind::Stop
-    );
     // The PLT's lazy-binding stubs (after the 16-byte PLT0) use the standard expression.
     let plt = section_address(&exe, ".plt").expect("a .plt section");
     assert_eq!(
@@ -341,18 +348,7 @@ fn table_from_debug_frame_agrees_with_readelf() {
     assert_well_formed(&table);
     assert_agrees_with_readelf(&exe, &table);
     assert!(table.stats().debug_frame_fdes >= 3, "{:?}", table.stats());
-    assert_eq!(
-        table.lookup(symbol(&exe, "leaf")).unwrap().rule(),
-        Rule::Cfa {
-            base: CfaBase::Rsp,
-            offset: 8,
-            rbp_offset: None
-        }
-    );
-    assert_eq!(
-        table.lookup(symbol(&exe, "_start")).unwrap().kind,
-        RowKind::Stop
-    );
+    assert_leaf_on_rsp_and_start_stops(&exe, &table);
 }
 
 #[test]
