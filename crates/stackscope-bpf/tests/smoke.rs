@@ -126,6 +126,17 @@ fn run(config: BpfConfig) -> BpfRecording {
     record(config, &stop, || {}).expect("BPF recording failed")
 }
 
+/// Records as [`run`] does a command that `config` launches, which must exit 0.
+fn run_launched(config: BpfConfig) -> BpfRecording {
+    let rec = run(config);
+    assert!(
+        rec.exit_status.is_some_and(|s| s.success()),
+        "the launched command did not exit 0: {:?}",
+        rec.exit_status
+    );
+    rec
+}
+
 /// Samples whose stack holds a frame for which `pred` holds.
 fn samples_with(profile: &Profile, pred: impl Fn(&stackscope_profile::Frame) -> bool) -> u64 {
     profile
@@ -171,12 +182,7 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
     let exe = build(dir.path(), "split", SPLIT_C);
     let mut config = BpfConfig::new(Target::Command(vec![exe.into(), "2".into()]));
     config.frequency = Some(499);
-    let rec = run(config);
-    assert!(
-        rec.exit_status.is_some_and(|s| s.success()),
-        "{:?}",
-        rec.exit_status
-    );
+    let rec = run_launched(config);
     let profile = &rec.profile;
     let all = total(profile);
     assert!(all >= 200, "only {all} samples in 2 s of CPU at 499 Hz");
@@ -255,12 +261,7 @@ fn library_opened_later_is_unwound_from_its_first_samples() {
     );
     let mut config = BpfConfig::new(Target::Command(vec![exe.into(), lib.into()]));
     config.frequency = Some(499);
-    let rec = run(config);
-    assert!(
-        rec.exit_status.is_some_and(|s| s.success()),
-        "{:?}",
-        rec.exit_status
-    );
+    let rec = run_launched(config);
     let profile = &rec.profile;
     let hot = samples_with(profile, |f| f.name == "churn" || f.name == "hot");
     assert!(
