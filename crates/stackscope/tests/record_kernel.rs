@@ -45,12 +45,12 @@ fn user_and_kernel_frames_join_into_one_stack() {
             );
         }
     }
-    let kernel_module = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "ksys_read")
-        .and_then(|f| f.module.clone());
-    assert_eq!(kernel_module.as_deref(), Some("[kernel.kallsyms]"));
+    let ksys_read = frame_named(&profile, "ksys_read");
+    assert_eq!(
+        ksys_read.module.as_deref(),
+        Some("[kernel.kallsyms]"),
+        "{ksys_read:?}"
+    );
 }
 
 /// Names of the profile's frames of `kind`.

@@ -35,24 +35,8 @@ fn deep_rust_stacks_with_inlined_demangled_frames() {
 
     // The helper is inlined into both leaves: a frame of its own, marked inlined, just
     // leafward of its leaf.
-    let inlined = share(&profile, |frames| {
-        frames.windows(2).any(|w| {
-            w[0].name.starts_with("rust_deep::leaf_")
-                && w[1].name == "rust_deep::deep_helper_mix"
-                && w[1].inlined
-        })
-    });
-    assert!(
-        inlined >= 0.95,
-        "rust_deep::deep_helper_mix is an inlined frame under a leaf in only {:.1}% of samples\n{}",
-        inlined * 100.0,
-        top_stacks(&profile, 5)
-    );
-    let helper = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "rust_deep::deep_helper_mix")
-        .expect("helper frame");
+    assert_inlined_helper_under_leaves(&profile, 0.95);
+    let helper = frame_named(&profile, "rust_deep::deep_helper_mix");
     assert_eq!(helper.module.as_deref(), Some("rust_deep"), "{helper:?}");
 
     // Names are demangled, without the legacy hash suffix.

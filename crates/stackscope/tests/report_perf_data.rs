@@ -34,23 +34,19 @@ fn perf_record(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
 }
 
 /// `stackscope report DATA -o DIR/NAME`, which must succeed; returns the output's path.
-fn report(dir: &Path, data: &Path, name: &str) -> PathBuf {
+fn report_ok(dir: &Path, data: &Path, name: &str) -> PathBuf {
     let out = dir.join(name);
-    stackscope(
-        dir,
-        [os("report"), data.as_os_str(), os("-o"), out.as_os_str()],
-    )
-    .assert_ok();
+    report(dir, data, &out).assert_ok();
     out
 }
 
 fn report_folded(dir: &Path, data: &Path) -> Vec<(Vec<String>, u64)> {
-    let out = report(dir, data, "x.folded");
+    let out = report_ok(dir, data, "x.folded");
     parse_folded(&std::fs::read_to_string(out).expect("folded output"))
 }
 
 fn report_json(dir: &Path, data: &Path) -> Profile {
-    read_json(&report(dir, data, "x.json"))
+    read_json(&report_ok(dir, data, "x.json"))
 }
 
 /// Asserts the 30/70 split and main under every split sample, among the lines of `comm`.
@@ -95,25 +91,8 @@ fn dwarf_recording_gives_the_split_with_whole_stacks() {
         meta.command
     );
     assert!(meta.duration_secs > 0.5, "duration {}", meta.duration_secs);
-    assert!(
-        meta.unwind.user_stacks > 0
-            && meta.unwind.complete as f64 >= 0.99 * meta.unwind.user_stacks as f64,
-        "fewer than 99% of user stacks unwound completely: {:?}",
-        meta.unwind
-    );
-    let func_b = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "func_b")
-        .expect("a func_b frame");
-    assert_eq!(func_b.module.as_deref(), Some("split_nofp"), "{func_b:?}");
-    assert!(
-        func_b
-            .file
-            .as_deref()
-            .is_some_and(|f| f.ends_with("split.c")),
-        "func_b has no source file: {func_b:?}"
-    );
+    assert_user_stacks_complete(&profile);
+    frame_with_source(&profile, "func_b", "split_nofp", "split.c");
 }
 
 #[test]
@@ -170,19 +149,7 @@ fn rust_dwarf_recording_has_inlined_frames() {
     let profile = report_json(dir.path(), &data);
     assert_min_samples(&profile, 200);
     assert_share(&profile, "rust_deep::leaf_b", 0.70, 0.05);
-    let inlined = share(&profile, |frames| {
-        frames.windows(2).any(|w| {
-            w[0].name.starts_with("rust_deep::leaf_")
-                && w[1].name == "rust_deep::deep_helper_mix"
-                && w[1].inlined
-        })
-    });
-    assert!(
-        inlined >= 0.9,
-        "rust_deep::deep_helper_mix is an inlined frame under a leaf in only {:.1}% of samples\n{}",
-        inlined * 100.0,
-        top_stacks(&profile, 5)
-    );
+    assert_inlined_helper_under_leaves(&profile, 0.9);
 }
 
 #[test]
@@ -207,11 +174,7 @@ fn damaged_perf_data_is_a_one_line_error_naming_the_file() {
         let input = d.join(name);
         std::fs::write(&input, content).unwrap();
         let out = d.join(format!("{name}.folded"));
-        let run = stackscope(
-            d,
-            [os("report"), input.as_os_str(), os("-o"), out.as_os_str()],
-        );
-        run.assert_one_line_error(&[name, "byte"]);
+        report(d, &input, &out).assert_one_line_error(&[name, "byte"]);
         assert!(!out.exists(), "output written from damaged {name}");
     }
 }
@@ -222,7 +185,7 @@ fn other_profiles_still_read_as_before() {
     let d = dir.path();
     let input = d.join("in.folded");
     std::fs::write(&input, "prog;main;work 7\nprog;main;rest 3\n").unwrap();
-    let out = report(d, &input, "out.folded");
+    let out = report_ok(d, &input, "out.folded");
     let lines = parse_folded(&std::fs::read_to_string(out).unwrap());
     let total: u64 = lines.iter().map(|l| l.1).sum();
     assert_eq!(total, 10, "{lines:?}");
@@ -268,11 +231,7 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
     );
     assert_split(&report_folded(d, &data), "split_rebuilt");
     let profile = report_json(d, &data);
-    let func_b = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "func_b")
-        .expect("a func_b frame");
+    let func_b = frame_named(&profile, "func_b");
     assert_eq!(
         func_b.module.as_deref(),
         Some("split_rebuilt"),

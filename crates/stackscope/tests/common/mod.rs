@@ -396,6 +396,60 @@ pub fn assert_min_samples(profile: &Profile, min: u64) {
     );
 }
 
+/// Asserts that the profile holds user stacks and that at least 99% of them unwound all the
+/// way to their root.
+pub fn assert_user_stacks_complete(profile: &Profile) {
+    let unwind = &profile.meta.unwind;
+    assert!(
+        unwind.user_stacks > 0 && unwind.complete as f64 >= 0.99 * unwind.user_stacks as f64,
+        "fewer than 99% of user stacks unwound completely: {unwind:?}"
+    );
+}
+
+/// The profile's frame named exactly `name`; panics with the top stacks when there is none.
+pub fn frame_named<'a>(profile: &'a Profile, name: &str) -> &'a Frame {
+    profile
+        .frames
+        .iter()
+        .find(|f| f.name == name)
+        .unwrap_or_else(|| panic!("no frame named `{name}`\n{}", top_stacks(profile, 8)))
+}
+
+/// The frame named `name`, asserted to come from module `module` and to name a source file
+/// ending in `file`: symbolization found the function's own debug info.
+pub fn frame_with_source<'a>(
+    profile: &'a Profile,
+    name: &str,
+    module: &str,
+    file: &str,
+) -> &'a Frame {
+    let frame = frame_named(profile, name);
+    assert_eq!(frame.module.as_deref(), Some(module), "{frame:?}");
+    assert!(
+        frame.file.as_deref().is_some_and(|f| f.ends_with(file)),
+        "{name} has no source file ending in {file}: {frame:?}"
+    );
+    frame
+}
+
+/// Asserts that in at least `min` of the samples rust_deep's `#[inline(always)]` helper is a
+/// frame of its own, marked inlined, just leafward of one of the leaves it is inlined into.
+pub fn assert_inlined_helper_under_leaves(profile: &Profile, min: f64) {
+    let inlined = share(profile, |frames| {
+        frames.windows(2).any(|w| {
+            w[0].name.starts_with("rust_deep::leaf_")
+                && w[1].name == "rust_deep::deep_helper_mix"
+                && w[1].inlined
+        })
+    });
+    assert!(
+        inlined >= min,
+        "rust_deep::deep_helper_mix is an inlined frame under a leaf in only {:.1}% of samples\n{}",
+        inlined * 100.0,
+        top_stacks(profile, 5)
+    );
+}
+
 /// One folded line: frames (including the leading `comm`) and count.
 pub fn parse_folded(text: &str) -> Vec<(Vec<String>, u64)> {
     text.lines()
@@ -486,6 +540,19 @@ pub fn profile(dir: &Path, args: &[&str]) -> Run {
     let mut all = vec!["profile"];
     all.extend_from_slice(args);
     stackscope(dir, &all)
+}
+
+/// `stackscope report INPUT -o OUTPUT` in `dir`, run to its end.
+pub fn report(dir: &Path, input: &Path, output: &Path) -> Run {
+    stackscope(
+        dir,
+        [
+            os("report"),
+            input.as_os_str(),
+            os("-o"),
+            output.as_os_str(),
+        ],
+    )
 }
 
 /// Starts the built workload `name` with `args`, on CPU `cpu` only when given (taskset), and
