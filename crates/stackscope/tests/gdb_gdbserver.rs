@@ -47,15 +47,10 @@ struct Gdbserver {
 }
 
 impl Gdbserver {
-    /// `gdbserver --once 127.0.0.1:0 PROGRAM ARGS`, waiting until it listens.
-    fn tcp(program: &Path, args: &[&str]) -> Gdbserver {
-        let mut server = gdbserver_command()
-            .arg("--once")
-            .arg("127.0.0.1:0")
-            .arg(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
+    /// Starts `cmd` (a [`gdbserver_command`] with its stdin and stdout set up) and reads what
+    /// it says on stderr until `ready` holds; `waiting_for` is the failure when it never does.
+    fn start(cmd: &mut Command, ready: fn(&Gdbserver) -> bool, waiting_for: &str) -> Gdbserver {
+        let mut server = cmd
             .stderr(Stdio::piped())
             .spawn()
             .expect("start gdbserver (apt package gdbserver)");
@@ -65,12 +60,28 @@ impl Gdbserver {
             program_pid: None,
             port: None,
         };
-        while gdbserver.port.is_none() {
+        while !ready(&gdbserver) {
             let line = lines
                 .recv_timeout(Duration::from_secs(30))
-                .expect("gdbserver did not say where it listens");
+                .expect(waiting_for);
             gdbserver.note(&line);
         }
+        gdbserver
+    }
+
+    /// `gdbserver --once 127.0.0.1:0 PROGRAM ARGS`, waiting until it listens.
+    fn tcp(program: &Path, args: &[&str]) -> Gdbserver {
+        let gdbserver = Gdbserver::start(
+            gdbserver_command()
+                .arg("--once")
+                .arg("127.0.0.1:0")
+                .arg(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null()),
+            |g| g.port.is_some(),
+            "gdbserver did not say where it listens",
+        );
         assert!(
             gdbserver.program_pid.is_some(),
             "gdbserver started no program"
@@ -82,27 +93,16 @@ impl Gdbserver {
     /// behind a Unix socket, as QEMU serves one.
     fn unix(program: &Path, args: &[&str], socket: &Path) -> Gdbserver {
         let listener = UnixListener::bind(socket).expect("bind the Unix socket");
-        let mut server = gdbserver_command()
-            .arg("-")
-            .arg(program)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start gdbserver (apt package gdbserver)");
-        let lines = stderr_lines(&mut server);
-        let mut gdbserver = Gdbserver {
-            server,
-            program_pid: None,
-            port: None,
-        };
-        while gdbserver.program_pid.is_none() {
-            let line = lines
-                .recv_timeout(Duration::from_secs(30))
-                .expect("gdbserver did not start the program");
-            gdbserver.note(&line);
-        }
+        let mut gdbserver = Gdbserver::start(
+            gdbserver_command()
+                .arg("-")
+                .arg(program)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+            |g| g.program_pid.is_some(),
+            "gdbserver did not start the program",
+        );
         let stdin = gdbserver.server.stdin.take().expect("piped stdin");
         let stdout = gdbserver.server.stdout.take().expect("piped stdout");
         std::thread::spawn(move || bridge(listener, stdin, stdout));
@@ -184,16 +184,21 @@ fn bridge(listener: UnixListener, mut to_stub: ChildStdin, mut from_stub: ChildS
     }
 }
 
+/// `stackscope gdb --remote REMOTE ARGS...` in `dir`, run to its end.
+fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
+    let mut all = vec!["gdb", "--remote", remote];
+    all.extend_from_slice(args);
+    stackscope(dir, &all)
+}
+
 /// Samples `remote` running split: 1000 rounds at 400 Hz into JSON. (With 300 samples the
 /// binomial spread of a 30% share is 2.6 points: a 5-point bound would fail one run in 17.)
 fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_profile::Profile) {
     let out = dir.join("guest.json");
-    let run = stackscope(
+    let run = gdb(
         dir,
-        [
-            "gdb",
-            "--remote",
-            remote,
+        remote,
+        &[
             "--kernel",
             program.to_str().unwrap(),
             "--samples",
@@ -254,25 +259,12 @@ fn cfi_build_under_gdbserver_gives_the_split_and_stacks_reaching_main() {
     );
     // The C library is placed from the stub's library list: stacks go on to the entry point.
     assert_share_at_least(&profile, "_start", 0.9);
-    let func_b = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "func_b")
-        .expect("a func_b frame");
-    assert_eq!(func_b.module.as_deref(), Some("split_cfi"), "{func_b:?}");
+    let func_b = frame_with_source(&profile, "func_b", "split_cfi", "split.c");
     assert!(
-        func_b
-            .file
-            .as_deref()
-            .is_some_and(|f| f.ends_with("split.c"))
-            && func_b.line.is_some(),
-        "func_b has no source location: {func_b:?}"
+        func_b.line.is_some(),
+        "func_b has no source line: {func_b:?}"
     );
-    let libc_frame = profile
-        .frames
-        .iter()
-        .find(|f| f.name == "__libc_start_call_main")
-        .expect("a frame in the C library");
+    let libc_frame = frame_named(&profile, "__libc_start_call_main");
     assert!(
         libc_frame
             .module
@@ -311,12 +303,10 @@ fn program_exiting_mid_run_writes_the_profile_so_far() {
     // About a quarter of a second of work, sampled for far longer.
     let stub = Gdbserver::tcp(&program, &["100"]);
     let out = dir.path().join("guest.folded");
-    let run = stackscope(
+    let run = gdb(
         dir.path(),
-        [
-            "gdb",
-            "--remote",
-            &stub.remote(),
+        &stub.remote(),
+        &[
             "--elf",
             program.to_str().unwrap(),
             "-d",
@@ -354,47 +344,21 @@ fn refused_connection_and_bad_elf_are_one_line_errors() {
         .unwrap()
         .port();
     let remote = format!("127.0.0.1:{port}");
-    let run = stackscope(
-        dir.path(),
-        [
-            "gdb",
-            "--remote",
-            &remote,
-            "--kernel",
-            program.to_str().unwrap(),
-            "-o",
-            "x.svg",
-        ],
-    );
-    run.assert_one_line_error(&[&remote, "refused"]);
+    let program = program.to_str().unwrap();
+    gdb(dir.path(), &remote, &["--kernel", program, "-o", "x.svg"])
+        .assert_one_line_error(&[&remote, "refused"]);
 
     let not_elf = dir.path().join("split.c");
-    let run = stackscope(
+    gdb(
         dir.path(),
-        [
-            "gdb",
-            "--remote",
-            &remote,
-            "--kernel",
-            not_elf.to_str().unwrap(),
-            "-o",
-            "x.svg",
-        ],
-    );
-    run.assert_one_line_error(&["split.c", "not an ELF file"]);
+        &remote,
+        &["--kernel", not_elf.to_str().unwrap(), "-o", "x.svg"],
+    )
+    .assert_one_line_error(&["split.c", "not an ELF file"]);
 
     let socket = dir.path().join("nobody.sock");
-    let run = stackscope(
-        dir.path(),
-        [
-            "gdb",
-            "--remote",
-            socket.to_str().unwrap(),
-            "--kernel",
-            program.to_str().unwrap(),
-        ],
-    );
-    run.assert_one_line_error(&["nobody.sock", "gdbserver"]);
+    gdb(dir.path(), socket.to_str().unwrap(), &["--kernel", program])
+        .assert_one_line_error(&["nobody.sock", "gdbserver"]);
 }
 
 #[test]
@@ -410,19 +374,12 @@ fn a_stub_that_never_answers_is_a_timeout_not_a_hang() {
         std::thread::sleep(Duration::from_secs(10));
         drop(conn);
     });
-    let run = stackscope(
+    gdb(
         dir.path(),
-        [
-            "gdb",
-            "--remote",
-            &remote,
-            "--kernel",
-            program.to_str().unwrap(),
-            "--timeout",
-            "1",
-        ],
-    );
-    run.assert_one_line_error(&["no reply", "qSupported"]);
+        &remote,
+        &["--kernel", program.to_str().unwrap(), "--timeout", "1"],
+    )
+    .assert_one_line_error(&["no reply", "qSupported"]);
     keep.join().unwrap();
 }
 
@@ -502,18 +459,23 @@ fn rust_clean_shortens_generic_and_closure_names() {
     // Each run gets its own gdbserver: detaching ends a gdbserver session for good.
     let sample = |clean: bool| {
         let stub = Gdbserver::tcp(&program, &[]);
-        let remote = stub.remote();
         let out = dir
             .path()
             .join(if clean { "clean.folded" } else { "raw.folded" });
-        let mut args = vec!["gdb", "--remote", &remote, "--kernel"];
-        let program = program.to_str().unwrap();
-        args.push(program);
-        args.extend(["--samples", "100", "-F", "200", "-o", out.to_str().unwrap()]);
+        let mut args = vec![
+            "--kernel",
+            program.to_str().unwrap(),
+            "--samples",
+            "100",
+            "-F",
+            "200",
+            "-o",
+            out.to_str().unwrap(),
+        ];
         if clean {
             args.push("--rust-clean");
         }
-        stackscope(dir.path(), &args).assert_ok();
+        gdb(dir.path(), &stub.remote(), &args).assert_ok();
         std::fs::read_to_string(&out).expect("profile written")
     };
     let raw = sample(false);
