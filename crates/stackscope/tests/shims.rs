@@ -80,7 +80,7 @@ fn collapse_dtrace(text: &str) -> BTreeMap<String, u64> {
 }
 
 /// `stackscope report FILE --format FORMAT -o -`: what our own writer prints.
-fn report(dir: &Path, file: &str, format: &str) -> String {
+fn report_as(dir: &Path, file: &str, format: &str) -> String {
     let run = stackscope(dir, ["report", file, "--format", format, "-o", "-"]);
     run.assert_ok();
     run.stdout
@@ -90,25 +90,50 @@ fn total(map: &BTreeMap<String, u64>) -> u64 {
     map.values().sum()
 }
 
+/// The shim's `perf record` with cargo-flamegraph's options (into `perf.data`) on `command`,
+/// in `dir`.
+fn shim_perf_record(dir: &Path, command: &[&OsStr]) -> Run {
+    let mut args: Vec<&OsStr> = PERF_RECORD.iter().map(OsStr::new).collect();
+    args.extend_from_slice(command);
+    run_in(perf_bin(), dir, &args)
+}
+
+/// `perf script --force -i perf.data` by the shim in `dir`, which must succeed, folded by
+/// inferno's perf collapser; then our own folded writer's reading of the same file. Returns the
+/// script's run, their folding and ours.
+fn script_folds(dir: &Path) -> (Run, BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let script = run_in(perf_bin(), dir, &["script", "--force", "-i", "perf.data"]);
+    script.assert_ok();
+    let theirs = collapse_perf(&script.stdout);
+    let ours = folded_map(&report_as(dir, "perf.data", "folded"));
+    (script, theirs, ours)
+}
+
+/// The lines of `stackscope diff` in folded form: each stack with its count before and after.
+fn diff_counts(text: &str) -> Vec<(String, u64, u64)> {
+    text.lines()
+        .map(|line| {
+            let mut fields = line.rsplitn(3, ' ');
+            let after = fields.next().and_then(|n| n.parse().ok());
+            let before = fields.next().and_then(|n| n.parse().ok());
+            match (fields.next(), before, after) {
+                (Some(stack), Some(before), Some(after)) => (stack.to_string(), before, after),
+                _ => panic!("diff line is not `STACK BEFORE AFTER`: {line:?}"),
+            }
+        })
+        .collect()
+}
+
 #[test]
 fn perf_record_and_script_fold_as_stackscope_folds() {
     let _guard = serial();
     let dir = tempdir();
     let prog = workload("rust_deep");
-    let mut args: Vec<&OsStr> = PERF_RECORD.iter().map(OsStr::new).collect();
-    args.push(prog.as_os_str());
-    run_in(perf_bin(), dir.path(), &args).assert_exit(0, "the command's exit code");
+    shim_perf_record(dir.path(), &[prog.as_os_str()]).assert_exit(0, "the command's exit code");
     let profile = read_json(&dir.path().join("perf.data"));
     assert_min_samples(&profile, 100);
 
-    let script = run_in(
-        perf_bin(),
-        dir.path(),
-        &["script", "--force", "-i", "perf.data"],
-    );
-    script.assert_ok();
-    let ours = folded_map(&report(dir.path(), "perf.data", "folded"));
-    let theirs = collapse_perf(&script.stdout);
+    let (script, theirs, ours) = script_folds(dir.path());
     assert_eq!(theirs, ours, "inferno's perf collapser folds other stacks");
     assert_eq!(total(&theirs), profile.total_samples());
     // Inlined frames come through (the leaves' helper is #[inline(always)]).
@@ -130,9 +155,7 @@ fn perf_script_no_inline_drops_inlined_frames() {
     let _guard = serial();
     let dir = tempdir();
     let prog = workload("rust_deep");
-    let mut args: Vec<&OsStr> = PERF_RECORD.iter().map(OsStr::new).collect();
-    args.extend([prog.as_os_str(), OsStr::new("2000")]);
-    run_in(perf_bin(), dir.path(), &args).assert_ok();
+    shim_perf_record(dir.path(), &[prog.as_os_str(), OsStr::new("2000")]).assert_ok();
     let profile = read_json(&dir.path().join("perf.data"));
 
     let script = run_in(
@@ -276,14 +299,7 @@ fn perf_script_reads_a_real_perf_data() {
         "perf record failed: {}",
         String::from_utf8_lossy(&real.stderr)
     );
-    let script = run_in(
-        perf_bin(),
-        dir.path(),
-        &["script", "--force", "-i", "perf.data"],
-    );
-    script.assert_ok();
-    let ours = folded_map(&report(dir.path(), "perf.data", "folded"));
-    let theirs = collapse_perf(&script.stdout);
+    let (_, theirs, ours) = script_folds(dir.path());
     assert_eq!(theirs, ours);
     assert!(theirs.keys().any(|s| s.ends_with("main;func_b")));
 
@@ -302,14 +318,9 @@ fn perf_script_reads_a_real_perf_data() {
     );
     run.assert_ok();
     let mut same = BTreeMap::new();
-    for line in run.stdout.lines() {
-        let mut fields = line.rsplitn(3, ' ');
-        let (after, before) = (fields.next().unwrap(), fields.next().unwrap());
-        assert_eq!(before, after, "{line}");
-        same.insert(
-            fields.next().unwrap().to_string(),
-            after.parse::<u64>().unwrap(),
-        );
+    for (stack, before, after) in diff_counts(&run.stdout) {
+        assert_eq!(before, after, "{stack}");
+        same.insert(stack, after);
     }
     assert_eq!(same, ours);
 }
@@ -325,10 +336,10 @@ fn dtrace_text_folds_as_stackscope_folds() {
         &["-U", "-F", "997"],
         &[workload("split_nofp").as_os_str(), os("1500")],
     );
-    let text = report(dir.path(), "profile.json", "dtrace");
+    let text = report_as(dir.path(), "profile.json", "dtrace");
     assert!(text.starts_with('\n'), "no leading blank line");
     let mut ours: BTreeMap<String, u64> = BTreeMap::new();
-    for (stack, count) in folded_map(&report(dir.path(), "profile.json", "folded")) {
+    for (stack, count) in folded_map(&report_as(dir.path(), "profile.json", "folded")) {
         // Aggregations on ustack() have no thread: drop the comm.
         let frames = stack
             .split_once(';')
@@ -595,8 +606,8 @@ fn diff_of_two_recordings() {
         &[workload("spin").as_os_str(), os("1")],
     )
     .assert_ok();
-    let ours_before = folded_map(&report(dir.path(), "before.json", "folded"));
-    let ours_after = folded_map(&report(dir.path(), "after.json", "folded"));
+    let ours_before = folded_map(&report_as(dir.path(), "before.json", "folded"));
+    let ours_after = folded_map(&report_as(dir.path(), "after.json", "folded"));
 
     let run = stackscope(
         dir.path(),
@@ -614,11 +625,7 @@ fn diff_of_two_recordings() {
     run.assert_ok();
     let mut col1 = BTreeMap::new();
     let mut col2 = BTreeMap::new();
-    for line in run.stdout.lines() {
-        let mut fields = line.rsplitn(3, ' ');
-        let b: u64 = fields.next().unwrap().parse().unwrap();
-        let a: u64 = fields.next().unwrap().parse().unwrap();
-        let stack = fields.next().unwrap().to_string();
+    for (stack, a, b) in diff_counts(&run.stdout) {
         if a > 0 {
             col1.insert(stack.clone(), a);
         }
@@ -635,13 +642,10 @@ fn diff_of_two_recordings() {
     );
     run.assert_ok();
     let text = std::fs::read_to_string(dir.path().join("d.folded")).unwrap();
-    let (mut sum1, mut sum2, mut lines) = (0u64, 0u64, 0u64);
-    for line in text.lines() {
-        let mut fields = line.rsplitn(3, ' ');
-        sum2 += fields.next().unwrap().parse::<u64>().unwrap();
-        sum1 += fields.next().unwrap().parse::<u64>().unwrap();
-        lines += 1;
-    }
+    let counts = diff_counts(&text);
+    let sum1: u64 = counts.iter().map(|c| c.1).sum();
+    let sum2: u64 = counts.iter().map(|c| c.2).sum();
+    let lines = counts.len() as u64;
     assert_eq!(sum2, total(&ours_after));
     // Each scaled count is rounded down.
     assert!(sum1 <= sum2 && sum1 + lines >= sum2, "{sum1} vs {sum2}");
