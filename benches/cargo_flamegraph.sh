@@ -13,29 +13,20 @@
 #        ROUNDS=N work of the program (default 3000); KEEP=1 keeps the work dir.
 set -euo pipefail
 trap 'echo "cargo_flamegraph: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
 
-root=$(cd "$(dirname "$0")/.." && pwd)
 runs=${RUNS:-3}
 rounds=${ROUNDS:-3000}
 
-need_apt=()
-command -v perf >/dev/null || need_apt+=(linux-perf)
-[ -x /usr/bin/time ] || need_apt+=(time)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+need perf linux-perf
+need /usr/bin/time time
+install_needed
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo-flamegraph >/dev/null ||
     cargo install flamegraph --locked --quiet || cargo install flamegraph --quiet
 
-if [ -z "${STACKSCOPE_PERF:-}" ]; then
-    (cd "$root" && cargo build --release -p stackscope --bin stackscope-perf --quiet)
-    STACKSCOPE_PERF="${CARGO_TARGET_DIR:-$root/target}/release/stackscope-perf"
-fi
-
-work=$(mktemp -d -t stackscope-bench.XXXXXX)
-[ -n "${KEEP:-}" ] || trap 'rm -rf "$work"' EXIT
+build_unless_set STACKSCOPE_PERF stackscope-perf
+make_work_dir
 project="$work/deep"
 mkdir -p "$project/src"
 cp "$root/crates/stackscope/tests/workloads/rust_deep.rs" "$project/src/main.rs"

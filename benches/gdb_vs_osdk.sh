@@ -12,32 +12,25 @@
 #        shipped; the OSDK back to back is measured too).
 set -euo pipefail
 trap 'echo "gdb_vs_osdk: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
 
-root=$(cd "$(dirname "$0")/.." && pwd)
 RUNS=${RUNS:-3}
 SECS=${SECS:-5}
 KERNEL=${KERNEL:-cfi}
 OSDK_INTERVAL=${OSDK_INTERVAL:-0.1}
 
-need_apt=()
-command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
-command -v gdb >/dev/null || need_apt+=(gdb)
-command -v gcc >/dev/null || need_apt+=(gcc)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+need qemu-system-x86_64 qemu-system-x86
+need gdb gdb
+need gcc gcc
+install_needed
 
-if [ -z "${STACKSCOPE:-}" ]; then
-    (cd "$root" && cargo build --release -p stackscope --quiet)
-    STACKSCOPE="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
-fi
+build_unless_set STACKSCOPE stackscope
 
-work=$(mktemp -d -t stackscope-bench.XXXXXX)
+make_work_dir
 qemu_pid=
 cleanup() {
     [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
-    if [ -z "${KEEP:-}" ]; then rm -rf "$work"; else echo "work dir: $work"; fi
+    [ -n "${KEEP:-}" ] || rm -rf "$work"
 }
 trap cleanup EXIT
 cd "$work"

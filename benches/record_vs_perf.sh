@@ -10,30 +10,21 @@
 #        so compare the per-round ratios, not one absolute figure.
 set -euo pipefail
 trap 'echo "record_vs_perf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
 
-root=$(cd "$(dirname "$0")/.." && pwd)
 workloads="$root/crates/stackscope/tests/workloads"
 
-need_apt=()
-command -v perf >/dev/null || need_apt+=(linux-perf)
-[ -x /usr/bin/time ] || need_apt+=(time)
-command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+need perf linux-perf
+need /usr/bin/time time
+need gcc gcc libc6-dev
+install_needed
 if ! command -v inferno-collapse-perf >/dev/null || ! command -v inferno-flamegraph >/dev/null; then
     cargo install --locked inferno
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
 
-if [ -z "${STACKSCOPE:-}" ]; then
-    (cd "$root" && cargo build --release -p stackscope --quiet)
-    STACKSCOPE="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
-fi
-
-work=$(mktemp -d -t stackscope-bench.XXXXXX)
-if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
+build_unless_set STACKSCOPE stackscope
+make_work_dir
 cd "$work"
 
 gcc -O2 -g -fomit-frame-pointer "$workloads/split.c" -o split_nofp

@@ -15,29 +15,19 @@
 #        BENCH_CACHE=dir for tools installed by the bench (default ~/.cache/stackscope-bench).
 set -euo pipefail
 trap 'echo "report_vs_perf_script: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
 
-root=$(cd "$(dirname "$0")/.." && pwd)
-
-need_apt=()
-command -v perf >/dev/null || need_apt+=(linux-perf)
-[ -x /usr/bin/time ] || need_apt+=(time)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+need perf linux-perf
+need /usr/bin/time time
+install_needed
 cache=${BENCH_CACHE:-$HOME/.cache/stackscope-bench}
 export PATH="$HOME/.cargo/bin:$cache/bin:$PATH"
 if ! command -v inferno-collapse-perf >/dev/null || ! command -v inferno-flamegraph >/dev/null; then
     cargo install --locked inferno --root "$cache"
 fi
 
-if [ -z "${STACKSCOPE:-}" ]; then
-    (cd "$root" && cargo build --release -p stackscope --bin stackscope --quiet)
-    STACKSCOPE="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
-fi
-
-work=$(mktemp -d -t stackscope-bench.XXXXXX)
-if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
+build_unless_set STACKSCOPE stackscope
+make_work_dir
 cd "$work"
 
 now() { date +%s.%N; }

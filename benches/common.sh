@@ -1,0 +1,36 @@
+# The set-up the benchmark scripts share; each sources it right after `set -euo pipefail`.
+# It sets $root, the repository, and defines the steps below.
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Debian packages to install, noted by `need` and installed by `install_needed`.
+need_apt=()
+
+# need COMMAND PACKAGE...: notes the packages that provide COMMAND (a name looked up on PATH,
+# or a path) when it is missing.
+need() {
+    command -v "$1" >/dev/null || need_apt+=("${@:2}")
+}
+
+# Installs the packages `need` noted, if any. (Its steps, as those of `build_unless_set`,
+# return their failure, so that the caller's ERR trap names the line that called them.)
+install_needed() {
+    [ ${#need_apt[@]} -gt 0 ] || return 0
+    apt-get update -qq || return
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null || return
+}
+
+# build_unless_set VAR BIN: unless the variable VAR already names a binary, builds the release
+# binary BIN of the stackscope package and sets VAR to its path.
+build_unless_set() {
+    [ -z "${!1:-}" ] || return 0
+    (cd "$root" && cargo build --release -p stackscope --bin "$2" --quiet) || return
+    printf -v "$1" '%s' "${CARGO_TARGET_DIR:-$root/target}/release/$2"
+}
+
+# Sets $work to a fresh directory, removed on exit unless KEEP is set (then its path is
+# printed). A script with more to clean up replaces the EXIT trap and removes $work itself.
+make_work_dir() {
+    work=$(mktemp -d -t stackscope-bench.XXXXXX)
+    if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
+}
