@@ -20,28 +20,19 @@
 #        TOOLS="bpf perf_dw" to run only some of them (perf_dw is the ratios' reference).
 set -euo pipefail
 trap 'echo "overhead_bpf: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
 
-root=$(cd "$(dirname "$0")/.." && pwd)
 workloads="$root/crates/stackscope/tests/workloads"
 
-need_apt=()
-command -v perf >/dev/null || need_apt+=(linux-perf)
-[ -x /usr/bin/time ] || need_apt+=(time)
-command -v gcc >/dev/null || need_apt+=(gcc libc6-dev)
-if [ ${#need_apt[@]} -gt 0 ]; then
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
-fi
+need perf linux-perf
+need /usr/bin/time time
+need gcc gcc libc6-dev
+install_needed
 export PATH="$HOME/.cargo/bin:$PATH"
 command -v inferno-collapse-perf >/dev/null || cargo install --locked inferno
 
-if [ -z "${STACKSCOPE:-}" ]; then
-    (cd "$root" && cargo build --release -p stackscope --quiet)
-    STACKSCOPE="${CARGO_TARGET_DIR:-$root/target}/release/stackscope"
-fi
-
-work=$(mktemp -d -t stackscope-bench.XXXXXX)
-if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
+build_unless_set STACKSCOPE stackscope
+make_work_dir
 cd "$work"
 
 gcc -O2 -g -fomit-frame-pointer "$workloads/split.c" -o split_nofp
@@ -146,14 +137,17 @@ echo
 echo "medians over ${RUNS:-3} rounds; extra% = extra / unprofiled workload CPU; ratio = extra / perf_dw's extra"
 printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' workload tool "main%" slowdown own post extra "extra%" ratio
 for name in split_nofp rust_deep; do
-    ref=$(median <<<"${results[$name/perf_dw/extra]}")
-    base=$(median <<<"${results[$name/perf_dw/base]}")
+    # Without perf_dw in TOOLS there is no ratio; every tool's round has the unprofiled base.
+    ref=
+    [ -z "${results[$name/perf_dw/extra]:-}" ] || ref=$(median <<<"${results[$name/perf_dw/extra]}")
+    base=$(median <<<"${results[$name/${tools%% *}/base]}")
     for tool in $tools; do
         m() { median <<<"${results[$name/$tool/$1]}"; }
         extra=$(m extra)
+        ratio=-
+        [ -z "$ref" ] || ratio=$(calc "$extra / ($ref > 0 ? $ref : 0.001)")
         printf '%-10s %-9s %7s %9s %9s %9s %9s %7s %7s\n' "$name" "$tool" "$(m main)" "$(m slow)" \
-            "$(m own)" "$(m post)" "$extra" "$(calc "100 * $extra / $base")" \
-            "$(calc "$extra / ($ref > 0 ? $ref : 0.001)")"
+            "$(m own)" "$(m post)" "$extra" "$(calc "100 * $extra / $base")" "$ratio"
     done
 done
 
