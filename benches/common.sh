@@ -34,3 +34,16 @@ make_work_dir() {
     work=$(mktemp -d -t stackscope-bench.XXXXXX)
     if [ -z "${KEEP:-}" ]; then trap 'rm -rf "$work"' EXIT; else echo "work dir: $work"; fi
 }
+
+# What the scripts that run perf against stackscope on the C and Rust workloads need: perf,
+# GNU time, gcc, and inferno's collapser and flamegraph (installed with cargo).
+install_perf_tools() {
+    need perf linux-perf
+    need /usr/bin/time time
+    need gcc gcc libc6-dev
+    install_needed || return
+    export PATH="$HOME/.cargo/bin:$PATH"
+    if ! command -v inferno-collapse-perf >/dev/null || ! command -v inferno-flamegraph >/dev/null; then
+        cargo install --locked inferno || return
+    fi
+}

@@ -24,12 +24,7 @@ source "$(dirname "$0")/common.sh"
 
 workloads="$root/crates/stackscope/tests/workloads"
 
-need perf linux-perf
-need /usr/bin/time time
-need gcc gcc libc6-dev
-install_needed
-export PATH="$HOME/.cargo/bin:$PATH"
-command -v inferno-collapse-perf >/dev/null || cargo install --locked inferno
+install_perf_tools
 
 build_unless_set STACKSCOPE stackscope
 make_work_dir

@@ -14,14 +14,7 @@ source "$(dirname "$0")/common.sh"
 
 workloads="$root/crates/stackscope/tests/workloads"
 
-need perf linux-perf
-need /usr/bin/time time
-need gcc gcc libc6-dev
-install_needed
-if ! command -v inferno-collapse-perf >/dev/null || ! command -v inferno-flamegraph >/dev/null; then
-    cargo install --locked inferno
-fi
-export PATH="$HOME/.cargo/bin:$PATH"
+install_perf_tools
 
 build_unless_set STACKSCOPE stackscope
 make_work_dir
