@@ -76,6 +76,13 @@ pub struct OutputArgs {
     #[arg(long, value_name = "FORMAT", value_parser = format_name())]
     pub format: Option<Format>,
 
+    #[command(flatten)]
+    pub style: StyleArgs,
+}
+
+/// How stacks are drawn or written, in every command that writes a flamegraph or folded stacks.
+#[derive(Args)]
+pub struct StyleArgs {
     /// Put a delimiter between user and kernel frames (`-` in folded, `--` in bcc text), as
     /// bcc profile's -d does.
     #[arg(long)]

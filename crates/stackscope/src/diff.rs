@@ -13,6 +13,7 @@ use inferno::flamegraph;
 use stackscope_profile::format::{self, Format, WriteOptions};
 use stackscope_profile::Profile;
 
+use crate::cli::StyleArgs;
 use crate::input::read_profile;
 use crate::output::Output;
 
@@ -55,17 +56,8 @@ pub struct DiffArgs {
     #[arg(long)]
     pub negate: bool,
 
-    /// Keep user and kernel frames apart with a `-` frame, as bcc profile's -d does.
-    #[arg(long)]
-    pub delimited: bool,
-
-    /// Append `_[k]` to kernel frame names, as bcc profile's -a does.
-    #[arg(long)]
-    pub annotate_kernel: bool,
-
-    /// Title of the flamegraph.
-    #[arg(long, value_name = "TEXT")]
-    pub title: Option<String>,
+    #[command(flatten)]
+    pub style: StyleArgs,
 }
 
 pub fn run(args: DiffArgs) -> Result<i32> {
@@ -87,8 +79,8 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         })
     });
     let folded_options = WriteOptions {
-        delimiter: args.delimited,
-        annotate_kernel: args.annotate_kernel,
+        delimiter: args.style.delimited,
+        annotate_kernel: args.style.annotate_kernel,
         title: None,
     };
     let output = Output {
@@ -114,7 +106,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         Format::Folded => diff,
         _ => {
             let mut options = flamegraph::Options::default();
-            options.title = args.title.clone().unwrap_or_else(|| {
+            options.title = args.style.title.clone().unwrap_or_else(|| {
                 format!(
                     "stackscope diff: {} → {}",
                     args.before.display(),

@@ -32,9 +32,9 @@ impl Output {
             path,
             format,
             options: WriteOptions {
-                delimiter: args.delimited,
-                annotate_kernel: args.annotate_kernel,
-                title: Some(args.title.clone().unwrap_or(default_title)),
+                delimiter: args.style.delimited,
+                annotate_kernel: args.style.annotate_kernel,
+                title: Some(args.style.title.clone().unwrap_or(default_title)),
             },
         }
     }
