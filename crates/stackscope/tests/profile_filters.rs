@@ -191,3 +191,54 @@ fn stack_storage_overflow_is_marked_and_counted() {
     assert!(missed_warning(&run.stderr).is_none(), "{}", run.stderr);
     assert!(run.stdout.contains("    down_a\n"), "{}", run.stdout);
 }
+
+#[test]
+fn count_map_overflow_keeps_what_fits_and_warns() {
+    let _serial = serial();
+    let dir = tempdir();
+    let target = start_workload("manystacks", &["60"], None);
+    let pid = target.pid().to_string();
+
+    // Hundreds of distinct stacks, room for 8 counted keys: the first 8 keys are counted, the
+    // samples of every other stack are dropped, and bcc's warning says so.
+    let run = profile(
+        dir.path(),
+        &[
+            "-f",
+            "-F",
+            "999",
+            "--hash-storage-size",
+            "8",
+            "-p",
+            &pid,
+            "3",
+        ],
+    );
+    run.assert_ok();
+    let lines = parse_folded(&run.stdout);
+    assert!(
+        !lines.is_empty() && lines.len() <= 8,
+        "{} folded lines from a count map of 8 keys:\n{}",
+        lines.len(),
+        top_folded(&lines, 10)
+    );
+    let counted: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        run.stderr
+            .contains("WARNING: hash table full. Consider increasing --hash-storage-size."),
+        "no hash table warning; stderr:\n{}",
+        run.stderr
+    );
+
+    // With bcc's default size every stack is counted: more lines, more samples, no warning.
+    let run = profile(dir.path(), &["-f", "-F", "999", "-p", &pid, "3"]);
+    run.assert_ok();
+    let all = parse_folded(&run.stdout);
+    let all_counted: u64 = all.iter().map(|l| l.1).sum();
+    assert!(
+        all.len() > 8 && all_counted > counted,
+        "default storage: {} lines, {all_counted} samples; with 8 keys: {counted} samples",
+        all.len()
+    );
+    assert!(!run.stderr.contains("hash table full"), "{}", run.stderr);
+}
