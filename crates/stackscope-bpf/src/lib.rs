@@ -21,4 +21,6 @@ mod tables;
 
 pub use error::BpfError;
 pub use program::ProgramCost;
-pub use record::{record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY};
+pub use record::{
+    record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE,
+};

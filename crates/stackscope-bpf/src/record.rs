@@ -27,6 +27,10 @@ use crate::program::{self, Filter, ProfileSkel, Sampling, Settings};
 
 /// bcc profile's default sampling frequency.
 pub const DEFAULT_FREQUENCY: u64 = 49;
+/// bcc profile's default stack storage: unique stacks kept (`--stack-storage-size`).
+pub const DEFAULT_STACK_STORAGE: u32 = 16384;
+/// bcc profile's default count map size: (pid, tid, stacks) keys kept (`--hash-storage-size`).
+pub const DEFAULT_HASH_STORAGE: u32 = 40960;
 
 /// What to record, with bcc profile's defaults from [`BpfConfig::new`].
 #[derive(Debug, Clone)]
@@ -67,8 +71,8 @@ impl BpfConfig {
             user: true,
             kernel: true,
             include_idle: false,
-            stack_storage_size: 16384,
-            hash_storage_size: 40960,
+            stack_storage_size: DEFAULT_STACK_STORAGE,
+            hash_storage_size: DEFAULT_HASH_STORAGE,
             duration: None,
             command: Vec::new(),
             measure_cost: false,

@@ -7,17 +7,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use clap::Args;
-use stackscope_bpf::{BpfConfig, DEFAULT_FREQUENCY};
+use stackscope_bpf::{BpfConfig, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 use stackscope_linux::target::Target;
 use stackscope_profile::format::{Format, WriteOptions};
 
 use crate::output::Output;
 use crate::record::stop_on_signals;
 use crate::record_bpf;
-
-/// bcc profile's defaults.
-pub(crate) const DEFAULT_STACK_STORAGE: u32 = 16384;
-pub(crate) const DEFAULT_HASH_STORAGE: u32 = 40960;
 
 /// bcc profile's flags, with its short and long names, defaults and help texts; `-o` and
 /// `--format` are stackscope's.

@@ -7,12 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use stackscope_bpf::{BpfConfig, ProgramCost};
+use stackscope_bpf::{BpfConfig, ProgramCost, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 use stackscope_linux::sampler::SamplerConfig;
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
 
-use crate::profile::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 use crate::record::Outcome;
 
 /// The markers bcc prints where a stack could not be stored.
@@ -68,8 +67,6 @@ pub(crate) fn record(
         user: config.user,
         kernel: config.kernel,
         include_idle: config.include_idle,
-        stack_storage_size: DEFAULT_STACK_STORAGE,
-        hash_storage_size: DEFAULT_HASH_STORAGE,
         duration,
         command: command.to_vec(),
         measure_cost: true,
