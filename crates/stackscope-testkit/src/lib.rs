@@ -1,7 +1,10 @@
 //! The test programs builder shared by stackscope's test suites: writes a C, C++ or Rust
 //! program into a test's directory, compiles it, and fails the test loudly, with the command
 //! and the compiler's errors, when that does not work. A dev-dependency only; not part of
-//! stackscope.
+//! stackscope. [`truth`] reads what the split workloads measure of themselves and compares
+//! profiles with it.
+
+pub mod truth;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

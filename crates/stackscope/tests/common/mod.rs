@@ -597,3 +597,68 @@ pub fn top_folded(lines: &[(Vec<String>, u64)], n: usize) -> String {
     }
     text
 }
+
+pub use stackscope_testkit::truth::Truth;
+
+/// A split workload (`split_nofp`, `split_fp`, `rust_deep`) run as `PROG ROUNDS TRUTH_FILE`:
+/// it writes the CPU time it measured in each hot function to TRUTH_FILE, in `dir`.
+pub struct Measured {
+    pub prog: PathBuf,
+    pub rounds: String,
+    pub truth: PathBuf,
+}
+
+impl Measured {
+    /// `rounds` as the workloads take it: 4000 is about 2 s of CPU.
+    pub fn new(dir: &Path, name: &str, rounds: &str) -> Measured {
+        Measured {
+            prog: workload(name),
+            rounds: rounds.to_string(),
+            truth: dir.join(format!("{name}.truth")),
+        }
+    }
+
+    /// The arguments after the program.
+    pub fn args(&self) -> [&str; 2] {
+        [&self.rounds, self.truth.to_str().expect("UTF-8 temp path")]
+    }
+
+    /// The whole command line.
+    pub fn command(&self) -> Vec<&OsStr> {
+        let mut command = vec![self.prog.as_os_str()];
+        command.extend(self.args().map(OsStr::new));
+        command
+    }
+
+    /// What the workload wrote last.
+    pub fn truth(&self) -> Truth {
+        Truth::read(&self.truth)
+    }
+
+    /// What the workload wrote last, once it has written anything (it does as main starts).
+    pub fn wait_truth(&self) -> Truth {
+        wait_until(
+            &format!("{} wrote no {}", self.prog.display(), self.truth.display()),
+            || Truth::try_read(&self.truth),
+        )
+    }
+}
+
+/// Asserts that each hot function's share of the profile's samples is the share of CPU time
+/// the workload measured in it (see [`Truth::mismatch`] for the tolerance).
+pub fn assert_split_profile(profile: &Profile, truth: &Truth) {
+    truth.assert_matches(
+        profile.total_samples(),
+        |name| share_of(profile, name),
+        || top_stacks(profile, 8),
+    );
+}
+
+/// [`assert_split_profile`] on folded lines.
+pub fn assert_split_folded(lines: &[(Vec<String>, u64)], truth: &Truth) {
+    truth.assert_matches(
+        lines.iter().map(|l| l.1).sum(),
+        |name| folded_share_of(lines, name),
+        || top_folded(lines, 8),
+    );
+}
