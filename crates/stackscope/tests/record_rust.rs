@@ -1,6 +1,7 @@
 //! `stackscope record` on an optimised Rust program without frame pointers: 61 frames of
-//! recursion, leaves splitting 30/70 (perf 6.1: 30.0/69.9, main in 99.9%), and an
-//! `#[inline(always)]` helper that must show up as an inlined, demangled frame.
+//! recursion, leaves splitting about 30/70 that measure the CPU time they take (the sampled
+//! split is checked against that), and an `#[inline(always)]` helper that must show up as an
+//! inlined, demangled frame.
 
 mod common;
 
@@ -10,12 +11,11 @@ use common::*;
 fn deep_rust_stacks_with_inlined_demangled_frames() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("rust_deep");
-    let (_, profile) = record_json(dir.path(), &[], &[prog.as_os_str()]);
+    let deep = Measured::new(dir.path(), "rust_deep", "4000");
+    let (_, profile) = record_json(dir.path(), &[], &deep.command());
 
     assert_min_samples(&profile, 500);
-    assert_share(&profile, "rust_deep::leaf_a", 0.30, 0.03);
-    assert_share(&profile, "rust_deep::leaf_b", 0.70, 0.03);
+    assert_split_profile(&profile, &deep.truth());
     assert_share_at_least(&profile, "rust_deep::main", 0.99);
 
     // The recursion is 60 calls below the first descend: 61 frames, none lost or invented.

@@ -31,15 +31,7 @@ fn dwarf_unwinding_without_frame_pointers_gives_the_split_and_whole_stacks() {
     let meta = &profile.meta;
     assert_eq!(meta.frequency_hz, Some(999), "meta.frequency_hz");
     assert_eq!(meta.source, "perf_event", "meta.source");
-    assert_eq!(
-        meta.command,
-        split
-            .command()
-            .iter()
-            .map(|a| a.to_str().unwrap())
-            .collect::<Vec<_>>(),
-        "meta.command"
-    );
+    assert_eq!(meta.command, split.command_line(), "meta.command");
     assert_user_stacks_complete(&profile);
     assert!(
         profile.threads.iter().all(|t| t.comm == "split_nofp"),

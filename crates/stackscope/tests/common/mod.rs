@@ -630,6 +630,13 @@ impl Measured {
         command
     }
 
+    /// The whole command line as a profile's `meta.command` holds it.
+    pub fn command_line(&self) -> Vec<String> {
+        let mut line = vec![self.prog.display().to_string()];
+        line.extend(self.args().map(str::to_string));
+        line
+    }
+
     /// What the workload wrote last.
     pub fn truth(&self) -> Truth {
         Truth::read(&self.truth)

@@ -5,7 +5,7 @@
 //!
 //! Usage: rust_deep [ROUNDS [TRUTH_FILE]], as split.c: ROUNDS scales the work (default 4000,
 //! about 2 s of CPU); with TRUTH_FILE, the thread CPU time each leaf measured itself, and all
-//! since main started, is written there (at start, every 10 ms or so of CPU and at exit) as
+//! since main started, is written there (at start, every 100 ms or so of CPU and at exit) as
 //! `NAME NS` lines, `NAME` being the leaf's path as a profiler names it, then `cpu NS`.
 //! Built with plain `rustc`, no crates: the clock is declared here.
 
@@ -133,7 +133,7 @@ fn main() {
     for _ in 0..rounds {
         seed = descend(DEPTH, n, seed, &mut lengths);
         if let Some(path) = &truth {
-            if spent(0) + spent(1) - written >= 10_000_000 {
+            if spent(0) + spent(1) - written >= 100_000_000 {
                 written = spent(0) + spent(1);
                 write_truth(path, main_start);
             }

@@ -3,7 +3,7 @@
  * test compares a profile with what the program measured, not with 30/70.
  *
  * Usage: split [ROUNDS [TRUTH_FILE]]. ROUNDS scales the work (default 4000, about 2 s of CPU).
- * With TRUTH_FILE, the program writes there, at start, every 10 ms or so of CPU time and at
+ * With TRUTH_FILE, the program writes there, at start, every 100 ms or so of CPU time and at
  * exit, the thread CPU time spent in each function and in all since main started:
  *
  *     func_a NS
@@ -105,7 +105,7 @@ int main(int argc, char **argv)
     for (long r = 0; r < rounds; r++) {
         s = func_a(3 * slice_len(&lengths), s) + 1;
         s = func_b(7 * slice_len(&lengths), s) + 1;
-        if (truth && spent_a + spent_b - written >= 10000000ULL) {
+        if (truth && spent_a + spent_b - written >= 100000000ULL) {
             written = spent_a + spent_b;
             write_truth(truth, main_start);
         }
