@@ -1,5 +1,6 @@
 //! `stackscope gdb` against a real second stub: gdbserver running split.c (func_a and func_b
-//! share the work 30/70), built with DWARF CFI and without frame pointers, and with frame
+//! share the work about 30/70 and measure the CPU time each takes, which the sampled split is
+//! checked against), built with DWARF CFI and without frame pointers, and with frame
 //! pointers and no CFI for its functions. The program is position-independent, so its load
 //! address must come from the stub; gdbserver holds it at its first instruction, so it must be
 //! continued.
@@ -191,8 +192,7 @@ fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
     stackscope(dir, &all)
 }
 
-/// Samples `remote` running split: 1000 rounds at 400 Hz into JSON. (With 300 samples the
-/// binomial spread of a 30% share is 2.6 points: a 5-point bound would fail one run in 17.)
+/// Samples `remote` running split: 1000 rounds at 400 Hz into JSON.
 fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_profile::Profile) {
     let out = dir.join("guest.json");
     let run = gdb(
@@ -214,10 +214,11 @@ fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_pr
     (run, profile)
 }
 
-fn assert_split(run: &Run, profile: &stackscope_profile::Profile) {
+/// Asserts the split `split` measured from its start to just after sampling ended, and the
+/// stacks and figures of 1000 rounds.
+fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measured) {
     assert_eq!(profile.total_samples(), 1000, "{}", top_stacks(profile, 8));
-    assert_share(profile, "func_a", 0.30, 0.05);
-    assert_share(profile, "func_b", 0.70, 0.05);
+    assert_split_profile(profile, &split.truth());
     assert_share_at_least(profile, "main", 0.95);
     // main calls func_a and func_b: the stacks are in that order, root first.
     let ordered = share(profile, |frames| {
@@ -249,9 +250,10 @@ fn cfi_build_under_gdbserver_gives_the_split_and_stacks_reaching_main() {
     let _serial = serial();
     let dir = tempdir();
     let program = split_build(dir.path(), false);
-    let stub = Gdbserver::tcp(&program, &["1000000"]);
+    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let stub = Gdbserver::tcp(&program, &split.args());
     let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
-    assert_split(&run, &profile);
+    assert_split(&run, &profile, &split);
     assert!(
         run.stderr.contains("unwinding by DWARF CFI"),
         "{}",
@@ -279,9 +281,10 @@ fn frame_pointer_build_under_gdbserver_gives_the_split_and_stacks_reaching_main(
     let _serial = serial();
     let dir = tempdir();
     let program = split_build(dir.path(), true);
-    let stub = Gdbserver::tcp(&program, &["1000000"]);
+    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let stub = Gdbserver::tcp(&program, &split.args());
     let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
-    assert_split(&run, &profile);
+    assert_split(&run, &profile, &split);
 }
 
 #[test]
@@ -290,9 +293,10 @@ fn unix_socket_stub_gives_the_split() {
     let dir = tempdir();
     let program = split_build(dir.path(), false);
     let socket = dir.path().join("gdb.sock");
-    let _stub = Gdbserver::unix(&program, &["1000000"], &socket);
+    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let _stub = Gdbserver::unix(&program, &split.args(), &socket);
     let (run, profile) = sample_split(dir.path(), socket.to_str().unwrap(), &program);
-    assert_split(&run, &profile);
+    assert_split(&run, &profile, &split);
 }
 
 #[test]

@@ -609,12 +609,19 @@ pub struct Measured {
 }
 
 impl Measured {
-    /// `rounds` as the workloads take it: 4000 is about 2 s of CPU.
+    /// The built workload `name`; `rounds` as the workloads take it: 4000 is about 2 s of CPU.
     pub fn new(dir: &Path, name: &str, rounds: &str) -> Measured {
+        Measured::of(workload(name), dir, rounds)
+    }
+
+    /// A split workload built elsewhere (`prog`).
+    pub fn of(prog: PathBuf, dir: &Path, rounds: &str) -> Measured {
+        let name = prog.file_name().expect("a program file").to_string_lossy();
+        let truth = dir.join(format!("{name}.truth"));
         Measured {
-            prog: workload(name),
+            prog,
             rounds: rounds.to_string(),
-            truth: dir.join(format!("{name}.truth")),
+            truth,
         }
     }
 
