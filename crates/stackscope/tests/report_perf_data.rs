@@ -1,5 +1,6 @@
 //! `stackscope report perf.data` on files the installed `perf record` writes in the test:
-//! DWARF and frame-pointer recordings of split.c (func_a/func_b 30/70, main in every stack),
+//! DWARF and frame-pointer recordings of split.c (func_a/func_b about 30/70 as the program
+//! measures it, main in every stack),
 //! several events in one file, a system-wide recording, an optimised Rust program whose
 //! inlined helper must come out as an inlined frame, and damaged files.
 
@@ -49,8 +50,9 @@ fn report_json(dir: &Path, data: &Path) -> Profile {
     read_json(&report_ok(dir, data, "x.json"))
 }
 
-/// Asserts the 30/70 split and main under every split sample, among the lines of `comm`.
-fn assert_split(lines: &[(Vec<String>, u64)], comm: &str) {
+/// Asserts the split the program measured and main under every split sample, among the
+/// lines of `comm`.
+fn assert_split(lines: &[(Vec<String>, u64)], comm: &str, truth: &Truth) {
     let own: Vec<(Vec<String>, u64)> = lines.iter().filter(|l| l.0[0] == comm).cloned().collect();
     let total: u64 = own.iter().map(|l| l.1).sum();
     assert!(
@@ -58,12 +60,9 @@ fn assert_split(lines: &[(Vec<String>, u64)], comm: &str) {
         "only {total} samples of {comm}\n{}",
         top_folded(lines, 8)
     );
-    let a = folded_share_of(&own, "func_a");
-    let b = folded_share_of(&own, "func_b");
+    assert_split_folded(&own, truth);
     let main = folded_share_of(&own, "main");
     let detail = top_folded(&own, 8);
-    assert!((a - 0.30).abs() <= 0.03, "func_a share {a:.3}\n{detail}");
-    assert!((b - 0.70).abs() <= 0.03, "func_b share {b:.3}\n{detail}");
     assert!(main >= 0.99, "main in only {main:.3} of samples\n{detail}");
 }
 
@@ -71,13 +70,17 @@ fn assert_split(lines: &[(Vec<String>, u64)], comm: &str) {
 fn dwarf_recording_gives_the_split_with_whole_stacks() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("split_nofp");
+    let split = Measured::new(dir.path(), "split_nofp", "4000");
     let data = perf_record(
         dir.path(),
         &["-F", "999", "--call-graph", "dwarf"],
-        &[prog.as_os_str()],
+        &split.command(),
     );
-    assert_split(&report_folded(dir.path(), &data), "split_nofp");
+    assert_split(
+        &report_folded(dir.path(), &data),
+        "split_nofp",
+        &split.truth(),
+    );
 
     let profile = report_json(dir.path(), &data);
     let meta = &profile.meta;
@@ -99,24 +102,28 @@ fn dwarf_recording_gives_the_split_with_whole_stacks() {
 fn frame_pointer_recording_gives_the_split_with_whole_stacks() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("split_fp");
-    let data = perf_record(dir.path(), &["-F", "999", "-g"], &[prog.as_os_str()]);
-    assert_split(&report_folded(dir.path(), &data), "split_fp");
+    let split = Measured::new(dir.path(), "split_fp", "4000");
+    let data = perf_record(dir.path(), &["-F", "999", "-g"], &split.command());
+    assert_split(
+        &report_folded(dir.path(), &data),
+        "split_fp",
+        &split.truth(),
+    );
 }
 
 #[test]
 fn of_several_events_the_cpu_clock_one_is_reported() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("split_fp");
+    let split = Measured::new(dir.path(), "split_fp", "4000");
     let data = perf_record(
         dir.path(),
         &["-e", "task-clock", "-e", "cpu-clock", "-F", "999", "-g"],
-        &[prog.as_os_str()],
+        &split.command(),
     );
     let profile = report_json(dir.path(), &data);
     assert_eq!(profile.meta.event, "cpu-clock");
-    assert_share(&profile, "func_b", 0.70, 0.03);
+    assert_split_profile(&profile, &split.truth());
     assert_share_at_least(&profile, "main", 0.99);
 }
 
@@ -124,10 +131,10 @@ fn of_several_events_the_cpu_clock_one_is_reported() {
 fn system_wide_recording_holds_the_workload_among_other_tasks() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("split_fp");
-    let data = perf_record(dir.path(), &["-a", "-F", "999", "-g"], &[prog.as_os_str()]);
+    let split = Measured::new(dir.path(), "split_fp", "4000");
+    let data = perf_record(dir.path(), &["-a", "-F", "999", "-g"], &split.command());
     let lines = report_folded(dir.path(), &data);
-    assert_split(&lines, "split_fp");
+    assert_split(&lines, "split_fp", &split.truth());
     // Two CPUs, one busy with the workload: the other ran something else or idled.
     assert!(
         lines.iter().any(|l| l.0[0] != "split_fp"),
@@ -140,15 +147,15 @@ fn system_wide_recording_holds_the_workload_among_other_tasks() {
 fn rust_dwarf_recording_has_inlined_frames() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("rust_deep");
+    let deep = Measured::new(dir.path(), "rust_deep", "1500");
     let data = perf_record(
         dir.path(),
         &["-F", "999", "--call-graph", "dwarf,32000"],
-        &[prog.as_os_str(), os("1500")],
+        &deep.command(),
     );
     let profile = report_json(dir.path(), &data);
     assert_min_samples(&profile, 200);
-    assert_share(&profile, "rust_deep::leaf_b", 0.70, 0.05);
+    assert_split_profile(&profile, &deep.truth());
     assert_inlined_helper_under_leaves(&profile, 0.9);
 }
 
@@ -217,11 +224,8 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
             .arg("-o")
             .arg(&prog),
     );
-    let data = perf_record(
-        d,
-        &["-F", "999", "--call-graph", "dwarf"],
-        &[prog.as_os_str()],
-    );
+    let split = Measured::of(prog.clone(), d, "4000");
+    let data = perf_record(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
     // Rebuilt differently: other code at other addresses, another build-id.
     stackscope_testkit::run(
         Command::new("gcc")
@@ -229,7 +233,7 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
             .args(["-O0", "-g", "split.c", "-o"])
             .arg(&prog),
     );
-    assert_split(&report_folded(d, &data), "split_rebuilt");
+    assert_split(&report_folded(d, &data), "split_rebuilt", &split.truth());
     let profile = report_json(d, &data);
     let func_b = frame_named(&profile, "func_b");
     assert_eq!(
@@ -279,8 +283,12 @@ fn lost_samples_are_counted_as_perf_counts_them() {
 fn compressed_recording_gives_the_split() {
     let _serial = serial();
     let dir = tempdir();
-    let prog = workload("split_fp");
+    let split = Measured::new(dir.path(), "split_fp", "4000");
     // cargo-flamegraph's --compression-level passes -z to perf record.
-    let data = perf_record(dir.path(), &["-z", "-F", "999", "-g"], &[prog.as_os_str()]);
-    assert_split(&report_folded(dir.path(), &data), "split_fp");
+    let data = perf_record(dir.path(), &["-z", "-F", "999", "-g"], &split.command());
+    assert_split(
+        &report_folded(dir.path(), &data),
+        "split_fp",
+        &split.truth(),
+    );
 }
