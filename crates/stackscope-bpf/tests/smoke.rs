@@ -8,35 +8,14 @@ use std::time::Duration;
 use stackscope_bpf::{record, BpfConfig, BpfRecording};
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
+use stackscope_testkit::truth::Truth;
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Two functions that burn CPU 30/70 under main, for `seconds` of CPU time.
-const SPLIT_C: &str = r#"
-#include <stdlib.h>
-#include <time.h>
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
-volatile unsigned long sink;
-__attribute__((noinline)) static unsigned long spin(unsigned long n, unsigned long x) {
-    for (unsigned long i = 0; i < n; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
-    return x;
-}
-__attribute__((noinline)) unsigned long func_a(unsigned long x) { return spin(3000, x) + 1; }
-__attribute__((noinline)) unsigned long func_b(unsigned long x) { return spin(7000, x) + 1; }
-int main(int argc, char **argv) {
-    double seconds = argc > 1 ? atof(argv[1]) : 2.0, start = now();
-    unsigned long x = 1;
-    while (now() - start < seconds)
-        for (int i = 0; i < 1000; i++) { x = func_a(x); x = func_b(x); }
-    sink = x;
-    return 0;
-}
-"#;
+/// stackscope's split workload: func_a and func_b burn CPU about 30/70 under main, and
+/// measure the CPU time each takes (`split [ROUNDS [TRUTH_FILE]]`).
+const SPLIT_C: &str = include_str!("../../stackscope/tests/workloads/split.c");
 
 /// write(2) to /dev/null in a loop: most time is in the kernel.
 const WRITER_C: &str = r#"
@@ -180,7 +159,12 @@ fn total(profile: &Profile) -> u64 {
 fn launched_command_without_frame_pointers_unwinds_to_main() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "split", SPLIT_C);
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into(), "2".into()]));
+    let truth_file = dir.path().join("split.truth");
+    let mut config = BpfConfig::new(Target::Command(vec![
+        exe.into(),
+        "4000".into(),
+        truth_file.clone().into(),
+    ]));
     config.frequency = Some(499);
     let rec = run_launched(config);
     let profile = &rec.profile;
@@ -199,12 +183,10 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
         top_stacks(profile)
     );
     assert_eq!(rec.missed_stacks, 0);
-    let a = samples_with(profile, |f| f.name == "func_a") as f64;
-    let b = samples_with(profile, |f| f.name == "func_b") as f64;
-    let share = a * 100.0 / (a + b);
-    assert!(
-        (share - 30.0).abs() <= 5.0,
-        "func_a has {share:.1}% of the split"
+    Truth::read(&truth_file).assert_matches(
+        all,
+        |name| samples_with(profile, |f| f.name == name) as f64 / all as f64,
+        || top_stacks(profile),
     );
 }
 
