@@ -1,7 +1,7 @@
 //! `stackscope record` on split.c, whose func_a and func_b share the work about 30/70 and
-//! measure the CPU time they really take (on a busy two-CPU machine func_a's share ranged
-//! 26–42% from run to run): the sampled split against the measured one, whole stacks, every
-//! output format and the report round trip.
+//! measure the CPU time they really take (iteration counts do not fix how a busy machine's CPU
+//! splits its time): the sampled split against the measured one, whole stacks, every output
+//! format and the report round trip.
 
 mod common;
 

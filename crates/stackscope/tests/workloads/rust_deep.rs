@@ -21,7 +21,7 @@ struct Timespec {
 
 const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
 
-extern "C" {
+unsafe extern "C" {
     fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
 }
 
