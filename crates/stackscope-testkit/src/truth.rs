@@ -60,6 +60,11 @@ impl Truth {
 
     /// The truth of the window from `start` (an earlier reading of the same run) to `self`.
     pub fn since(&self, start: &Truth) -> Truth {
+        let later = |ns: u64, before: u64| {
+            ns.checked_sub(before).unwrap_or_else(|| {
+                panic!("truth {self:?} is not later than {start:?}: not the same run?")
+            })
+        };
         let before = |name: &str| {
             start
                 .functions
@@ -71,9 +76,9 @@ impl Truth {
             functions: self
                 .functions
                 .iter()
-                .map(|(name, ns)| (name.clone(), ns - before(name)))
+                .map(|(name, ns)| (name.clone(), later(*ns, before(name))))
                 .collect(),
-            cpu_ns: self.cpu_ns - start.cpu_ns,
+            cpu_ns: later(self.cpu_ns, start.cpu_ns),
         }
     }
 
