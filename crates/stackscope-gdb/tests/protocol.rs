@@ -153,12 +153,12 @@ fn frames_packets_with_checksum_and_escapes() {
 #[test]
 fn expands_run_length_encoding() {
     // gdbserver's `0* ` is four zeros: the count ' ' (32) means 32 - 29 = 3 more.
-    assert_eq!(expand_runs(b"0* ").unwrap(), b"0000");
-    assert_eq!(expand_runs(b"ab*\"c").unwrap(), b"abbbbbbc");
+    assert_eq!(expand_runs(b"0* ", 64).unwrap(), b"0000");
+    assert_eq!(expand_runs(b"ab*\"c", 64).unwrap(), b"abbbbbbc");
     // A `*` with nothing before it, or a count below 30, is malformed.
-    assert_eq!(expand_runs(b"*0"), None);
-    assert_eq!(expand_runs(b"a*\x1c"), None);
-    assert_eq!(expand_runs(b"a*"), None);
+    assert_eq!(expand_runs(b"*0", 64), None);
+    assert_eq!(expand_runs(b"a*\x1c", 64), None);
+    assert_eq!(expand_runs(b"a*", 64), None);
 }
 
 #[test]
