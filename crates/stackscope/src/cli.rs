@@ -201,17 +201,6 @@ pub(crate) fn format_name() -> impl TypedValueParser<Value = Format> {
         .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn definitions_are_consistent() {
-        Cli::command().debug_assert();
-    }
-}
-
 /// The most seconds any flag takes: a year. More is a slip of the finger, and far more no
 /// longer fits a clock.
 pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
@@ -249,4 +238,15 @@ fn seconds_within(s: &str, zero: bool) -> Result<Duration, String> {
         return Err(format!("{s} s: must be more than zero"));
     }
     Ok(duration)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
 }

@@ -74,7 +74,7 @@ fn fake_stub(script: Script) -> (String, JoinHandle<()>) {
 /// Reads requests (acks skipped) and answers each with `script`, until either side hangs up.
 fn serve(conn: &mut TcpStream, script: Script) -> io::Result<()> {
     let mut out = conn.try_clone()?;
-    let mut bytes = conn.try_clone()?.bytes();
+    let mut bytes = io::BufReader::new(conn.try_clone()?).bytes();
     let mut interrupts = 0;
     while let Some(b) = bytes.next() {
         match b? {
