@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::error::{shown, Error};
 use crate::packet::{decode_hex, error_code, frame, unescape, Connection, Stream};
@@ -83,6 +83,12 @@ pub struct Client<S> {
 
 /// Reply timeout used when the caller does not choose one.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most threads a stub may list: more than any guest has vCPUs or a program threads.
+pub const MAX_THREADS: usize = 1 << 16;
+/// Most console output (`O` packets) skipped while waiting for one stop reply.
+pub const MAX_CONSOLE: usize = 1 << 20;
+/// Largest `qXfer` object read (auxiliary vector, library list).
+pub const MAX_OBJECT: usize = 16 << 20;
 
 impl Client<Box<dyn Stream>> {
     /// Connects over TCP or a Unix socket and does the handshake.
@@ -109,7 +115,9 @@ impl Client<Box<dyn Stream>> {
             }
             Remote::Unix(path) => Box::new(UnixStream::connect(path).map_err(connect_err)?),
         };
-        Client::handshake(stream, timeout)
+        let mut conn = Connection::new(stream, timeout);
+        conn.set_peer(format!("the GDB stub at {remote}"));
+        Client::handshake_on(conn)
     }
 }
 
@@ -117,7 +125,10 @@ impl<S: Stream> Client<S> {
     /// Negotiates features on a fresh connection and turns acknowledgements off where the
     /// stub allows.
     pub fn handshake(stream: S, timeout: Duration) -> Result<Self, Error> {
-        let mut conn = Connection::new(stream, timeout);
+        Client::handshake_on(Connection::new(stream, timeout))
+    }
+
+    fn handshake_on(mut conn: Connection<S>) -> Result<Self, Error> {
         // A fresh stub may wait for an ack of a packet it thinks it sent; one `+` is harmless.
         conn.send_raw(b'+')?;
         conn.send(b"qSupported:swbreak+;hwbreak+;vContSupported+")?;
@@ -131,11 +142,13 @@ impl<S: Stream> Client<S> {
         };
         if let Some(code) = crate::packet::error_code(&reply) {
             return Err(Error::Stub {
+                peer: conn.peer().to_string(),
                 sent: conn.sent(),
                 code,
             });
         }
         let features = parse_features(&reply);
+        conn.set_max_packet(features.packet_size);
         // QEMU 7.2 accepts QStartNoAckMode without announcing it; a stub that does not know
         // it answers with an empty packet, and acks stay on.
         conn.send(b"QStartNoAckMode")?;
@@ -156,6 +169,17 @@ impl<S: Stream> Client<S> {
         &self.features
     }
 
+    /// Makes every wait for the stub end by `end` at the latest (the end of a recording),
+    /// whatever the reply timeout; `None` leaves the reply timeout alone.
+    pub fn set_end(&mut self, end: Option<Instant>) {
+        self.conn.set_end(end);
+    }
+
+    /// The reply timeout.
+    pub fn timeout(&self) -> Duration {
+        self.conn.timeout()
+    }
+
     /// Why the target is stopped now (`?`); stubs stop the target when a client connects.
     pub fn status(&mut self) -> Result<Stop, Error> {
         self.conn.send(b"?")?;
@@ -164,9 +188,11 @@ impl<S: Stream> Client<S> {
 
     /// The target's threads (QEMU: one per vCPU, in CPU order), as the stub numbers them;
     /// `[0]` for a stub that knows no threads.
+    /// The whole list is due within one reply timeout and holds at most [`MAX_THREADS`].
     pub fn threads(&mut self) -> Result<Vec<u64>, Error> {
+        let deadline = self.conn.deadline();
         let mut threads = Vec::new();
-        let mut reply = self.conn.request(b"qfThreadInfo")?;
+        let mut reply = self.conn.request_by(b"qfThreadInfo", deadline)?;
         loop {
             match reply.split_first() {
                 Some((b'm', list)) => {
@@ -175,13 +201,18 @@ impl<S: Stream> Client<S> {
                             .ok_or_else(|| self.conn.malformed(&reply, "bad thread id"))?;
                         threads.push(tid);
                     }
+                    if threads.len() > MAX_THREADS {
+                        return Err(self.conn.excess(format!(
+                            "listed more than {MAX_THREADS} threads without ending the list"
+                        )));
+                    }
                 }
                 Some((b'l', _)) => break,
                 // A stub without threads: the one it has is the current one (id 0).
                 None if threads.is_empty() => return Ok(vec![0]),
                 _ => return Err(self.conn.malformed(&reply, "expected a thread list")),
             }
-            reply = self.conn.request(b"qsThreadInfo")?;
+            reply = self.conn.request_by(b"qsThreadInfo", deadline)?;
         }
         Ok(threads)
     }
@@ -213,11 +244,11 @@ impl<S: Stream> Client<S> {
         let mut out = Vec::with_capacity(threads.len());
         for (packet, reply) in packets.iter().zip(&replies) {
             if packet.starts_with(b"Hg") {
-                expect_ok(packet, reply)?;
+                self.expect_ok(packet, reply)?;
                 continue;
             }
             if let Some(code) = error_code(reply) {
-                return Err(stub_error(packet, code));
+                return Err(self.stub_error(packet, code));
             }
             let reg = |i: usize| -> Option<u64> {
                 let hex = reply.get(i * 16..(i + 1) * 16)?;
@@ -228,7 +259,7 @@ impl<S: Stream> Client<S> {
             match (reg(16), reg(7), reg(6)) {
                 (Some(ip), Some(sp), Some(bp)) => out.push(Registers { ip, sp, bp }),
                 _ => {
-                    return Err(malformed(
+                    return Err(self.malformed(
                         packet,
                         reply,
                         "expected at least 17 x86-64 registers in hex",
@@ -274,7 +305,7 @@ impl<S: Stream> Client<S> {
         let mut lens = reads.iter().map(|r| r.2);
         for (packet, reply) in packets.iter().zip(&replies) {
             if packet.starts_with(b"Hg") {
-                expect_ok(packet, reply)?;
+                self.expect_ok(packet, reply)?;
             } else {
                 out.push(self.memory_reply(packet, reply, lens.next().unwrap_or(0))?);
             }
@@ -312,18 +343,14 @@ impl<S: Stream> Client<S> {
             return match reply.split_first() {
                 Some((b'b', data)) => match unescape(data) {
                     Some(bytes) if bytes.len() <= len => Ok(Some(bytes)),
-                    _ => Err(malformed(packet, reply, "bad binary data")),
+                    _ => Err(self.malformed(packet, reply, "bad binary data")),
                 },
-                _ => Err(malformed(
-                    packet,
-                    reply,
-                    "expected b followed by binary data",
-                )),
+                _ => Err(self.malformed(packet, reply, "expected b followed by binary data")),
             };
         }
         match decode_hex(reply) {
             Some(bytes) if bytes.len() <= len && !bytes.is_empty() => Ok(Some(bytes)),
-            _ => Err(malformed(packet, reply, "expected memory contents in hex")),
+            _ => Err(self.malformed(packet, reply, "expected memory contents in hex")),
         }
     }
 
@@ -400,14 +427,15 @@ impl<S: Stream> Client<S> {
         Ok(Some(parse_svr4(&String::from_utf8_lossy(&data))))
     }
 
-    /// Reads a whole `qXfer` object in packet-sized pieces.
+    /// Reads a whole `qXfer` object in packet-sized pieces, all due within one reply timeout;
+    /// at most [`MAX_OBJECT`] bytes.
     fn read_object(&mut self, object: &str) -> Result<Vec<u8>, Error> {
         let piece = self.features.packet_size.unwrap_or(4096).clamp(64, 65536) - 8;
+        let deadline = self.conn.deadline();
         let mut data = Vec::new();
         loop {
-            let reply = self
-                .conn
-                .request(format!("qXfer:{object}:read::{:x},{piece:x}", data.len()).as_bytes())?;
+            let request = format!("qXfer:{object}:read::{:x},{piece:x}", data.len());
+            let reply = self.conn.request_by(request.as_bytes(), deadline)?;
             let (last, body) = match reply.split_first() {
                 Some((b'l', body)) => (true, body),
                 Some((b'm', body)) => (false, body),
@@ -420,23 +448,41 @@ impl<S: Stream> Client<S> {
             let bytes = unescape(body).ok_or_else(|| self.conn.malformed(&reply, "bad escape"))?;
             let empty = bytes.is_empty();
             data.extend_from_slice(&bytes);
+            if data.len() > MAX_OBJECT {
+                return Err(self.conn.excess(format!(
+                    "sent a {object} object of more than {} MiB",
+                    MAX_OBJECT >> 20
+                )));
+            }
             // An empty `m` would loop forever.
-            if last || empty || data.len() > 64 << 20 {
+            if last || empty {
                 return Ok(data);
             }
         }
     }
 
-    /// Waits for a stop reply, skipping console output (`O`) packets.
+    /// Waits for a stop reply, skipping console output (`O`) packets: all within one reply
+    /// timeout, and at most [`MAX_CONSOLE`] bytes of them.
     fn stop_reply(&mut self) -> Result<Stop, Error> {
+        let deadline = self.conn.deadline();
+        let mut console = 0;
         loop {
-            let reply = self.conn.receive()?;
+            let reply = self.conn.receive_by(deadline)?;
             let code = || reply.get(1..3).and_then(decode_hex).map(|b| b[0]);
             let stop = match reply.first() {
                 Some(b'S' | b'T') => code().map(Stop::Signal),
                 Some(b'W') => code().map(Stop::Exited),
                 Some(b'X') => code().map(Stop::Killed),
-                Some(b'O') if reply.len() > 1 && decode_hex(&reply[1..]).is_some() => continue,
+                Some(b'O') if reply.len() > 1 && decode_hex(&reply[1..]).is_some() => {
+                    console += reply.len() / 2;
+                    if console > MAX_CONSOLE {
+                        return Err(self.conn.excess(format!(
+                            "sent more than {} MiB of console output (O packets) instead of a stop reply",
+                            MAX_CONSOLE >> 20
+                        )));
+                    }
+                    continue;
+                }
                 _ => None,
             };
             return match stop {
@@ -451,28 +497,32 @@ impl<S: Stream> Client<S> {
             };
         }
     }
-}
 
-fn expect_ok(packet: &[u8], reply: &[u8]) -> Result<(), Error> {
-    match error_code(reply) {
-        Some(code) => Err(stub_error(packet, code)),
-        None if reply == b"OK" => Ok(()),
-        None => Err(malformed(packet, reply, "expected OK")),
+    fn expect_ok(&self, packet: &[u8], reply: &[u8]) -> Result<(), Error> {
+        match error_code(reply) {
+            Some(code) => Err(self.stub_error(packet, code)),
+            None if reply == b"OK" => Ok(()),
+            None => Err(self.malformed(packet, reply, "expected OK")),
+        }
     }
-}
 
-fn stub_error(packet: &[u8], code: String) -> Error {
-    Error::Stub {
-        sent: shown(&frame(packet)),
-        code,
+    /// An `E NN` reply to one of several packets sent at once.
+    fn stub_error(&self, packet: &[u8], code: String) -> Error {
+        Error::Stub {
+            peer: self.conn.peer().to_string(),
+            sent: shown(&frame(packet)),
+            code,
+        }
     }
-}
 
-fn malformed(packet: &[u8], reply: &[u8], why: &'static str) -> Error {
-    Error::Malformed {
-        sent: shown(&frame(packet)),
-        got: shown(reply),
-        why,
+    /// A bad reply to one of several packets sent at once.
+    fn malformed(&self, packet: &[u8], reply: &[u8], why: &'static str) -> Error {
+        Error::Malformed {
+            peer: self.conn.peer().to_string(),
+            sent: shown(&frame(packet)),
+            got: shown(reply),
+            why,
+        }
     }
 }
 

@@ -14,28 +14,67 @@ pub enum Error {
         hint: &'static str,
     },
     /// Reading or writing the connection failed.
-    #[error("connection to the GDB stub failed after sending {sent}: {error}")]
-    Io { sent: String, error: io::Error },
+    #[error("connection to {peer} failed after sending {sent}: {error}")]
+    Io {
+        peer: String,
+        sent: String,
+        error: io::Error,
+    },
     /// The stub closed or reset the connection.
-    #[error("the GDB stub closed the connection (it exited or was killed?) after {sent} (received so far: {got})")]
-    Closed { sent: String, got: String },
+    #[error("{peer} closed the connection (it exited or was killed?) after {sent} (received so far: {got})")]
+    Closed {
+        peer: String,
+        sent: String,
+        got: String,
+    },
     /// No (complete) reply in time.
-    #[error("no reply from the GDB stub to {sent} within {secs} s (received so far: {got})")]
+    #[error("no reply from {peer} to {sent} within {secs} s (received so far: {got})")]
     Timeout {
+        peer: String,
         sent: String,
         got: String,
         secs: f64,
     },
+    /// The recording's time ran out while a reply was still coming.
+    #[error("the recording's duration ended while waiting for {peer} to answer {sent} (received so far: {got})")]
+    Cut {
+        peer: String,
+        sent: String,
+        got: String,
+    },
+    /// A packet longer than the stub's stated packet size (or the ceiling put on it).
+    #[error(
+        "{peer} sent a packet longer than {max} bytes in reply to {sent} (received so far: {got})"
+    )]
+    TooLong {
+        peer: String,
+        sent: String,
+        max: usize,
+        got: String,
+    },
+    /// The stub went past another bound put on what it may send: threads, console output,
+    /// retransmissions, the size of an object.
+    #[error("{peer} {what} (last packet sent: {sent})")]
+    Excess {
+        peer: String,
+        sent: String,
+        what: String,
+    },
     /// A reply that is not what the packet calls for.
-    #[error("unexpected reply from the GDB stub to {sent}: {got} ({why})")]
+    #[error("unexpected reply from {peer} to {sent}: {got} ({why})")]
     Malformed {
+        peer: String,
         sent: String,
         got: String,
         why: &'static str,
     },
     /// The stub answered `E NN`.
-    #[error("the GDB stub refused {sent}: error {code}")]
-    Stub { sent: String, code: String },
+    #[error("{peer} refused {sent}: error {code}")]
+    Stub {
+        peer: String,
+        sent: String,
+        code: String,
+    },
     /// `--cpu-mask` selects none of the target's vCPUs.
     #[error("the target has {vcpus} vCPU(s), none of which the CPU mask {mask:#x} selects")]
     NoVcpu { vcpus: usize, mask: u128 },
@@ -52,15 +91,22 @@ impl Error {
     }
 }
 
+/// How many bytes of a packet an error message shows.
+pub(crate) const SHOWN_MAX: usize = 80;
+
 /// Bytes as they would appear on the wire, shortened: for error messages.
 pub(crate) fn shown(bytes: &[u8]) -> String {
-    const MAX: usize = 80;
+    shown_part(bytes, bytes.len())
+}
+
+/// The first of `total` bytes as they would appear on the wire, shortened.
+pub(crate) fn shown_part(bytes: &[u8], total: usize) -> String {
     let mut s = String::from("`");
-    for &b in bytes.iter().take(MAX) {
+    for &b in bytes.iter().take(SHOWN_MAX) {
         s.extend(std::ascii::escape_default(b).map(char::from));
     }
-    if bytes.len() > MAX {
-        s.push_str(&format!("...` ({} bytes)", bytes.len()));
+    if total > SHOWN_MAX {
+        s.push_str(&format!("...` ({total} bytes)"));
     } else {
         s.push('`');
     }

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use crate::error::{shown, Error};
+use crate::error::{shown, shown_part, Error, SHOWN_MAX};
 
 /// A byte stream whose reads can time out: a socket, or recorded bytes in tests.
 pub trait Stream: Read + Write {
@@ -36,14 +36,133 @@ impl<S: Stream + ?Sized> Stream for Box<S> {
 /// How often a packet is sent again after the other side reported a bad checksum.
 const MAX_RETRIES: u32 = 3;
 
+/// The largest packet body accepted before the stub states its own `PacketSize`, and the
+/// least accepted after: every reply a sampler asks for (registers, 512-byte memory chunks,
+/// feature lists) fits in it.
+pub const MIN_MAX_PACKET: usize = 16 << 10;
+/// The most a stub's `PacketSize` can raise the limit to: what one reply may make us hold.
+pub const MAX_PACKET_CEILING: usize = 1 << 20;
+
+/// One unit of what a stub sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token<'a> {
+    /// `+`: the last packet arrived.
+    Ack,
+    /// `-`: the last packet arrived garbled; send it again.
+    Nak,
+    /// `$body#cs`, or `%body#cs` for a notification; `body` is still run-length encoded and
+    /// escaped.
+    Packet {
+        notification: bool,
+        body: &'a [u8],
+        checksum_ok: bool,
+    },
+    /// Any other byte outside a packet.
+    Noise(u8),
+}
+
+/// What [`scan`] found at the start of its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan<'a> {
+    /// A token, and how many input bytes it took.
+    Token(Token<'a>, usize),
+    /// The input ends before the token does (or is empty).
+    Incomplete,
+    /// A packet body runs past the maximum without its `#`.
+    TooLong,
+}
+
+/// Splits the first token off bytes received from a stub, accepting packet bodies of at most
+/// `max_body` bytes. A pure function over the bytes: the connection, tests and fuzzing share it.
+pub fn scan(input: &[u8], max_body: usize) -> Scan<'_> {
+    let Some(&first) = input.first() else {
+        return Scan::Incomplete;
+    };
+    let notification = match first {
+        b'+' => return Scan::Token(Token::Ack, 1),
+        b'-' => return Scan::Token(Token::Nak, 1),
+        b'$' => false,
+        b'%' => true,
+        other => return Scan::Token(Token::Noise(other), 1),
+    };
+    let rest = &input[1..];
+    let Some(hash) = rest
+        .iter()
+        .take(max_body.saturating_add(1))
+        .position(|&b| b == b'#')
+    else {
+        return if rest.len() > max_body {
+            Scan::TooLong
+        } else {
+            Scan::Incomplete
+        };
+    };
+    let Some(&[c1, c2]) = rest.get(hash + 1..hash + 3) else {
+        return Scan::Incomplete;
+    };
+    let body = &rest[..hash];
+    let stated = hex_digit(c1).zip(hex_digit(c2)).map(|(h, l)| (h << 4) | l);
+    Scan::Token(
+        Token::Packet {
+            notification,
+            body,
+            checksum_ok: stated == Some(checksum(body)),
+        },
+        hash + 4,
+    )
+}
+
+/// What [`Connection::next`] found, owned so the connection can act on it.
+enum Next {
+    Ack,
+    Nak,
+    Packet {
+        notification: bool,
+        checksum_ok: bool,
+        len: usize,
+    },
+    Noise(u8),
+}
+
+/// Bytes skipped outside packets while waiting, kept in part for error messages.
+#[derive(Default)]
+struct Noise {
+    kept: Vec<u8>,
+    total: usize,
+}
+
+impl Noise {
+    fn push(&mut self, b: u8) {
+        if self.kept.len() < SHOWN_MAX {
+            self.kept.push(b);
+        }
+        self.total += 1;
+    }
+}
+
+/// A point in time `after` from now, far in the future when that is past what the clock holds.
+pub fn later(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 24 * 3600)))
+        .unwrap_or(now)
+}
+
 /// One end of a GDB remote protocol connection.
 pub struct Connection<S> {
     stream: S,
+    /// Received bytes; those before `pos` are taken.
     buf: Vec<u8>,
     pos: usize,
     /// Whether packets are acknowledged (until `QStartNoAckMode` is accepted).
     ack: bool,
     timeout: Duration,
+    /// The largest packet body accepted.
+    max_packet: usize,
+    /// No wait lasts past this (the end of a recording).
+    end: Option<Instant>,
+    /// Who the stub is, for error messages.
+    peer: String,
     /// The last packet as framed on the wire, to retransmit and to name in errors.
     last: Vec<u8>,
 }
@@ -56,8 +175,44 @@ impl<S: Stream> Connection<S> {
             pos: 0,
             ack: true,
             timeout,
+            max_packet: MIN_MAX_PACKET,
+            end: None,
+            peer: "the GDB stub".into(),
             last: Vec::new(),
         }
+    }
+
+    /// Names the stub in error messages (`the GDB stub at ADDR`).
+    pub fn set_peer(&mut self, peer: String) {
+        self.peer = peer;
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    /// Accepts packets as large as the stub says it handles (its `PacketSize`), within
+    /// [`MIN_MAX_PACKET`] and [`MAX_PACKET_CEILING`].
+    pub fn set_max_packet(&mut self, stated: Option<usize>) {
+        self.max_packet = stated
+            .unwrap_or(0)
+            .clamp(MIN_MAX_PACKET, MAX_PACKET_CEILING);
+    }
+
+    pub fn max_packet(&self) -> usize {
+        self.max_packet
+    }
+
+    /// Makes every wait end by `end`, whatever the reply timeout ([`Error::Cut`] past it).
+    pub fn set_end(&mut self, end: Option<Instant>) {
+        self.end = end;
+    }
+
+    /// When a reply asked for now must have arrived: the reply timeout from now, or the
+    /// connection's end when that comes first.
+    pub fn deadline(&self) -> Instant {
+        let reply = later(self.timeout);
+        self.end.map_or(reply, |end| end.min(reply))
     }
 
     /// Whether packets are still acknowledged.
@@ -86,31 +241,35 @@ impl<S: Stream> Connection<S> {
 
     /// Sends a packet and, in acknowledged mode, waits for its `+`.
     pub fn send(&mut self, data: &[u8]) -> Result<(), Error> {
+        let deadline = self.deadline();
+        self.send_by(data, deadline)
+    }
+
+    /// [`Connection::send`], waiting for the ack until `deadline` at the latest.
+    pub fn send_by(&mut self, data: &[u8], deadline: Instant) -> Result<(), Error> {
         self.last = frame(data);
         self.write_last()?;
         if !self.ack {
             return Ok(());
         }
-        let deadline = Instant::now() + self.timeout;
         let mut retries = 0;
-        let mut got = Vec::new();
+        let mut noise = Noise::default();
         loop {
-            let b = self.read_byte(deadline, &got)?;
-            match b {
-                b'+' => return Ok(()),
-                b'-' if retries < MAX_RETRIES => {
-                    retries += 1;
-                    self.write_last()?;
-                }
-                b'-' => {
-                    return Err(self.malformed(b"-", "the stub rejected the packet's checksum"));
-                }
-                b'$' | b'%' => {
-                    // A stub may skip the ack before a reply; keep the byte for `receive`.
-                    self.pos -= 1;
+            match self.next(deadline, &noise)? {
+                Next::Ack => {
+                    self.pos += 1;
                     return Ok(());
                 }
-                _ => got.push(b),
+                Next::Nak => {
+                    self.pos += 1;
+                    self.retransmit(&mut retries)?;
+                }
+                // A stub may skip the ack before a reply; leave it for `receive`.
+                Next::Packet { .. } => return Ok(()),
+                Next::Noise(b) => {
+                    self.pos += 1;
+                    noise.push(b);
+                }
             }
         }
     }
@@ -146,42 +305,49 @@ impl<S: Stream> Connection<S> {
     /// Receives the next packet's data, run-length decoded (still escaped: see [`unescape`]).
     /// Notifications (`%...#cs`) and stray acks are skipped.
     pub fn receive(&mut self) -> Result<Vec<u8>, Error> {
-        let deadline = Instant::now() + self.timeout;
-        let mut retries = 0;
+        let deadline = self.deadline();
+        self.receive_by(deadline)
+    }
+
+    /// [`Connection::receive`], waiting until `deadline` at the latest (or the connection's
+    /// end, when that comes first): one bound for a wait that spans several packets.
+    pub fn receive_by(&mut self, deadline: Instant) -> Result<Vec<u8>, Error> {
+        let deadline = self.end.map_or(deadline, |end| end.min(deadline));
+        let mut checksum_retries = 0;
+        let mut retransmits = 0;
+        let mut noise = Noise::default();
         loop {
-            let mut raw = Vec::new();
-            // Find the start of a packet.
-            let notification = loop {
-                match self.read_byte(deadline, &raw)? {
-                    b'$' => break false,
-                    b'%' => break true,
-                    // The stub garbled our packet: it waits for it again.
-                    b'-' if self.ack => self.write_last()?,
-                    b'+' | b'-' => {}
-                    other => raw.push(other),
+            let (notification, checksum_ok, len) = match self.next(deadline, &noise)? {
+                Next::Packet {
+                    notification,
+                    checksum_ok,
+                    len,
+                } => (notification, checksum_ok, len),
+                // The stub garbled our packet: it waits for it again.
+                Next::Nak if self.ack => {
+                    self.pos += 1;
+                    self.retransmit(&mut retransmits)?;
+                    continue;
+                }
+                Next::Ack | Next::Nak => {
+                    self.pos += 1;
+                    continue;
+                }
+                Next::Noise(b) => {
+                    self.pos += 1;
+                    noise.push(b);
+                    continue;
                 }
             };
-            raw.clear();
-            raw.push(if notification { b'%' } else { b'$' });
-            loop {
-                let b = self.read_byte(deadline, &raw)?;
-                raw.push(b);
-                if b == b'#' {
-                    break;
-                }
-            }
-            let c1 = self.read_byte(deadline, &raw)?;
-            raw.push(c1);
-            let c2 = self.read_byte(deadline, &raw)?;
-            raw.push(c2);
-            let body = &raw[1..raw.len() - 3];
-            let stated = hex_digit(c1).zip(hex_digit(c2)).map(|(h, l)| (h << 4) | l);
-            if stated != Some(checksum(body)) {
-                if self.ack && retries < MAX_RETRIES {
-                    retries += 1;
+            let start = self.pos;
+            self.pos += len;
+            if !checksum_ok {
+                if self.ack && checksum_retries < MAX_RETRIES {
+                    checksum_retries += 1;
                     self.write(b"-")?;
                     continue;
                 }
+                let raw = self.buf[start..start + len].to_vec();
                 return Err(self.malformed(&raw, "bad checksum"));
             }
             if self.ack {
@@ -190,17 +356,34 @@ impl<S: Stream> Connection<S> {
             if notification {
                 continue;
             }
-            return expand_runs(body)
-                .ok_or_else(|| self.malformed(&raw, "bad run-length encoding"));
+            let body = &self.buf[start + 1..start + len - 3];
+            return match expand_runs(body, self.max_packet) {
+                Some(data) => Ok(data),
+                None => {
+                    let raw = self.buf[start..start + len].to_vec();
+                    Err(self.malformed(
+                        &raw,
+                        "bad run-length encoding, or longer than the packet size once expanded",
+                    ))
+                }
+            };
         }
     }
 
     /// Sends a packet and returns its reply; `E NN` replies become [`Error::Stub`].
     pub fn request(&mut self, data: &[u8]) -> Result<Vec<u8>, Error> {
-        self.send(data)?;
-        let reply = self.receive()?;
+        let deadline = self.deadline();
+        self.request_by(data, deadline)
+    }
+
+    /// [`Connection::request`], with its ack and reply due by `deadline` at the latest.
+    pub fn request_by(&mut self, data: &[u8], deadline: Instant) -> Result<Vec<u8>, Error> {
+        let deadline = deadline.min(self.deadline());
+        self.send_by(data, deadline)?;
+        let reply = self.receive_by(deadline)?;
         if let Some(code) = error_code(&reply) {
             return Err(Error::Stub {
+                peer: self.peer.clone(),
                 sent: self.sent(),
                 code,
             });
@@ -208,12 +391,71 @@ impl<S: Stream> Connection<S> {
         Ok(reply)
     }
 
-    /// An error naming the last packet sent and what came back.
+    /// An error naming the stub, the last packet sent and what came back.
     pub fn malformed(&self, got: &[u8], why: &'static str) -> Error {
         Error::Malformed {
+            peer: self.peer.clone(),
             sent: self.sent(),
             got: shown(got),
             why,
+        }
+    }
+
+    /// An error saying the stub went past one of the bounds put on what it may send.
+    pub fn excess(&self, what: String) -> Error {
+        Error::Excess {
+            peer: self.peer.clone(),
+            sent: self.sent(),
+            what,
+        }
+    }
+
+    /// Sends the last packet again, at most [`MAX_RETRIES`] times per wait.
+    fn retransmit(&mut self, retries: &mut u32) -> Result<(), Error> {
+        if *retries >= MAX_RETRIES {
+            return Err(self.excess(format!(
+                "rejected the packet's checksum {} times",
+                MAX_RETRIES + 1
+            )));
+        }
+        *retries += 1;
+        self.write_last()
+    }
+
+    /// The next token of what the stub sent, reading until `deadline` when it is incomplete;
+    /// the token stays unread (at `pos`) for the caller to take.
+    fn next(&mut self, deadline: Instant, noise: &Noise) -> Result<Next, Error> {
+        loop {
+            match scan(&self.buf[self.pos..], self.max_packet) {
+                Scan::Token(token, len) => {
+                    return Ok(match token {
+                        Token::Ack => Next::Ack,
+                        Token::Nak => Next::Nak,
+                        Token::Noise(b) => Next::Noise(b),
+                        Token::Packet {
+                            notification,
+                            checksum_ok,
+                            ..
+                        } => Next::Packet {
+                            notification,
+                            checksum_ok,
+                            len,
+                        },
+                    })
+                }
+                Scan::TooLong => {
+                    let got = shown(&self.buf[self.pos..]);
+                    self.buf.clear();
+                    self.pos = 0;
+                    return Err(Error::TooLong {
+                        peer: self.peer.clone(),
+                        sent: self.sent(),
+                        max: self.max_packet,
+                        got,
+                    });
+                }
+                Scan::Incomplete => self.fill(deadline, noise)?,
+            }
         }
     }
 
@@ -228,33 +470,40 @@ impl<S: Stream> Connection<S> {
         self.stream
             .write_all(bytes)
             .and_then(|()| self.stream.flush())
-            .map_err(|source| io_error(&self.last, b"", source))
+            .map_err(|source| io_error(&self.peer, &self.last, b"", source))
     }
 
-    /// One byte before `deadline`; `got` is what the caller has received of this reply so
-    /// far, for the error message.
-    fn read_byte(&mut self, deadline: Instant, got: &[u8]) -> Result<u8, Error> {
-        if self.pos == self.buf.len() {
-            self.fill(deadline, got)?;
-        }
-        let b = self.buf[self.pos];
-        self.pos += 1;
-        Ok(b)
-    }
-
-    fn fill(&mut self, deadline: Instant, got: &[u8]) -> Result<(), Error> {
-        self.buf.clear();
+    /// Reads more bytes before `deadline`, after those not taken yet.
+    fn fill(&mut self, deadline: Instant, noise: &Noise) -> Result<(), Error> {
+        self.buf.drain(..self.pos);
         self.pos = 0;
-        self.buf.resize(self.buf.capacity().max(4096), 0);
+        let mut chunk = [0u8; 4096];
         loop {
+            let got = || {
+                if self.buf.is_empty() {
+                    shown_part(&noise.kept, noise.total)
+                } else {
+                    shown(&self.buf)
+                }
+            };
             let now = Instant::now();
-            let timeout = || Error::Timeout {
-                sent: shown(&self.last),
-                got: shown(got),
-                secs: self.timeout.as_secs_f64(),
+            let timeout = || {
+                if self.end.is_some_and(|end| end <= Instant::now()) {
+                    Error::Cut {
+                        peer: self.peer.clone(),
+                        sent: shown(&self.last),
+                        got: got(),
+                    }
+                } else {
+                    Error::Timeout {
+                        peer: self.peer.clone(),
+                        sent: shown(&self.last),
+                        got: got(),
+                        secs: self.timeout.as_secs_f64(),
+                    }
+                }
             };
             if now >= deadline {
-                self.buf.clear();
                 return Err(timeout());
             }
             // A zero timeout means "block forever" to sockets.
@@ -262,17 +511,17 @@ impl<S: Stream> Connection<S> {
             let result = self
                 .stream
                 .set_read_timeout(wait)
-                .and_then(|()| self.stream.read(&mut self.buf));
+                .and_then(|()| self.stream.read(&mut chunk));
             match result {
                 Ok(0) => {
-                    self.buf.clear();
                     return Err(Error::Closed {
+                        peer: self.peer.clone(),
                         sent: shown(&self.last),
-                        got: shown(got),
+                        got: got(),
                     });
                 }
                 Ok(n) => {
-                    self.buf.truncate(n);
+                    self.buf.extend_from_slice(&chunk[..n]);
                     return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -282,12 +531,11 @@ impl<S: Stream> Connection<S> {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    self.buf.clear();
                     return Err(timeout());
                 }
                 Err(source) => {
-                    self.buf.clear();
-                    return Err(io_error(&self.last, got, source));
+                    let got = self.buf.clone();
+                    return Err(io_error(&self.peer, &self.last, &got, source));
                 }
             }
         }
@@ -295,15 +543,17 @@ impl<S: Stream> Connection<S> {
 }
 
 /// A failed read or write: a reset or broken connection is the stub going away.
-fn io_error(sent: &[u8], got: &[u8], source: io::Error) -> Error {
+fn io_error(peer: &str, sent: &[u8], got: &[u8], source: io::Error) -> Error {
     match source.kind() {
         io::ErrorKind::ConnectionReset
         | io::ErrorKind::ConnectionAborted
         | io::ErrorKind::BrokenPipe => Error::Closed {
+            peer: peer.to_string(),
             sent: shown(sent),
             got: shown(got),
         },
         _ => Error::Io {
+            peer: peer.to_string(),
             sent: shown(sent),
             error: source,
         },
@@ -334,9 +584,10 @@ pub fn checksum(body: &[u8]) -> u8 {
 }
 
 /// Expands run-length encoding: `X*N` stands for `X` followed by `N - 29` more `X`s.
-/// `None` when a `*` has no character before it or a count out of range.
-pub fn expand_runs(body: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(body.len());
+/// `None` when a `*` has no character before it, a count is out of range, or the result
+/// would be longer than `max` bytes.
+pub fn expand_runs(body: &[u8], max: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len().min(max));
     let mut i = 0;
     while i < body.len() {
         let b = body[i];
@@ -344,9 +595,15 @@ pub fn expand_runs(body: &[u8]) -> Option<Vec<u8>> {
             let count = *body.get(i + 1)?;
             let &last = out.last()?;
             let repeat = usize::from(count).checked_sub(29).filter(|&n| n > 0)?;
+            if out.len() + repeat > max {
+                return None;
+            }
             out.extend(std::iter::repeat_n(last, repeat));
             i += 2;
         } else {
+            if out.len() >= max {
+                return None;
+            }
             out.push(b);
             i += 1;
         }

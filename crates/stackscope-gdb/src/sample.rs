@@ -18,7 +18,7 @@ use crate::client::{Client, Registers, Stop};
 use crate::error::Error;
 use crate::image::Image;
 use crate::names::rust_clean;
-use crate::packet::Stream;
+use crate::packet::{later, Stream};
 use crate::space::Space;
 
 /// How often at most the library list is read again when code outside the known files shows
@@ -30,6 +30,9 @@ pub const MAX_FRAMES: usize = 256;
 const AT_ENTRY: u64 = 9;
 /// Where x86-64 kernels live (the upper half of the address space).
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+/// Longest wait for the stub to stop and let go of the target once a recording's duration
+/// is over.
+const DETACH_GRACE: Duration = Duration::from_secs(2);
 
 /// What to sample and for how long.
 #[derive(Debug, Clone)]
@@ -40,7 +43,8 @@ pub struct SamplerOptions {
     pub interval: Duration,
     /// Stop after this many rounds.
     pub rounds: Option<u64>,
-    /// Stop after this long.
+    /// Stop after this long, even in the middle of a round: no wait for the stub lasts past
+    /// it, and detaching afterwards takes at most 2 s more.
     pub duration: Option<Duration>,
     /// vCPU `i` (the stub's `i`-th thread) is sampled when bit `i` is set.
     pub cpu_mask: u128,
@@ -176,11 +180,15 @@ pub fn record<S: Stream>(
     let mut cache = CacheX86_64::new();
     let mut addrs = Vec::with_capacity(64);
     let start = Instant::now();
+    let end = options
+        .duration
+        .map(|d| start.checked_add(d).unwrap_or_else(|| later(d)));
+    client.set_end(end);
     // Connecting stopped the target; the first round starts after it ran.
     let mut failure = client.resume(0).err();
     let mut running = failure.is_none();
     let mut jitter = Jitter::seeded();
-    let mut next = start + jitter.around(options.interval);
+    let mut next = after(start, jitter.around(options.interval));
     let mut rounds = 0u64;
     let mut unplaced = false;
     let mut last_refresh: Option<Instant> = None;
@@ -188,11 +196,18 @@ pub fn record<S: Stream>(
         if options.rounds.is_some_and(|n| rounds >= n) || stop.load(Ordering::Relaxed) {
             break;
         }
-        if options
-            .duration
-            .is_some_and(|d| start.elapsed() + options.interval.min(d) > d && rounds > 0)
-        {
+        if options.duration.is_some_and(|d| {
+            start.elapsed().saturating_add(options.interval.min(d)) > d && rounds > 0
+        }) {
             break;
+        }
+        // A round due after the end would only be cut off; an interval longer than the
+        // whole duration still gets its one round, at once.
+        if end.is_some_and(|end| next >= end) {
+            if rounds > 0 {
+                break;
+            }
+            next = Instant::now();
         }
         if !wait_until(next, stop) {
             break;
@@ -200,7 +215,7 @@ pub fn record<S: Stream>(
         let now = Instant::now();
         // Late rounds are made up for, but never closer than a quarter of the mean gap: samples
         // taken in a burst after a stall would all land on the same spot and count it many times.
-        next = (next + jitter.around(options.interval)).max(now + options.interval / 4);
+        next = after(next, jitter.around(options.interval)).max(after(now, options.interval / 4));
         let round = (|| -> Result<(), Error> {
             let signal = match client.interrupt()? {
                 Stop::Signal(s) => s,
@@ -260,6 +275,8 @@ pub fn record<S: Stream>(
         }
     }
     let elapsed = start.elapsed();
+    // Past the duration the stub gets a short grace to let go, not a reply timeout per step.
+    client.set_end(end.map(|_| later(DETACH_GRACE.min(client.timeout()))));
     let target_gone = failure.as_ref().is_some_and(Error::is_end_of_target);
     if !target_gone {
         let detached = (|| -> Result<(), Error> {
@@ -272,6 +289,7 @@ pub fn record<S: Stream>(
             failure = Some(e);
         }
     }
+    client.set_end(None);
     pauses.sort();
     let stats = Stats {
         rounds,
@@ -323,8 +341,13 @@ impl Jitter {
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         let unit = (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64;
-        mean.mul_f64(0.5 + unit)
+        Duration::try_from_secs_f64(mean.as_secs_f64() * (0.5 + unit)).unwrap_or(mean)
     }
+}
+
+/// `at + d`, or far in the future when that is past what the clock holds.
+fn after(at: Instant, d: Duration) -> Instant {
+    at.checked_add(d).unwrap_or_else(|| later(d))
 }
 
 /// Sleeps until `deadline`, waking early for `stop`; false when stopped.

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use stackscope_gdb::client::{parse_svr4, Registers, Stop};
-use stackscope_gdb::packet::{checksum, expand_runs, frame, unescape, Connection};
+use stackscope_gdb::packet::{
+    checksum, expand_runs, frame, scan, unescape, Connection, Scan, Token,
+};
 use stackscope_gdb::{Client, Error, Remote, Stream};
 
 /// A stub's side of a recorded exchange.
@@ -153,12 +155,12 @@ fn frames_packets_with_checksum_and_escapes() {
 #[test]
 fn expands_run_length_encoding() {
     // gdbserver's `0* ` is four zeros: the count ' ' (32) means 32 - 29 = 3 more.
-    assert_eq!(expand_runs(b"0* ").unwrap(), b"0000");
-    assert_eq!(expand_runs(b"ab*\"c").unwrap(), b"abbbbbbc");
+    assert_eq!(expand_runs(b"0* ", 64).unwrap(), b"0000");
+    assert_eq!(expand_runs(b"ab*\"c", 64).unwrap(), b"abbbbbbc");
     // A `*` with nothing before it, or a count below 30, is malformed.
-    assert_eq!(expand_runs(b"*0"), None);
-    assert_eq!(expand_runs(b"a*\x1c"), None);
-    assert_eq!(expand_runs(b"a*"), None);
+    assert_eq!(expand_runs(b"*0", 64), None);
+    assert_eq!(expand_runs(b"a*\x1c", 64), None);
+    assert_eq!(expand_runs(b"a*", 64), None);
 }
 
 #[test]
@@ -473,4 +475,72 @@ fn a_stub_without_threads_has_one_and_needs_no_selecting() {
     let mut client = no_ack_client("QStartNoAckMode+", &[&none, &g]);
     assert_eq!(client.threads().unwrap(), vec![0]);
     assert_eq!(client.registers(0).unwrap().ip, 0x30);
+}
+
+#[test]
+fn scanning_splits_acks_packets_and_noise_and_stops_at_the_packet_size() {
+    assert_eq!(scan(b"", 16), Scan::Incomplete);
+    assert_eq!(scan(b"+$OK", 16), Scan::Token(Token::Ack, 1));
+    assert_eq!(scan(b"-", 16), Scan::Token(Token::Nak, 1));
+    assert_eq!(scan(b"x$OK#9a", 16), Scan::Token(Token::Noise(b'x'), 1));
+    let ok = packet("OK");
+    let ok_packet = Token::Packet {
+        notification: false,
+        body: b"OK",
+        checksum_ok: true,
+    };
+    assert_eq!(
+        scan(&[&ok[..], b"+"].concat(), 16),
+        Scan::Token(ok_packet, 6)
+    );
+    let bad = Token::Packet {
+        notification: false,
+        body: b"OK",
+        checksum_ok: false,
+    };
+    assert_eq!(scan(b"$OK#9b", 16), Scan::Token(bad, 6));
+    assert_eq!(scan(b"%Stop:T05#", 16), Scan::Incomplete);
+    // A body of exactly the maximum is a packet; one byte more without `#` is refused
+    // without waiting for the rest.
+    let sixteen = packet(&"a".repeat(16));
+    assert!(matches!(
+        scan(&sixteen, 16),
+        Scan::Token(Token::Packet { .. }, 20)
+    ));
+    assert_eq!(scan(&sixteen, 15), Scan::TooLong);
+    assert_eq!(
+        scan(format!("${}", "a".repeat(16)).as_bytes(), 16),
+        Scan::Incomplete
+    );
+    assert_eq!(
+        scan(format!("${}", "a".repeat(17)).as_bytes(), 16),
+        Scan::TooLong
+    );
+}
+
+#[test]
+fn run_length_expansion_stops_at_its_bound() {
+    // `a*~` is 98 `a`s.
+    assert_eq!(expand_runs(b"a*~", 98).map(|v| v.len()), Some(98));
+    assert_eq!(expand_runs(b"a*~", 97), None);
+    assert_eq!(expand_runs(b"abc", 2), None);
+}
+
+#[test]
+fn a_stub_rejecting_every_packet_is_an_error_after_a_few_retransmissions() {
+    // The `g` is acknowledged, then every copy of it reported garbled while its reply is due.
+    let supported = packet("PacketSize=1000");
+    let naks = [b"-"; 100];
+    let mut pieces: Vec<&[u8]> = vec![b"+", &supported, b"+"];
+    pieces.extend(naks.iter().map(|n| &n[..]));
+    let mut conn = Connection::new(Recorded::new(&pieces), TIMEOUT);
+    conn.send(b"qSupported").unwrap();
+    assert_eq!(conn.receive().unwrap(), b"PacketSize=1000");
+    conn.send(b"g").unwrap();
+    let err = conn.receive().unwrap_err();
+    assert!(err.to_string().contains("rejected"), "{err}");
+    // The packet, then three retransmissions.
+    let written = conn.into_inner().written;
+    let g = frame(b"g");
+    assert_eq!(written.windows(g.len()).filter(|w| *w == &g[..]).count(), 4);
 }

@@ -2,6 +2,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
@@ -129,9 +130,9 @@ pub struct RecordArgs {
     #[arg(short = 'c', long, value_name = "COUNT")]
     pub count: Option<u64>,
 
-    /// Stop after this many seconds (fractions allowed).
-    #[arg(short, long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this many seconds (fractions allowed, at most a year).
+    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<Duration>,
 
     /// Keep only user-space stacks.
     #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
@@ -198,6 +199,45 @@ pub struct ReportArgs {
 pub(crate) fn format_name() -> impl TypedValueParser<Value = Format> {
     PossibleValuesParser::new(Format::NAMES)
         .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
+}
+
+/// The most seconds any flag takes: a year. More is a slip of the finger, and far more no
+/// longer fits a clock.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Parses a number of seconds that must be more than zero (`-d`, `--timeout`).
+pub fn positive_seconds(s: &str) -> Result<Duration, String> {
+    seconds_within(s, false)
+}
+
+/// Parses a number of seconds where zero has a meaning (`--interval 0`: back to back).
+pub fn seconds(s: &str) -> Result<Duration, String> {
+    seconds_within(s, true)
+}
+
+/// Every flag that takes seconds goes through here: a finite number, not negative, zero only
+/// where `zero` allows it, at most [`MAX_SECONDS`].
+fn seconds_within(s: &str, zero: bool) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !secs.is_finite() {
+        return Err(format!("`{s}` is not a finite number of seconds"));
+    }
+    if secs < 0.0 {
+        return Err(format!("{s} s is negative"));
+    }
+    if secs > MAX_SECONDS {
+        return Err(format!(
+            "{s} s is more than a year ({MAX_SECONDS} s), the most accepted"
+        ));
+    }
+    let duration = Duration::try_from_secs_f64(secs).map_err(|e| format!("{s} s: {e}"))?;
+    if duration.is_zero() && !zero {
+        return Err(format!("{s} s: must be more than zero"));
+    }
+    Ok(duration)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use stackscope_gdb::{Client, Image, Remote, SamplerOptions};
 use stackscope_profile::format;
 
-use crate::cli::OutputArgs;
+use crate::cli::{positive_seconds, seconds, OutputArgs};
 use crate::output::Output;
 
 /// Rounds per second when neither -F nor --interval is given.
@@ -46,16 +46,17 @@ pub struct GdbArgs {
     pub frequency: Option<u64>,
 
     /// Seconds between rounds (as the OSDK's --interval); 0 samples back to back.
-    #[arg(long, value_name = "SECS")]
-    pub interval: Option<f64>,
+    #[arg(long, value_name = "SECS", value_parser = seconds)]
+    pub interval: Option<Duration>,
 
     /// Stop after this many rounds (each gives one stack per selected vCPU).
     #[arg(long, value_name = "N", conflicts_with = "duration")]
     pub samples: Option<u64>,
 
-    /// Stop after this many seconds.
-    #[arg(short, long, value_name = "SECS")]
-    pub duration: Option<f64>,
+    /// Stop after this many seconds, even in the middle of a round (a stub that stalls or
+    /// floods cannot hold stackscope past it); detaching then takes at most 2 s more.
+    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<Duration>,
 
     /// Which vCPUs to sample: bit i selects vCPU i (decimal or 0x hex, up to 128 bits).
     #[arg(long, value_name = "MASK", value_parser = parse_mask, default_value = "0xffffffffffffffffffffffffffffffff")]
@@ -66,9 +67,10 @@ pub struct GdbArgs {
     #[arg(long)]
     pub rust_clean: bool,
 
-    /// Seconds to wait for each reply of the stub before giving up.
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
-    pub timeout: f64,
+    /// Seconds to wait for each reply of the stub before giving up (a thread list, a stop
+    /// with its console output, or a library list counts as one reply).
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = positive_seconds)]
+    pub timeout: Duration,
 
     #[command(flatten)]
     pub output: OutputArgs,
@@ -87,17 +89,10 @@ fn parse_mask(s: &str) -> Result<u128, String> {
 }
 
 pub fn run(args: GdbArgs) -> Result<i32> {
-    let positive = |what: &str, v: f64| -> Result<Duration> {
-        if !(v.is_finite() && v > 0.0) {
-            bail!("{what} must be a positive number of seconds, not {v}");
-        }
-        Ok(Duration::from_secs_f64(v))
-    };
     let interval = match (args.frequency, args.interval) {
         (Some(0), _) => bail!("-F must be greater than zero (use --interval 0 for back to back)"),
         (Some(hz), _) => Duration::from_secs_f64(1.0 / hz as f64),
-        (None, Some(0.0)) => Duration::ZERO,
-        (None, Some(s)) => positive("--interval", s)?,
+        (None, Some(interval)) => interval,
         (None, None) => Duration::from_secs_f64(1.0 / DEFAULT_FREQUENCY as f64),
     };
     let frequency_hz = match (args.frequency, args.interval) {
@@ -105,11 +100,8 @@ pub fn run(args: GdbArgs) -> Result<i32> {
         (None, None) => Some(DEFAULT_FREQUENCY),
         _ => None,
     };
-    let duration = args
-        .duration
-        .map(|d| positive("-d/--duration", d))
-        .transpose()?;
-    let timeout = positive("--timeout", args.timeout)?;
+    let duration = args.duration;
+    let timeout = args.timeout;
     if args.samples == Some(0) {
         bail!("--samples must be greater than zero");
     }
@@ -139,7 +131,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     };
     let until = match (args.samples, args.duration) {
         (Some(n), _) => format!("for {n} rounds"),
-        (_, Some(d)) => format!("for {d} s"),
+        (_, Some(d)) => format!("for {} s", d.as_secs_f64()),
         _ => "until Ctrl-C or the guest exits".to_string(),
     };
     let unwinding = if target.image().has_unwind_info() {

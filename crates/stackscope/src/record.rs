@@ -3,7 +3,6 @@
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{bail, Result};
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
@@ -44,11 +43,6 @@ pub(crate) fn run_with(
     }
     if args.frequency == Some(0) || args.count == Some(0) {
         bail!("-F and -c must be greater than zero");
-    }
-    if let Some(d) = args.duration {
-        if !(d > 0.0 && d.is_finite()) {
-            bail!("-d/--duration must be a positive number of seconds, not {d}");
-        }
     }
     let command: Vec<String> = args
         .command
@@ -96,7 +90,7 @@ pub(crate) fn run_with(
         _ => unreachable!("either a frequency or a period is set"),
     };
     let until = match args.duration {
-        Some(d) => format!("for {d} s"),
+        Some(d) => format!("for {} s", d.as_secs_f64()),
         None => match target {
             Target::Command(_) => "until it exits (Ctrl-C stops early)",
             Target::Pids(_) | Target::Tids(_) => "until Ctrl-C or the target exits",
@@ -105,7 +99,7 @@ pub(crate) fn run_with(
         .to_string(),
     };
     let announce = || eprintln!("stackscope: sampling {what} at {rate} {until}");
-    let duration = args.duration.map(Duration::from_secs_f64);
+    let duration = args.duration;
     let outcome = match args.backend {
         BackendArg::Perf => {
             let recording = record(

@@ -1,0 +1,223 @@
+//! `stackscope gdb` against hostile stubs: a scripted fake stub on a TCP port answers like a
+//! plain one-thread stub, except for the one thing each test makes it do wrong (never end its
+//! thread list, flood or trickle console output, stream a packet without end). stackscope must
+//! end within its stated bounds (the reply timeout, the recording's duration) with a clear
+//! error, and write what it sampled before.
+
+mod common;
+
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use common::*;
+
+/// What the fake stub does on a request: the packet's data, or `\x03` for an interrupt.
+/// `interrupts` counts the interrupts so far, this one included. An `Err` ends the stub.
+type Script = fn(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()>;
+
+/// A stub's packet: `$data#cs`.
+fn packet(data: &str) -> Vec<u8> {
+    let sum = data.bytes().fold(0u8, |s, b| s.wrapping_add(b));
+    format!("${data}#{sum:02x}").into_bytes()
+}
+
+fn send(out: &mut TcpStream, data: &str) -> io::Result<()> {
+    out.write_all(&packet(data))
+}
+
+/// A plain no-ack stub with one thread, stopped when asked, whose memory cannot be read.
+fn plain(request: &[u8], _interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+    let reply = match request {
+        r if r.starts_with(b"qSupported") => "PacketSize=4000;QStartNoAckMode+",
+        b"QStartNoAckMode" | b"D" => "OK",
+        r if r.starts_with(b"Hg") => "OK",
+        b"?" | b"\x03" => "S02",
+        b"qfThreadInfo" => "m1",
+        b"qsThreadInfo" => "l",
+        // rsp 0x8000, rip 0x1234, everything else 0.
+        b"g" => {
+            let mut regs = [0u64; 17];
+            regs[7] = 0x8000;
+            regs[16] = 0x1234;
+            let hex: String = regs
+                .iter()
+                .flat_map(|r| r.to_le_bytes())
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            return send(out, &hex);
+        }
+        r if r.starts_with(b"m") || r.starts_with(b"x") => "E01",
+        b"c" => return Ok(()),
+        _ => "",
+    };
+    send(out, reply)
+}
+
+/// Serves one connection on a free local port with `script`; returns the address.
+fn fake_stub(script: Script) -> (String, JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let stub = std::thread::spawn(move || {
+        let Ok((mut conn, _)) = listener.accept() else {
+            return;
+        };
+        // Small replies go out at once, as real stubs send them.
+        let _ = conn.set_nodelay(true);
+        let _ = serve(&mut conn, script);
+    });
+    (addr, stub)
+}
+
+/// Reads requests (acks skipped) and answers each with `script`, until either side hangs up.
+fn serve(conn: &mut TcpStream, script: Script) -> io::Result<()> {
+    let mut out = conn.try_clone()?;
+    let mut bytes = io::BufReader::new(conn.try_clone()?).bytes();
+    let mut interrupts = 0;
+    while let Some(b) = bytes.next() {
+        match b? {
+            b'$' => {
+                let mut request = Vec::new();
+                for b in bytes.by_ref() {
+                    match b? {
+                        b'#' => break,
+                        b => request.push(b),
+                    }
+                }
+                // The checksum.
+                bytes.next();
+                bytes.next();
+                script(&request, interrupts, &mut out)?;
+            }
+            0x03 => {
+                interrupts += 1;
+                script(b"\x03", interrupts, &mut out)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// `stackscope gdb --remote ADDR --kernel ELF ARGS...` in `dir`, run to its end.
+fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
+    let mut all = vec!["gdb", "--remote", remote, "--kernel", "/bin/true"];
+    all.extend_from_slice(args);
+    stackscope(dir, &all)
+}
+
+/// Asserts stackscope took no longer than `secs` (plus room for a loaded machine).
+fn assert_ended_within(run: &Run, secs: u64) {
+    let bound = Duration::from_secs(secs + 5);
+    assert!(
+        run.wall < bound,
+        "stackscope took {:?}, more than {bound:?}; stderr:\n{}",
+        run.wall,
+        run.stderr
+    );
+}
+
+/// Asserts the recording wrote a profile holding samples to `out`, and said why it ended.
+fn assert_wrote_samples_and_said(run: &Run, out: &Path, why: &str) {
+    run.assert_ok();
+    assert!(
+        run.stderr.contains("sampling stopped") && run.stderr.contains(why),
+        "stderr does not say sampling stopped because {why:?}:\n{}",
+        run.stderr
+    );
+    let folded = std::fs::read_to_string(out).expect("the profile so far is written");
+    assert!(
+        !parse_folded(&folded).is_empty(),
+        "no samples in:\n{folded}"
+    );
+}
+
+#[test]
+fn a_thread_list_that_never_ends_is_an_error_within_the_timeout() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        match request {
+            b"qsThreadInfo" => send(out, "m2,3,4,5"),
+            _ => plain(request, interrupts, out),
+        }
+    }
+    let dir = tempdir();
+    let (remote, stub) = fake_stub(script);
+    let run = gdb(dir.path(), &remote, &["--timeout", "3", "-o", "x.svg"]);
+    run.assert_one_line_error(&[&remote, "qsThreadInfo"]);
+    assert_ended_within(&run, 3);
+    stub.join().unwrap();
+}
+
+#[test]
+fn a_console_flood_ends_sampling_and_the_samples_so_far_are_written() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        if request == b"\x03" && interrupts > 3 {
+            // "hello\n" as console output, without end.
+            let flood = packet("O68656c6c6f0a").repeat(1000);
+            loop {
+                out.write_all(&flood)?;
+            }
+        }
+        plain(request, interrupts, out)
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out.folded");
+    let (remote, stub) = fake_stub(script);
+    let run = gdb(
+        dir.path(),
+        &remote,
+        &["--timeout", "3", "-d", "60", "-o", out.to_str().unwrap()],
+    );
+    assert_ended_within(&run, 3);
+    assert_wrote_samples_and_said(&run, &out, "console output");
+    assert!(run.stderr.contains(&remote), "{}", run.stderr);
+    stub.join().unwrap();
+}
+
+#[test]
+fn console_output_trickling_cannot_hold_the_recording_past_its_duration() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        if request == b"\x03" && interrupts > 3 {
+            // Well below any size bound, and each packet well within the reply timeout.
+            loop {
+                send(out, "O2e")?;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        plain(request, interrupts, out)
+    }
+    let dir = tempdir();
+    let out = dir.path().join("out.folded");
+    let (remote, stub) = fake_stub(script);
+    let run = gdb(
+        dir.path(),
+        &remote,
+        &["--timeout", "60", "-d", "3", "-o", out.to_str().unwrap()],
+    );
+    // The duration, then at most 2 s to detach.
+    assert_ended_within(&run, 3 + 2);
+    assert_wrote_samples_and_said(&run, &out, "duration ended");
+    stub.join().unwrap();
+}
+
+#[test]
+fn a_packet_without_end_is_refused_at_the_packet_size() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        if request.starts_with(b"qSupported") {
+            out.write_all(b"$")?;
+            let endless = vec![b'a'; 1 << 16];
+            loop {
+                out.write_all(&endless)?;
+            }
+        }
+        plain(request, interrupts, out)
+    }
+    let dir = tempdir();
+    let (remote, stub) = fake_stub(script);
+    let run = gdb(dir.path(), &remote, &["--timeout", "5", "-o", "x.svg"]);
+    run.assert_one_line_error(&[&remote, "longer than 16384 bytes", "qSupported"]);
+    assert_ended_within(&run, 5);
+    stub.join().unwrap();
+}
