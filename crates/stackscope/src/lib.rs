@@ -10,6 +10,7 @@ mod profile;
 mod record;
 mod record_bpf;
 mod report;
+mod sink;
 pub mod shim;
 
 use clap::Parser;
