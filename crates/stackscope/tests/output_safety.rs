@@ -7,7 +7,9 @@ mod common;
 
 use common::*;
 use std::ffi::OsStr;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::io::Read;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -53,12 +55,19 @@ fn fifo_is_written_in_place_and_kept() {
     let (input, text) = small_input(dir.path());
     let fifo = dir.path().join("pipe");
     stackscope_testkit::run(Command::new("mkfifo").arg(&fifo));
-    let reader = {
-        let fifo = fifo.clone();
-        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
-    };
+    // Opened for reading before stackscope runs and without waiting for a writer; once
+    // stackscope has ended, reading gives what it wrote, or nothing if it never opened the FIFO.
+    let mut reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&fifo)
+        .unwrap();
+    // SAFETY: clears O_NONBLOCK on a descriptor this test owns.
+    unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, 0) };
     report_folded(dir.path(), &input, &fifo).assert_ok();
-    assert_eq!(reader.join().unwrap(), text, "the FIFO's reader got other bytes");
+    let mut got = String::new();
+    reader.read_to_string(&mut got).unwrap();
+    assert_eq!(got, text, "the FIFO's reader got other bytes");
     let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
     assert!(kind.is_fifo(), "the FIFO was replaced by a {kind:?}");
     assert_eq!(names_in(dir.path()), ["in.folded", "pipe"], "files left behind");
