@@ -63,6 +63,23 @@ pub enum Command {
     Gdb(crate::gdb::GdbArgs),
     /// A differential flamegraph of two profiles.
     Diff(crate::diff::DiffArgs),
+    /// Check what recording needs on this machine (and, given one, what a program offers for
+    /// unwinding); each check says ok, warn or fail and its fix.
+    #[command(after_help = "Examples:\n  \
+        stackscope doctor\n  \
+        stackscope doctor -- ./target/release/myprog\n\n\
+        Exits 1 when something recording needs fails (sampling cannot start, or the program \
+        cannot be profiled by this user), else 0; warnings name what works only in part.")]
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// A program to check, after `--` (looked up in PATH): its debug info, unwind tables,
+    /// frame pointers, and whether its exec would end profiling (setuid, setgid, file
+    /// capabilities).
+    #[arg(last = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
 }
 
 #[derive(Args)]

@@ -3,6 +3,7 @@
 
 pub mod cli;
 mod diff;
+mod doctor;
 mod gdb;
 mod input;
 mod output;
@@ -10,8 +11,8 @@ mod profile;
 mod record;
 mod record_bpf;
 mod report;
-mod sink;
 pub mod shim;
+mod sink;
 
 use clap::Parser;
 
@@ -24,6 +25,7 @@ pub fn main() -> ! {
         cli::Command::Profile(args) => profile::run(args),
         cli::Command::Gdb(args) => gdb::run(args),
         cli::Command::Diff(args) => diff::run(args),
+        cli::Command::Doctor(args) => doctor::run(args),
     };
     exit(result)
 }

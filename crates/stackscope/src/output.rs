@@ -60,7 +60,10 @@ impl Output {
     }
 
     /// Writes what `body` writes to the output.
-    pub fn write_with(&self, body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
+    pub fn write_with(
+        &self,
+        body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
         if self.is_stdout() {
             let stdout = std::io::stdout();
             let mut out = BufWriter::new(stdout.lock());

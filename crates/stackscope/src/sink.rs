@@ -107,8 +107,7 @@ fn directory_of(path: &Path) -> &Path {
 pub fn check(path: &Path) -> Result<()> {
     match resolve(path)? {
         Target::Replace { file } => {
-            Temporary::create(&file)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            Temporary::create(&file).with_context(|| format!("cannot write {}", path.display()))?;
             Ok(())
         }
         Target::InPlace { .. } => {
@@ -116,7 +115,12 @@ pub fn check(path: &Path) -> Result<()> {
                 .with_context(|| format!("cannot write {}: a NUL in the name", path.display()))?;
             // SAFETY: a valid C string; faccessat only reads it.
             let rc = unsafe {
-                libc::faccessat(libc::AT_FDCWD, c_path.as_ptr(), libc::W_OK, libc::AT_EACCESS)
+                libc::faccessat(
+                    libc::AT_FDCWD,
+                    c_path.as_ptr(),
+                    libc::W_OK,
+                    libc::AT_EACCESS,
+                )
             };
             if rc != 0 {
                 return Err(io::Error::last_os_error())
@@ -135,7 +139,10 @@ pub fn write(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -
             let (temporary, handle) = Temporary::create(&file).with_context(context)?;
             let mut out = BufWriter::new(handle);
             body(&mut out).with_context(context)?;
-            let handle = out.into_inner().map_err(|e| e.into_error()).with_context(context)?;
+            let handle = out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .with_context(context)?;
             handle.sync_all().with_context(context)?;
             temporary.rename_onto(&file).with_context(context)
         }
@@ -156,7 +163,9 @@ pub fn write(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -
                 );
             }
             let mut out = BufWriter::new(handle);
-            body(&mut out).and_then(|()| out.flush()).with_context(context)?;
+            body(&mut out)
+                .and_then(|()| out.flush())
+                .with_context(context)?;
             if kind.is_block_device() || kind.is_file() {
                 let _ = out.get_ref().sync_all();
             }

@@ -70,7 +70,11 @@ fn fifo_is_written_in_place_and_kept() {
     assert_eq!(got, text, "the FIFO's reader got other bytes");
     let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
     assert!(kind.is_fifo(), "the FIFO was replaced by a {kind:?}");
-    assert_eq!(names_in(dir.path()), ["in.folded", "pipe"], "files left behind");
+    assert_eq!(
+        names_in(dir.path()),
+        ["in.folded", "pipe"],
+        "files left behind"
+    );
 }
 
 #[test]
@@ -83,8 +87,15 @@ fn device_node_stays_a_device() {
     stackscope_testkit::run(Command::new("mknod").arg(&null).args(["c", "1", "3"]));
     report_folded(dir.path(), &input, &null).assert_ok();
     let kind = std::fs::symlink_metadata(&null).unwrap().file_type();
-    assert!(kind.is_char_device(), "the device was replaced by a {kind:?}");
-    assert_eq!(names_in(dir.path()), ["in.folded", "null"], "files left behind");
+    assert!(
+        kind.is_char_device(),
+        "the device was replaced by a {kind:?}"
+    );
+    assert_eq!(
+        names_in(dir.path()),
+        ["in.folded", "null"],
+        "files left behind"
+    );
 }
 
 #[test]
@@ -135,8 +146,11 @@ fn link_to_a_regular_file_replaces_the_file_and_keeps_the_link() {
     // A link to nothing is refused rather than creating the file it names.
     let dangling = dir.path().join("dangling.folded");
     std::os::unix::fs::symlink("nowhere.folded", &dangling).unwrap();
-    report_folded(dir.path(), &input, &dangling)
-        .assert_one_line_error(&["dangling.folded", "nowhere.folded", "does not exist"]);
+    report_folded(dir.path(), &input, &dangling).assert_one_line_error(&[
+        "dangling.folded",
+        "nowhere.folded",
+        "does not exist",
+    ]);
     assert!(!dir.path().join("nowhere.folded").exists());
 }
 
@@ -204,7 +218,10 @@ fn planted_link_at_a_predictable_temporary_name_is_not_followed() {
         "the profile was written through a planted link"
     );
     let meta = std::fs::symlink_metadata(&out).unwrap();
-    assert!(meta.file_type().is_file(), "the output is not a regular file");
+    assert!(
+        meta.file_type().is_file(),
+        "the output is not a regular file"
+    );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
 }
 
@@ -303,7 +320,11 @@ fn unwritable_output_is_refused_before_sampling_by_every_recording_command() {
     let dtrace_shim = env!("CARGO_BIN_EXE_stackscope-dtrace");
     let dtrace_script = "profile-997 /pid == $target/ { @[ustack(100)] = count(); }";
     let cases: [(&str, &str, Vec<&str>); 6] = [
-        ("record", stackscope_bin(), vec!["record", "-o", out, "--", spin, "2"]),
+        (
+            "record",
+            stackscope_bin(),
+            vec!["record", "-o", out, "--", spin, "2"],
+        ),
         (
             "record --backend bpf",
             stackscope_bin(),
@@ -313,7 +334,15 @@ fn unwritable_output_is_refused_before_sampling_by_every_recording_command() {
         (
             "gdb",
             stackscope_bin(),
-            vec!["gdb", "--remote", "127.0.0.1:1", "--kernel", spin, "-o", out],
+            vec![
+                "gdb",
+                "--remote",
+                "127.0.0.1:1",
+                "--kernel",
+                spin,
+                "-o",
+                out,
+            ],
         ),
         (
             "stackscope-perf",
@@ -323,7 +352,16 @@ fn unwritable_output_is_refused_before_sampling_by_every_recording_command() {
         (
             "stackscope-dtrace",
             dtrace_shim,
-            vec!["-x", "ustackframes=100", "-n", dtrace_script, "-o", out, "-c", spin],
+            vec![
+                "-x",
+                "ustackframes=100",
+                "-n",
+                dtrace_script,
+                "-o",
+                out,
+                "-c",
+                spin,
+            ],
         ),
     ];
     for (what, bin, args) in cases {
