@@ -47,7 +47,8 @@ pub enum Command {
         case the profile collected so far is written. With a launched command, stackscope \
         exits with the command's exit code.\n\n\
         Without root: profiling your own processes needs kernel.perf_event_paranoid <= 2 \
-        (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep).")]
+        (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep). \
+        `stackscope doctor` checks all of it.")]
     Record(RecordArgs),
     /// Re-render a saved profile (stackscope JSON, folded stacks, OSDK JSON, or a perf.data file
     /// written by `perf record`) into another format.
@@ -85,7 +86,10 @@ pub struct DoctorArgs {
 #[derive(Args)]
 pub struct OutputArgs {
     /// Where to write the profile; `-` for standard output. Default: flame.svg, or
-    /// stackscope.<ext> for the chosen --format.
+    /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
+    /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
+    /// /dev/stdout is written in place; a symbolic link is kept and the file it names
+    /// replaced.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
