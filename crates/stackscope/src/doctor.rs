@@ -289,7 +289,7 @@ fn program_checks(program: &std::ffi::OsStr) -> Vec<Check> {
         Some(why) => check(
             Verdict::Fail,
             format!("{name}: it {why}, so its exec changes privileges and the kernel stops profiling it there"),
-            Some(&format!("profile a copy without that (`cp {name} ./copy`), or run stackscope as the user it runs as")),
+            Some(&format!("profile a copy without that (`cp {name} ./copy`), run stackscope as the user it runs as, or as root use --backend bpf")),
         ),
         None => check(
             Verdict::Ok,

@@ -111,7 +111,7 @@ fn setuid_program_run_by_an_unprivileged_user_is_refused_with_the_reason() {
     let dir = open_dir();
     let program = setuid_spin(dir.path());
     let out = dir.path().join("out.json");
-    let run = as_nobody(&record_args(&out, &[], &[program.as_os_str(), os("1")]));
+    let run = as_nobody(&record_args(&out, &[], &[program.as_os_str(), os("2")]));
     run.assert_one_line_error(&[
         program.to_str().unwrap(),
         "setuid",
@@ -129,9 +129,24 @@ fn setuid_program_run_by_an_unprivileged_user_is_refused_with_the_reason() {
     );
 
     // Root runs it with its own privileges: nothing changes at exec, and it is profiled.
-    let (run, profile) = record_json(dir.path(), &[], &[program.as_os_str(), os("1")]);
+    let (run, profile) = record_json(dir.path(), &[], &[program.as_os_str(), os("2")]);
     run.assert_ok();
     assert_min_samples(&profile, 100);
+
+    // Setuid to another user: the kernel drops even root's events at that exec.
+    std::os::unix::fs::chown(&program, Some(65534), None).unwrap();
+    std::fs::set_permissions(&program, PermissionsExt::from_mode(0o4755)).unwrap();
+    let run = record(dir.path(), &out, &[], &[program.as_os_str(), os("2")]);
+    run.assert_one_line_error(&["setuid to uid 65534", "--backend bpf"]);
+    // The bpf backend samples CPUs, so it profiles the program anyway.
+    let run = record(
+        dir.path(),
+        &out,
+        &["--backend", "bpf"],
+        &[program.as_os_str(), os("2")],
+    );
+    run.assert_ok();
+    assert_min_samples(&read_json(&out), 100);
 }
 
 #[test]
