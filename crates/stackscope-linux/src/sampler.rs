@@ -122,7 +122,28 @@ pub enum Event<'a> {
     },
 }
 
-fn read_sysctl(name: &str) -> Option<i64> {
+/// Opens, then closes, a cpu-clock sampling event on this process (its kernel side too when
+/// `kernel`), asking what recording asks: whether recording can start on this machine, and
+/// the kernel's errno when it cannot.
+pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
+    let spec = perf::EventSpec {
+        frequency: Some(99),
+        period: None,
+        inherit: false,
+        enable_on_exec: false,
+        kernel_callchain: kernel,
+        user_callchain: false,
+        user_regs: true,
+        stack_bytes: 8,
+        exclude_kernel: !kernel,
+        build_id: false,
+        wakeup_bytes: 1,
+    };
+    perf::open(&spec.attr(), 0, -1).map(drop)
+}
+
+/// `kernel.NAME` from /proc/sys, when readable and a number.
+pub fn read_sysctl(name: &str) -> Option<i64> {
     std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
         .ok()?
         .trim()
@@ -225,6 +246,14 @@ impl Sampler {
         };
         match target {
             Target::Command(argv) => {
+                if let Some(path) = argv.first().and_then(|a| target::resolve_command(a).ok()) {
+                    if let Some(why) = target::privileged_exec(&path) {
+                        return Err(SampleError::PrivilegedExec {
+                            command: path.display().to_string(),
+                            why,
+                        });
+                    }
+                }
                 let child = HeldChild::spawn(argv)?;
                 let task = Task {
                     tid: child.pid as i32,

@@ -6,8 +6,8 @@ use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 
 use crate::sampler::SampleError;
 
@@ -98,7 +98,7 @@ pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 }
 
 /// Resolves argv[0] the way a shell does: as a path if it contains a slash, else through PATH.
-fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
+pub fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
     let shown = name.to_string_lossy().into_owned();
     if name.as_bytes().contains(&b'/') {
         return Ok(PathBuf::from(name));
@@ -126,6 +126,102 @@ fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
     match not_executable {
         Some(p) => Err(SampleError::NotExecutable(p.display().to_string())),
         None => Err(SampleError::CommandNotFound(shown)),
+    }
+}
+
+/// Why executing `path` would change the privileges of this process, if it would: the kernel
+/// then removes the process's perf events at that exec ("disable monitoring for regular users
+/// when executing setuid binaries", in `begin_new_exec`), so a launched command gives no
+/// samples. That happens when the exec leaves the effective user or group different from the
+/// real one (a setuid or setgid file of another owner), when file capabilities grant more
+/// than this process holds, and when the file cannot be read (the process is then made
+/// non-dumpable). None for an ordinary program, or when no_new_privs or a nosuid mount makes
+/// the kernel ignore the bits.
+pub fn privileged_exec(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    if no_new_privs() || nosuid_mount(path) {
+        return None;
+    }
+    // SAFETY: these have no preconditions.
+    let (ruid, euid, rgid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+        )
+    };
+    let mode = meta.mode();
+    let new_euid = if mode & libc::S_ISUID != 0 {
+        meta.uid()
+    } else {
+        euid
+    };
+    // A setgid bit without group execute marks mandatory locking, not a group change.
+    let new_egid = if mode & (libc::S_ISGID | libc::S_IXGRP) == libc::S_ISGID | libc::S_IXGRP {
+        meta.gid()
+    } else {
+        egid
+    };
+    if new_euid != ruid {
+        return Some(format!("is setuid to uid {}", meta.uid()));
+    }
+    if new_egid != rgid {
+        return Some(format!("is setgid to gid {}", meta.gid()));
+    }
+    if has_file_capabilities(path) && !holds_all_capabilities() {
+        return Some("has file capabilities".to_string());
+    }
+    let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: a valid C string, only read.
+    if unsafe { libc::access(c_path.as_ptr(), libc::R_OK) } != 0 {
+        return Some("is not readable by this user".to_string());
+    }
+    None
+}
+
+/// A `Cap...:` line of /proc/self/status, as a bit set.
+pub fn own_capabilities(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
+}
+
+fn holds_all_capabilities() -> bool {
+    // CAP_SETFCAP (31) and below, in the permitted set: what any file capability can grant.
+    own_capabilities("CapPrm").is_some_and(|caps| caps & 0xffff_ffff == 0xffff_ffff)
+}
+
+fn no_new_privs() -> bool {
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointer.
+    unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1 }
+}
+
+fn nosuid_mount(path: &Path) -> bool {
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statvfs fills the zeroed struct from a valid C string.
+    unsafe {
+        let mut fs: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c_path.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_NOSUID != 0
+    }
+}
+
+fn has_file_capabilities(path: &Path) -> bool {
+    let Ok(c_path) = CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a size query (null buffer of length 0) on a valid C string.
+    unsafe {
+        libc::getxattr(
+            c_path.as_ptr(),
+            c"security.capability".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        ) > 0
     }
 }
 

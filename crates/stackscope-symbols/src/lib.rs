@@ -8,7 +8,7 @@ mod error;
 mod perf_map;
 mod symbolizer;
 
-pub use elf_info::find_debug_file;
+pub use elf_info::{find_debug_file, unwind_sources, FramePointers, UnwindSources};
 pub use error::SymbolError;
 pub use symbolizer::Symbolizer;
 pub use symbolizer::DEFAULT_DEBUG_DIR;

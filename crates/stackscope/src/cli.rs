@@ -48,7 +48,8 @@ pub enum Command {
         case the profile collected so far is written. With a launched command, stackscope \
         exits with the command's exit code.\n\n\
         Without root: profiling your own processes needs kernel.perf_event_paranoid <= 2 \
-        (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep).")]
+        (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep). \
+        `stackscope doctor` checks all of it.")]
     Record(RecordArgs),
     /// Re-render a saved profile (stackscope JSON, folded stacks, OSDK JSON, or a perf.data file
     /// written by `perf record`) into another format.
@@ -64,12 +65,32 @@ pub enum Command {
     Gdb(crate::gdb::GdbArgs),
     /// A differential flamegraph of two profiles.
     Diff(crate::diff::DiffArgs),
+    /// Check what recording needs on this machine (and, given one, what a program offers for
+    /// unwinding); each check says ok, warn or fail and its fix.
+    #[command(after_help = "Examples:\n  \
+        stackscope doctor\n  \
+        stackscope doctor -- ./target/release/myprog\n\n\
+        Exits 1 when something recording needs fails (sampling cannot start, or the program \
+        cannot be profiled by this user), else 0; warnings name what works only in part.")]
+    Doctor(DoctorArgs),
+}
+
+#[derive(Args)]
+pub struct DoctorArgs {
+    /// A program to check, after `--` (looked up in PATH): its debug info, unwind tables,
+    /// frame pointers, and whether its exec would end profiling (setuid, setgid, file
+    /// capabilities).
+    #[arg(last = true, value_name = "PROGRAM")]
+    pub program: Vec<OsString>,
 }
 
 #[derive(Args)]
 pub struct OutputArgs {
     /// Where to write the profile; `-` for standard output. Default: flame.svg, or
-    /// stackscope.<ext> for the chosen --format.
+    /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
+    /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
+    /// /dev/stdout is written in place; a symbolic link is kept and the file it names
+    /// replaced.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 

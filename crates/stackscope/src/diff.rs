@@ -3,8 +3,7 @@
 //! much it grew (red) or shrank (blue) since the first; by default the first profile is first
 //! scaled to the second's total, so a longer or busier run does not turn everything red.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -132,7 +131,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             svg
         }
     };
-    write_output(&output.path, &bytes)?;
+    output.write_with(|out| out.write_all(&bytes))?;
     if !output.is_stdout() {
         eprintln!("stackscope: wrote {}", output.path.display());
     }
@@ -155,16 +154,4 @@ fn differential_lines(
     differential::from_readers(diff, &fold(before)?[..], &fold(after)?[..], &mut out)
         .context("cannot compare the two profiles")?;
     Ok(out)
-}
-
-fn write_output(path: &Path, bytes: &[u8]) -> Result<()> {
-    if path == Path::new("-") {
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
-        return out
-            .write_all(bytes)
-            .and_then(|()| out.flush())
-            .context("cannot write to standard output");
-    }
-    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }

@@ -3,6 +3,7 @@
 
 pub mod cli;
 mod diff;
+mod doctor;
 mod gdb;
 mod input;
 mod output;
@@ -11,6 +12,7 @@ mod record;
 mod record_bpf;
 mod report;
 pub mod shim;
+mod sink;
 
 use clap::Parser;
 
@@ -23,6 +25,7 @@ pub fn main() -> ! {
         cli::Command::Profile(args) => profile::run(args),
         cli::Command::Gdb(args) => gdb::run(args),
         cli::Command::Diff(args) => diff::run(args),
+        cli::Command::Doctor(args) => doctor::run(args),
     };
     exit(result)
 }

@@ -1,15 +1,15 @@
-//! Choosing the output format and writing a profile to its file without ever leaving a
-//! half-written or empty file behind.
+//! Choosing the output format and writing a profile where the user asked, through
+//! [`crate::sink`], which never leaves a half-written file or a temporary behind.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use stackscope_profile::format::{self, Format, WriteOptions};
 use stackscope_profile::Profile;
 
 use crate::cli::OutputArgs;
+use crate::sink;
 
 /// Where and how to write.
 pub struct Output {
@@ -43,53 +43,35 @@ impl Output {
         self.path == Path::new("-")
     }
 
-    /// Checks up front that the file can be created, so a long recording is not lost to a
-    /// typo in the output path.
+    /// Checks up front, by really creating (and removing) the temporary the profile will be
+    /// written through, that the output can be written, so a long recording is not lost to
+    /// a typo, a missing or read-only directory, or a directory named as the file.
     pub fn check_writable(&self) -> Result<()> {
         if self.is_stdout() {
             return Ok(());
         }
-        let dir = match self.path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        if !dir.is_dir() {
-            bail!(
-                "cannot write {}: directory {} does not exist",
-                self.path.display(),
-                dir.display()
-            );
-        }
-        if self.path.is_dir() {
-            bail!("cannot write {}: it is a directory", self.path.display());
-        }
-        Ok(())
+        sink::check(&self.path)
     }
 
-    /// Writes the profile: to a temporary file beside the target, renamed into place once
-    /// complete, so a failure never leaves a truncated file under the requested name.
+    /// Writes the profile as [`crate::sink`] says: a regular file replaced whole, never left
+    /// half-written; a device, FIFO or `/dev/stdout` written in place.
     pub fn write(&self, profile: &Profile) -> Result<()> {
+        self.write_with(|out| format::write(profile, self.format, &self.options, out))
+    }
+
+    /// Writes what `body` writes to the output.
+    pub fn write_with(
+        &self,
+        body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+    ) -> Result<()> {
         if self.is_stdout() {
             let stdout = std::io::stdout();
             let mut out = BufWriter::new(stdout.lock());
-            format::write(profile, self.format, &self.options, &mut out)
+            body(&mut out)
                 .and_then(|()| out.flush())
                 .context("cannot write the profile to standard output")?;
             return Ok(());
         }
-        let mut tmp = self.path.clone().into_os_string();
-        tmp.push(format!(".{}.tmp", std::process::id()));
-        let tmp = PathBuf::from(tmp);
-        let result = (|| -> std::io::Result<()> {
-            let mut out = BufWriter::new(File::create(&tmp)?);
-            format::write(profile, self.format, &self.options, &mut out)?;
-            out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            std::fs::rename(&tmp, &self.path)
-        })();
-        if let Err(e) = result {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e).with_context(|| format!("cannot write {}", self.path.display()));
-        }
-        Ok(())
+        sink::write(&self.path, body)
     }
 }

@@ -167,7 +167,8 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             let _ = writeln!(stdout, "{banner}");
             let _ = stdout.flush();
         }
-    })?;
+    })
+    .map_err(crate::doctor::point_to)?;
     if !args.folded {
         println!();
     }

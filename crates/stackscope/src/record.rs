@@ -111,7 +111,8 @@ pub(crate) fn run_with(
                     command: command.clone(),
                 },
                 announce,
-            )?;
+            )
+            .map_err(|e| crate::doctor::point_to(e.into()))?;
             Outcome {
                 profile: recording.profile,
                 exit_status: recording.exit_status,
@@ -119,7 +120,8 @@ pub(crate) fn run_with(
             }
         }
         BackendArg::Bpf => {
-            crate::record_bpf::record(target, &config, duration, stop, &command, announce)?
+            crate::record_bpf::record(target, &config, duration, stop, &command, announce)
+                .map_err(crate::doctor::point_to)?
         }
     };
     finish(outcome, &output, &command, write)
