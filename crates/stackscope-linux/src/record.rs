@@ -382,13 +382,14 @@ impl Collector {
         }
         let unreadable = percent(stats.unreadable, stats.user_stacks);
         if unreadable >= 1.0 {
-            let cause = if tally.unreadable_in_exec == stats.unreadable {
-                "all inside execve".to_string()
+            let rest = if tally.unreadable_in_exec == stats.unreadable {
+                ""
             } else {
-                format!("{} of them inside execve", tally.unreadable_in_exec)
+                "; the others mostly in a page fault on the stack itself"
             };
             hints.push(format!(
-                "{unreadable:.1}% of user stacks could not be read when sampled ({cause}, where the kernel has already replaced the old program's memory while the thread still holds its registers): they show only the sampled instruction, above {UNREADABLE}"
+                "{unreadable:.1}% of user stacks could not be read when sampled ({} inside execve, where the kernel has already replaced the old program's memory while the thread still holds its registers{rest}): they show only the sampled instruction, above {UNREADABLE}, and are not counted as truncated",
+                tally.unreadable_in_exec
             ));
         }
         let broken: u64 = tally.broken_in.values().sum();

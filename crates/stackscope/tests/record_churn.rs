@@ -131,20 +131,4 @@ fn samples_inside_execve_are_unreadable_not_truncated() {
         "the summary does not count unreadable stacks:\n{}",
         run.stderr
     );
-    for hint in profile
-        .meta
-        .hints
-        .iter()
-        .filter(|h| h.contains("stack copy"))
-    {
-        // Only stacks really cut by the copy may blame its size; here none of the churn's is.
-        assert!(
-            !hint.starts_with(&format!(
-                "{:.1}%",
-                100.0 * profile.meta.unwind.unreadable as f64
-                    / profile.meta.unwind.user_stacks as f64
-            )),
-            "a stack copy hint counts the unreadable stacks: {hint}"
-        );
-    }
 }
