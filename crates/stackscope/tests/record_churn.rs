@@ -20,7 +20,7 @@ fn record_churn(dir: &std::path::Path) -> (Run, Profile) {
         "i=0; while [ $i -lt {RUNS} ]; do {} 10; i=$((i+1)); done",
         prog.display()
     );
-    let _churn = Background::spawn(Command::new("sh").arg("-c").arg(script));
+    let _churn = Background::spawn(Command::new("bash").arg("-c").arg(script));
     record_json(dir, &["-a", "-d", "5"], &[])
 }
 
@@ -100,7 +100,7 @@ fn samples_inside_execve_are_unreadable_not_truncated() {
     );
     // The shell's and the churn program's stacks are shallow: none can be deeper than the
     // stack copy, so none of theirs may be counted truncated.
-    for comm in ["churn", "sh"] {
+    for comm in ["churn", "bash"] {
         let (_, truncated) = samples_of(&profile, comm, |f| has_frame(f, "[truncated]"));
         assert_eq!(
             truncated,
