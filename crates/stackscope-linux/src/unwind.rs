@@ -22,7 +22,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
 
 use crate::maps::{Mapping, ProcessMaps};
-use module::ModuleFile;
+use module::{ModuleFile, SectionData};
 
 /// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;
@@ -93,7 +93,7 @@ impl MapsKey {
 
 struct ProcessUnwinder {
     built_from: MapsKey,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<SectionData>,
     /// The files the unwinder was built from: held so that the cache knows they are in use.
     _files: Vec<Arc<ModuleFile>>,
 }
@@ -233,7 +233,7 @@ impl Unwinder {
         &mut self,
         pid: u32,
         maps: &ProcessMaps,
-    ) -> (UnwinderX86_64<Arc<[u8]>>, Vec<Arc<ModuleFile>>) {
+    ) -> (UnwinderX86_64<SectionData>, Vec<Arc<ModuleFile>>) {
         let mut unwinder = UnwinderX86_64::new();
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         for m in maps.iter() {
@@ -317,7 +317,7 @@ pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
 
 /// Walks the frames of one sample; `out` already holds `regs.ip`, which lies in `leaf_module`.
 fn walk(
-    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    unwinder: &UnwinderX86_64<SectionData>,
     cache: &mut CacheX86_64,
     maps: &ProcessMaps,
     regs: UserRegs,
