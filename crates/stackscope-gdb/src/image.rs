@@ -5,13 +5,12 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use framehop::Module;
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
-use stackscope_linux::unwind::module::ModuleFile;
+use stackscope_linux::unwind::module::{ModuleFile, SectionData};
 
 /// One `PT_LOAD` segment.
 #[derive(Debug, Clone, Copy)]
@@ -154,7 +153,7 @@ impl Image {
     }
 
     /// This file's CFI as a framehop module at its load address; `None` without CFI.
-    pub fn framehop_module(&self) -> Option<Module<Arc<[u8]>>> {
+    pub fn framehop_module(&self) -> Option<Module<SectionData>> {
         let unwind = self.unwind.as_ref()?;
         Some(Module::new(
             self.path.display().to_string(),

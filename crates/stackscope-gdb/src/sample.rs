@@ -597,6 +597,7 @@ impl StackCounts {
             complete: self.complete,
             with_unknown,
             truncated: 0,
+            unreadable: 0,
         };
         builder.finish()
     }

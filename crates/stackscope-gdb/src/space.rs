@@ -3,17 +3,17 @@
 //! framehop unwinder over all of them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use framehop::x86_64::UnwinderX86_64;
 use framehop::Unwinder as _;
 
 use crate::image::Image;
+use stackscope_linux::unwind::module::SectionData;
 
 /// The target's files, the main one first.
 pub struct Space {
     images: Vec<Image>,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<SectionData>,
 }
 
 impl Space {
@@ -48,7 +48,7 @@ impl Space {
             .is_some_and(|image| image.lacks_cfi(addr))
     }
 
-    pub fn unwinder(&self) -> &UnwinderX86_64<Arc<[u8]>> {
+    pub fn unwinder(&self) -> &UnwinderX86_64<SectionData> {
         &self.unwinder
     }
 

@@ -12,7 +12,7 @@ use stackscope_symbols::Symbolizer;
 
 use crate::maps::ProcessMaps;
 use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
-use crate::stacks::{RawFrame, StackTable, UserEnd};
+use crate::stacks::{RawFrame, StackTable, UserEnd, UNREADABLE};
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
 
@@ -128,16 +128,22 @@ fn end_child(sampler: &mut Sampler, interrupted: bool) {
 #[derive(Default)]
 struct Process {
     maps: ProcessMaps,
+    /// The maps of the program it ran before its last exec: until execve returns, its thread
+    /// still holds that program's registers.
+    before_exec: Option<ProcessMaps>,
     /// True once the maps were read or built from events, so an unknown pid is looked up once.
     known: bool,
 }
 
 /// Turns sampler events into counted raw stacks; shared by live recording and the replay of a
 /// perf.data file.
+///
+/// Only live tasks are tracked: a process's maps and a thread's name are dropped at its exit,
+/// so memory follows what runs at once, not how many processes came and went.
 pub(crate) struct Collector {
     processes: HashMap<u32, Process>,
     /// Thread names, by tid.
-    comms: HashMap<u32, String>,
+    comms: HashMap<u32, Arc<str>>,
     unwinder: Unwinder,
     table: StackTable,
     lost: u64,
@@ -193,11 +199,11 @@ impl Collector {
             } => {
                 if exec {
                     let process = self.processes.entry(pid).or_default();
-                    process.maps.clear();
+                    process.before_exec = Some(std::mem::take(&mut process.maps));
                     process.known = true;
                     self.unwinder.forget(pid);
                 }
-                self.comms.insert(tid, comm.to_string());
+                self.comms.insert(tid, comm.into());
             }
             Event::Fork {
                 pid,
@@ -215,11 +221,20 @@ impl Collector {
                         .get(&ppid)
                         .map(|p| p.maps.clone())
                         .unwrap_or_default();
-                    self.processes.insert(pid, Process { maps, known: true });
+                    self.processes.insert(
+                        pid,
+                        Process {
+                            maps,
+                            before_exec: None,
+                            known: true,
+                        },
+                    );
                 }
             }
             Event::Exit { pid, tid } => {
+                self.comms.remove(&tid);
                 if pid == tid {
+                    self.processes.remove(&pid);
                     self.unwinder.forget(pid);
                 }
             }
@@ -241,8 +256,25 @@ impl Collector {
         if self.frames.is_empty() {
             return;
         }
-        self.table
-            .add(sample.pid, sample.tid, sample.cpu, &self.frames, end);
+        let comm = self.comm(sample.pid, sample.tid);
+        let process = self.comm(sample.pid, sample.pid);
+        self.table.add_named(
+            (sample.pid, sample.tid),
+            (&comm, &process),
+            sample.cpu,
+            &self.frames,
+            end,
+        );
+    }
+
+    /// A thread's name now; looked up in /proc once when no event named it.
+    fn comm(&mut self, pid: u32, tid: u32) -> Arc<str> {
+        if let Some(comm) = self.comms.get(&tid) {
+            return comm.clone();
+        }
+        let comm: Arc<str> = thread_comm(pid, tid, self.live).into();
+        self.comms.insert(tid, comm.clone());
+        comm
     }
 
     /// Unwinds the sample's user stack onto `self.frames`; says how the unwinding ended.
@@ -257,6 +289,18 @@ impl Collector {
             process.known = true;
         }
         let end = match (self.stack_bytes, sample.user_regs) {
+            (Some(_), Some(regs)) if sample.user_stack.is_empty() => {
+                // Nothing to unwind; the sampled instruction is still known, in the program
+                // the thread runs or, inside execve, in the one it is leaving.
+                let maps = match &process.before_exec {
+                    Some(old) if process.maps.find(regs.ip).is_none() => old,
+                    _ => &process.maps,
+                };
+                let frame = self.table.user_frame(pid, regs.ip, maps.find(regs.ip));
+                self.frames.push(frame);
+                self.frames.push(RawFrame::Marker(UNREADABLE));
+                return UserEnd::Unreadable;
+            }
             (Some(_), Some(regs)) => match self.unwinder.unwind(
                 pid,
                 &process.maps,
@@ -298,13 +342,13 @@ impl Collector {
         kernel_excluded: bool,
     ) -> Profile {
         let mut symbolizer = Symbolizer::new();
-        let comms = self.comms;
+        // Every sample was counted with its thread's names; this is never asked.
         let live = self.live;
         let thread = |pid: u32, tid: u32| Thread {
             pid,
             tid,
-            comm: thread_comm(&comms, pid, tid, live),
-            process_name: thread_comm(&comms, pid, pid, live),
+            comm: thread_comm(pid, tid, live),
+            process_name: thread_comm(pid, pid, live),
         };
         meta.lost_samples = self.lost;
         let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
@@ -335,6 +379,18 @@ impl Collector {
                     "{share:.1}% of stacks were deeper than the largest stack copy perf_event allows ({MAX_STACK_COPY} bytes): their outermost frames are cut and marked [truncated]"
                 ));
             }
+        }
+        let unreadable = percent(stats.unreadable, stats.user_stacks);
+        if unreadable >= 1.0 {
+            let rest = if tally.unreadable_in_exec == stats.unreadable {
+                ""
+            } else {
+                "; the others mostly in a page fault on the stack itself"
+            };
+            hints.push(format!(
+                "{unreadable:.1}% of user stacks could not be read when sampled ({} inside execve, where the kernel has already replaced the old program's memory while the thread still holds its registers{rest}): they show only the sampled instruction, above {UNREADABLE}, and are not counted as truncated",
+                tally.unreadable_in_exec
+            ));
         }
         let broken: u64 = tally.broken_in.values().sum();
         if percent(broken, stats.user_stacks) >= 1.0 {
@@ -383,9 +439,12 @@ pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
         .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
 }
 
-fn thread_comm(comms: &HashMap<u32, String>, pid: u32, tid: u32, live: bool) -> String {
-    if let Some(comm) = comms.get(&tid) {
-        return comm.clone();
+/// The name of a thread no event named: read from /proc while it lives.
+fn thread_comm(pid: u32, tid: u32, live: bool) -> String {
+    if pid == u32::MAX {
+        // The kernel reports pid -1 for a task sampled after its pid was released, at the
+        // very end of its exit.
+        return "[exited]".to_string();
     }
     if !live {
         // perf names the idle task as the kernel does.

@@ -214,7 +214,12 @@ impl Sampler {
         let spec = event_spec(target, config)?;
         let cpus = choose_cpus(config.cpu)?;
         let data_pages = match (config.buffer_pages, config.stack_mode) {
-            (0, StackMode::Dwarf { .. }) if config.user => 512,
+            (0, StackMode::Dwarf { stack_bytes }) if config.user => dwarf_ring_pages(
+                config
+                    .frequency
+                    .or(config.period.map(|ns| 1_000_000_000 / ns.max(1))),
+                stack_bytes,
+            ),
             (0, _) => 128,
             (n, _) => n.next_power_of_two(),
         };
@@ -764,6 +769,18 @@ fn task_name(kind: Kind, task: Task) -> String {
         Kind::Command => format!("the launched command (pid {})", task.named),
         Kind::Pids => format!("pid {}", task.named),
     }
+}
+
+/// Default ring size per CPU with stack copies: an eighth of a second of one CPU's samples at
+/// `frequency` (each about `stack_bytes` long), so that a recorder kept off the CPU for a
+/// while by a busy system loses nothing; at least 2 MiB, at most 8 MiB (4 KiB pages).
+fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
+    const SAMPLE_HEADER_BYTES: u64 = 256;
+    let per_second = frequency
+        .unwrap_or(99)
+        .saturating_mul(u64::from(stack_bytes) + SAMPLE_HEADER_BYTES);
+    let pages = usize::try_from(per_second / 8 / 4096).unwrap_or(usize::MAX);
+    pages.clamp(512, 2048).next_power_of_two()
 }
 
 fn choose_cpus(only: Option<u32>) -> Result<Vec<u32>, SampleError> {

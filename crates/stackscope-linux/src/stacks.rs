@@ -55,24 +55,50 @@ pub enum UserEnd {
     Broken(Arc<str>),
     /// The chain came from frame pointers: whether it is whole is judged by its root frame.
     Unjudged,
+    /// The sample carried user registers but not one byte of user stack: the kernel could not
+    /// read the memory at the stack pointer. It happens inside execve, once the kernel has
+    /// replaced the old program's memory while its registers are still the thread's.
+    Unreadable,
 }
+
+/// A node of [`StackTable`]'s frame tree: one frame and the node of its caller.
+type NodeId = u32;
+
+/// The parent of a stack's outermost frame, and the stack of no frames.
+const ROOT: NodeId = NodeId::MAX;
+
+/// Index into [`StackTable::names`]; [`UNNAMED`] leaves the thread's name to the caller.
+type NameId = u32;
+const UNNAMED: NameId = NameId::MAX;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct StackKey {
     pid: u32,
     tid: u32,
+    /// The thread's and its process's names when sampled: a process that execs is another
+    /// program before and after.
+    comm: NameId,
+    process: NameId,
     cpu: u32,
-    /// Leaf first: kernel frames, then user frames.
-    frames: Box<[RawFrame]>,
+    /// The stack's leaf node.
+    stack: NodeId,
     end: UserEnd,
 }
 
 /// Counts of unique raw stacks, with the modules they refer to.
+///
+/// Stacks are kept as a tree of frames shared by every stack with the same callers, so a
+/// long recording of deep stacks costs a node per new frame, not a copy of every stack.
 #[derive(Default)]
 pub struct StackTable {
     counts: HashMap<StackKey, u64>,
+    /// (caller node, frame) of each node.
+    nodes: Vec<(NodeId, RawFrame)>,
+    node_ids: HashMap<(NodeId, RawFrame), NodeId>,
     modules: Vec<ModuleKey>,
     module_ids: HashMap<ModuleKey, ModuleId>,
+    names: Vec<Arc<str>>,
+    name_ids: HashMap<Arc<str>, NameId>,
 }
 
 impl StackTable {
@@ -111,6 +137,28 @@ impl StackTable {
         self.add_count(pid, tid, cpu, frames, end, 1);
     }
 
+    /// Counts one sample of a thread named `comm` in a process named `process` at the time of
+    /// the sample; these names win over the ones `into_profile`'s caller gives.
+    pub fn add_named(
+        &mut self,
+        (pid, tid): (u32, u32),
+        (comm, process): (&str, &str),
+        cpu: u32,
+        frames: &[RawFrame],
+        end: UserEnd,
+    ) {
+        let key = StackKey {
+            pid,
+            tid,
+            comm: self.name(comm),
+            process: self.name(process),
+            cpu,
+            stack: self.stack(frames),
+            end,
+        };
+        *self.counts.entry(key).or_insert(0) += 1;
+    }
+
     /// Counts `count` samples at once, for sources that count in the kernel.
     pub fn add_count(
         &mut self,
@@ -124,15 +172,56 @@ impl StackTable {
         let key = StackKey {
             pid,
             tid,
+            comm: UNNAMED,
+            process: UNNAMED,
             cpu,
-            frames: frames.into(),
+            stack: self.stack(frames),
             end,
         };
         *self.counts.entry(key).or_insert(0) += count;
     }
 
+    /// The node of a leaf-first stack, adding the nodes it lacks.
+    fn stack(&mut self, frames: &[RawFrame]) -> NodeId {
+        let mut node = ROOT;
+        for frame in frames.iter().rev() {
+            node = match self.node_ids.get(&(node, *frame)) {
+                Some(&id) => id,
+                None => {
+                    let id = self.nodes.len() as NodeId;
+                    self.nodes.push((node, *frame));
+                    self.node_ids.insert((node, *frame), id);
+                    id
+                }
+            };
+        }
+        node
+    }
+
+    /// The frames of a stack, root first, into `out`.
+    fn frames_of(&self, mut node: NodeId, out: &mut Vec<RawFrame>) {
+        out.clear();
+        while let Some(&(parent, frame)) = self.nodes.get(node as usize) {
+            out.push(frame);
+            node = parent;
+        }
+        out.reverse();
+    }
+
+    fn name(&mut self, name: &str) -> NameId {
+        if let Some(&id) = self.name_ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as NameId;
+        let name: Arc<str> = name.into();
+        self.names.push(name.clone());
+        self.name_ids.insert(name, id);
+        id
+    }
+
     /// Symbolizes every unique address once and builds the profile, with the figures on how
-    /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair.
+    /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair whose
+    /// samples were counted without names.
     pub fn into_profile(
         self,
         symbolizer: &mut Symbolizer,
@@ -142,19 +231,26 @@ impl StackTable {
         let names = Names::resolve(&self, symbolizer);
         let mut builder = ProfileBuilder::new(meta);
         let mut tally = Tally::default();
+        let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
-        let mut threads: HashMap<(u32, u32), u32> = HashMap::new();
+        let mut threads: HashMap<(u32, u32, NameId, NameId), u32> = HashMap::new();
         for (key, count) in &self.counts {
+            self.frames_of(key.stack, &mut raw);
             chain.clear();
             let mut unknown_user = false;
-            // Root first: walk the leaf-first raw frames backwards; one address may expand to
-            // several frames (inlined functions), already outermost first.
+            let mut in_exec = false;
+            // Root first; one address may expand to several frames (inlined functions),
+            // already outermost first.
             let mut outermost_user = None;
-            for raw in key.frames.iter().rev() {
+            for raw in &raw {
                 for frame in names.frames(raw) {
-                    if frame.kind == FrameKind::User {
-                        unknown_user |= frame.name == UNKNOWN;
-                        outermost_user.get_or_insert(frame.name.as_str());
+                    match frame.kind {
+                        FrameKind::User => {
+                            unknown_user |= frame.name == UNKNOWN;
+                            outermost_user.get_or_insert(frame.name.as_str());
+                        }
+                        FrameKind::Kernel => in_exec |= is_exec(&frame.name),
+                        _ => {}
                     }
                     chain.push(builder.frame(frame.clone()));
                 }
@@ -165,10 +261,27 @@ impl StackTable {
                 unknown_user,
                 outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name)),
             );
+            if key.end == UserEnd::Unreadable && in_exec {
+                tally.unreadable_in_exec += count;
+            }
             let stack = builder.stack(&chain);
             let tid = *threads
-                .entry((key.pid, key.tid))
-                .or_insert_with(|| builder.thread(thread(key.pid, key.tid)));
+                .entry((key.pid, key.tid, key.comm, key.process))
+                .or_insert_with(|| {
+                    let named = match (
+                        self.names.get(key.comm as usize),
+                        self.names.get(key.process as usize),
+                    ) {
+                        (Some(comm), Some(process)) => Thread {
+                            pid: key.pid,
+                            tid: key.tid,
+                            comm: comm.to_string(),
+                            process_name: process.to_string(),
+                        },
+                        _ => thread(key.pid, key.tid),
+                    };
+                    builder.thread(named)
+                });
             builder.add(tid, stack, Some(key.cpu), *count);
         }
         builder.meta_mut().unwind = tally.stats.clone();
@@ -198,6 +311,8 @@ pub struct Tally {
     pub broken_in: HashMap<Arc<str>, u64>,
     /// Frame-pointer chains that did not reach an entry point.
     pub short_chains: u64,
+    /// Of `stats.unreadable`, the samples taken inside execve.
+    pub unreadable_in_exec: u64,
 }
 
 impl Tally {
@@ -215,6 +330,7 @@ impl Tally {
         match end {
             UserEnd::Complete => self.stats.complete += count,
             UserEnd::Truncated => self.stats.truncated += count,
+            UserEnd::Unreadable => self.stats.unreadable += count,
             _ if rooted => self.stats.complete += count,
             UserEnd::Broken(module) => *self.broken_in.entry(module.clone()).or_insert(0) += count,
             UserEnd::Unjudged => self.short_chains += count,
@@ -240,6 +356,14 @@ const ENTRY_POINTS: &[&str] = &[
 
 const UNKNOWN: &str = "[unknown]";
 
+/// Stands for the user frames of a stack the kernel could not copy.
+pub const UNREADABLE: &str = "[stack unreadable]";
+
+/// True for the kernel functions that run an execve, on every architecture.
+fn is_exec(name: &str) -> bool {
+    name == "bprm_execve" || name == "begin_new_exec" || name.starts_with("do_execveat_common")
+}
+
 /// The frames each unique raw frame stands for.
 struct Names {
     frames: HashMap<RawFrame, Vec<Frame>>,
@@ -251,8 +375,8 @@ impl Names {
         let mut kernel = Vec::new();
         let mut jit: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut frames: HashMap<RawFrame, Vec<Frame>> = HashMap::new();
-        for key in table.counts.keys() {
-            for raw in key.frames.iter() {
+        for (_, raw) in &table.nodes {
+            {
                 if frames.contains_key(raw) {
                     continue;
                 }

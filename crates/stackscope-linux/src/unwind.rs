@@ -3,7 +3,9 @@
 //! the mapped files and a frame-pointer fallback where there is none.
 //!
 //! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
-//! parsed unwind sections of every file seen, shared between processes.
+//! parsed unwind sections of the files they map, shared between processes. A file no live
+//! process maps is kept only while it is among the [`IDLE_FILES`] most recently used, so
+//! memory follows what runs now rather than everything that ever ran.
 
 /// Public for stackscope-gdb, which builds a framehop module from a guest ELF the same way.
 pub mod module;
@@ -20,10 +22,15 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
 
 use crate::maps::{Mapping, ProcessMaps};
-use module::ModuleFile;
+use module::{ModuleFile, SectionData};
 
 /// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;
+
+/// Parsed files kept after the last process mapping them is forgotten: enough that a program
+/// started again and again (a build's compiler, a shell loop's commands) is not re-read each
+/// time, few enough that a whole-system recording does not hold every binary it ever saw.
+pub const IDLE_FILES: usize = 32;
 
 pub use crate::sampler::UserRegs;
 
@@ -86,7 +93,24 @@ impl MapsKey {
 
 struct ProcessUnwinder {
     built_from: MapsKey,
-    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    unwinder: UnwinderX86_64<SectionData>,
+    /// The files the unwinder was built from: held so that the cache knows they are in use.
+    _files: Vec<Arc<ModuleFile>>,
+}
+
+/// One entry of the file cache.
+struct CachedFile {
+    /// `None` for a file that is not readable ELF.
+    file: Option<Arc<ModuleFile>>,
+    /// [`Unwinder::clock`] when a process unwinder last took this file.
+    last_used: u64,
+}
+
+impl CachedFile {
+    /// True when no process unwinder holds the file.
+    fn idle(&self) -> bool {
+        self.file.as_ref().is_none_or(|f| Arc::strong_count(f) == 1)
+    }
 }
 
 /// Unwinds user stacks of any number of processes.
@@ -95,8 +119,10 @@ pub struct Unwinder {
     /// cache serves all processes.
     cache: CacheX86_64,
     processes: HashMap<u32, ProcessUnwinder>,
-    /// Parsed files; `None` for files that are not readable ELF.
-    files: HashMap<FileKey, Option<Arc<ModuleFile>>>,
+    /// Parsed files, bounded by [`Unwinder::trim`].
+    files: HashMap<FileKey, CachedFile>,
+    /// Counts file look-ups, to order idle files by last use.
+    clock: u64,
     without_unwind_info: BTreeSet<Arc<str>>,
 }
 
@@ -112,6 +138,7 @@ impl Unwinder {
             cache: CacheX86_64::new(),
             processes: HashMap::new(),
             files: HashMap::new(),
+            clock: 0,
             without_unwind_info: BTreeSet::new(),
         }
     }
@@ -133,14 +160,16 @@ impl Unwinder {
         out.clear();
         let key = MapsKey::of(maps);
         if self.processes.get(&pid).map(|p| p.built_from) != Some(key) {
-            let unwinder = self.build(pid, maps);
+            let (unwinder, files) = self.build(pid, maps);
             self.processes.insert(
                 pid,
                 ProcessUnwinder {
                     built_from: key,
                     unwinder,
+                    _files: files,
                 },
             );
+            self.trim();
         }
         let Some(process) = self.processes.get(&pid) else {
             return UnwindEnd::Broken { module: None };
@@ -162,7 +191,31 @@ impl Unwinder {
 
     /// Drops per-process state (the process exited or exec'd).
     pub fn forget(&mut self, pid: u32) {
-        self.processes.remove(&pid);
+        if self.processes.remove(&pid).is_some() {
+            self.trim();
+        }
+    }
+
+    /// Number of parsed files held (in use or idle), for tests of the cache bound.
+    pub fn cached_files(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Drops the least recently used idle files beyond [`IDLE_FILES`].
+    fn trim(&mut self) {
+        let mut idle: Vec<(u64, FileKey)> = self
+            .files
+            .iter()
+            .filter(|(_, f)| f.idle())
+            .map(|(key, f)| (f.last_used, *key))
+            .collect();
+        let Some(excess) = idle.len().checked_sub(IDLE_FILES).filter(|&n| n > 0) else {
+            return;
+        };
+        idle.select_nth_unstable_by_key(excess - 1, |&(last_used, _)| last_used);
+        for (_, key) in &idle[..excess] {
+            self.files.remove(key);
+        }
     }
 
     /// Modules (paths) seen in mappings that have neither .eh_frame nor .debug_frame, so the
@@ -174,9 +227,15 @@ impl Unwinder {
 
     /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
     /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
-    /// so framehop falls back to frame pointers there.
-    fn build(&mut self, pid: u32, maps: &ProcessMaps) -> UnwinderX86_64<Arc<[u8]>> {
+    /// so framehop falls back to frame pointers there. Also returns the files it was built
+    /// from.
+    fn build(
+        &mut self,
+        pid: u32,
+        maps: &ProcessMaps,
+    ) -> (UnwinderX86_64<SectionData>, Vec<Arc<ModuleFile>>) {
         let mut unwinder = UnwinderX86_64::new();
+        let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         for m in maps.iter() {
             let file = if &*m.path == "[vdso]" {
                 own_vdso()
@@ -203,8 +262,11 @@ impl Unwinder {
                 bias,
                 file.section_info(),
             ));
+            if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
+                files.push(file);
+            }
         }
-        unwinder
+        (unwinder, files)
     }
 
     /// The parsed file behind a mapping, read once per file identity.
@@ -212,14 +274,15 @@ impl Unwinder {
         let file = open_mapped_file(pid, m)?;
         let meta = file.metadata().ok()?;
         let key = FileKey::of(&meta);
-        self.files
-            .entry(key)
-            .or_insert_with(|| {
-                ModuleFile::open(file, Path::new(&*m.path))
-                    .ok()
-                    .map(Arc::new)
-            })
-            .clone()
+        self.clock += 1;
+        let entry = self.files.entry(key).or_insert_with(|| CachedFile {
+            file: ModuleFile::open(file, Path::new(&*m.path))
+                .ok()
+                .map(Arc::new),
+            last_used: 0,
+        });
+        entry.last_used = self.clock;
+        entry.file.clone()
     }
 }
 
@@ -254,7 +317,7 @@ pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
 
 /// Walks the frames of one sample; `out` already holds `regs.ip`, which lies in `leaf_module`.
 fn walk(
-    unwinder: &UnwinderX86_64<Arc<[u8]>>,
+    unwinder: &UnwinderX86_64<SectionData>,
     cache: &mut CacheX86_64,
     maps: &ProcessMaps,
     regs: UserRegs,

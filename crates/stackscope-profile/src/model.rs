@@ -104,6 +104,14 @@ pub struct UnwindStats {
     pub with_unknown: u64,
     /// User stacks cut short because the copied stack memory ended.
     pub truncated: u64,
+    /// User stacks the kernel could not copy at all (e.g. samples inside execve, after the
+    /// old program's memory is gone): not counted as truncated.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unreadable: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How a profile was taken.

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
@@ -74,11 +75,33 @@ impl Symbolizer {
     /// `build_id`, when given, is used to find a separate debug file
     /// (`<debug dir>/.build-id/xx/yyyy.debug`) if the file itself has no DWARF; without it the
     /// file's own build-id note is used.
+    ///
+    /// What was parsed for the file (symbol tables, DWARF, its debug file) is released on
+    /// return, so that naming a whole system holds one file's symbols at a time: pass all
+    /// of a file's offsets in one call.
     pub fn symbolize_file(
         &mut self,
         path: &Path,
         build_id: Option<&[u8]>,
         offsets: &[u64],
+    ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
+        let mut opened = Vec::new();
+        let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
+        for file in opened {
+            // Eviction only fails for a file that was never cached, which is fine.
+            let _ = self.inner.evict(&Evict::Elf(evict::Elf::new(file)));
+        }
+        result
+    }
+
+    /// [`Symbolizer::symbolize_file`] without the release; pushes onto `opened` the files
+    /// blazesym was asked to parse.
+    fn symbolize_file_cached(
+        &mut self,
+        path: &Path,
+        build_id: Option<&[u8]>,
+        offsets: &[u64],
+        opened: &mut Vec<PathBuf>,
     ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
         let info = self.elf_info(path)?;
         let mut out = vec![Vec::new(); offsets.len()];
@@ -94,6 +117,7 @@ impl Symbolizer {
                 .and_then(|id| elf_info::find_debug_file(&self.debug_dirs, id))
         };
         if let Some(debug_file) = debug_file {
+            opened.push(debug_file.clone());
             // A debug file has no loadable contents, so it is addressed by virtual address,
             // which only the original file's program headers can give.
             let (indices, vaddrs): (Vec<usize>, Vec<u64>) = offsets
@@ -118,6 +142,7 @@ impl Symbolizer {
         if remaining.is_empty() {
             return Ok(out);
         }
+        opened.push(path.to_path_buf());
         let syms = match self.symbolize_elf(path, true, AddrKind::FileOffset, &remaining) {
             Ok(syms) => syms,
             // Debug data can be unusable (e.g. a debug link whose target has the wrong CRC)

@@ -1,17 +1,20 @@
 //! The unwind data of one ELF file (executable, shared library or vDSO image): its loadable
-//! segments, to place it in a process, and its CFI sections, copied once so that every process
-//! mapping the file shares them.
+//! segments, to place it in a process, and its CFI sections, read through one read-only
+//! mapping of the file that every process mapping the file shares. Mapped, not copied: the
+//! pages are the page cache's, only those an unwind touches are resident, and the kernel may
+//! drop them again under pressure.
 
+use std::fmt;
 use std::fs::File;
 use std::io;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use framehop::ExplicitModuleSectionInfo;
+use memmap2::Mmap;
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
-use object::read::{ReadCache, ReadRef};
 use object::Endianness;
 
 use crate::maps::Mapping;
@@ -28,11 +31,72 @@ struct LoadSegment {
     executable: bool,
 }
 
+/// Where a file's bytes live: a read-only mapping of the file, or a copy of an image read from
+/// memory (the vDSO).
+#[derive(Clone)]
+enum Image {
+    Mapped(Arc<Mmap>),
+    Copied(Arc<[u8]>),
+}
+
+impl Image {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Image::Mapped(map) => map,
+            Image::Copied(bytes) => bytes,
+        }
+    }
+}
+
+/// The bytes of one section: a range of its file's [`Image`], which it keeps alive.
+#[derive(Clone)]
+pub struct SectionData {
+    image: Image,
+    range: Range<usize>,
+}
+
+impl SectionData {
+    /// `part` must lie inside `image`'s bytes; `None` when it does not.
+    fn within(image: &Image, part: &[u8]) -> Option<Self> {
+        let start = (part.as_ptr() as usize).checked_sub(image.bytes().as_ptr() as usize)?;
+        let range = start..start.checked_add(part.len())?;
+        image.bytes().get(range.clone())?;
+        Some(SectionData {
+            image: image.clone(),
+            range,
+        })
+    }
+}
+
+impl Deref for SectionData {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        &self.image.bytes()[self.range.clone()]
+    }
+}
+
+/// No bytes (framehop's section info asks for a default).
+impl Default for SectionData {
+    fn default() -> Self {
+        SectionData {
+            image: Image::Copied(Arc::from([])),
+            range: 0..0,
+        }
+    }
+}
+
+impl fmt::Debug for SectionData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SectionData({} bytes)", self.range.len())
+    }
+}
+
 /// A section's stated address range and its bytes.
 #[derive(Debug, Clone)]
 struct SectionBytes {
     svma: Range<u64>,
-    data: Arc<[u8]>,
+    data: SectionData,
 }
 
 /// What framehop needs from one ELF file, parsed once.
@@ -43,7 +107,7 @@ pub struct ModuleFile {
     got_svma: Option<Range<u64>>,
     eh_frame: Option<SectionBytes>,
     eh_frame_hdr: Option<SectionBytes>,
-    debug_frame: Option<Arc<[u8]>>,
+    debug_frame: Option<SectionData>,
     build_id: Option<Vec<u8>>,
 }
 
@@ -51,8 +115,7 @@ impl ModuleFile {
     /// Reads the headers and CFI sections of the ELF file at `path`; when the file has no CFI
     /// but a build-id, `.debug_frame` is looked for in the matching separate debug file.
     pub fn open(file: File, path: &Path) -> io::Result<Self> {
-        let cache = ReadCache::new(file);
-        let mut module = Self::parse(&cache).map_err(|e| {
+        let mut module = Self::parse(&Image::Mapped(Arc::new(map(&file)?))).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("cannot read ELF unwind info from {}: {e}", path.display()),
@@ -66,10 +129,11 @@ impl ModuleFile {
 
     /// Parses an ELF image already in memory (the vDSO).
     pub(crate) fn from_bytes(data: &[u8]) -> Result<Self, object::Error> {
-        Self::parse(data)
+        Self::parse(&Image::Copied(Arc::from(data)))
     }
 
-    fn parse<'data, R: ReadRef<'data>>(data: R) -> Result<Self, object::Error> {
+    fn parse(image: &Image) -> Result<Self, object::Error> {
+        let data = image.bytes();
         let header = FileHeader64::<Endianness>::parse(data)?;
         let endian = header.endian()?;
         let loads = header
@@ -90,7 +154,7 @@ impl ModuleFile {
             Some(start..start.checked_add(s.sh_size(endian))?)
         };
         // Compressed or NOBITS sections (stripped debug files) read as nothing useful.
-        let bytes = |name: &[u8]| -> Option<Arc<[u8]>> {
+        let bytes = |name: &[u8]| -> Option<SectionData> {
             let (_, s) = sections.section_by_name(endian, name)?;
             if s.sh_type(endian) == elf::SHT_NOBITS
                 || s.sh_flags(endian).contains(elf::SHF_COMPRESSED)
@@ -98,7 +162,7 @@ impl ModuleFile {
                 return None;
             }
             let data = s.data(endian, data).ok()?;
-            (!data.is_empty()).then(|| Arc::from(data))
+            (!data.is_empty()).then(|| SectionData::within(image, data))?
         };
         let with_svma = |name: &[u8]| {
             Some(SectionBytes {
@@ -130,12 +194,13 @@ impl ModuleFile {
 
     /// Distributions install `.debug_frame` for stripped files in separate debug files found
     /// by build-id.
-    fn debug_frame_from_debug_file(&self) -> Option<Arc<[u8]>> {
+    fn debug_frame_from_debug_file(&self) -> Option<SectionData> {
         let dirs = [PathBuf::from(stackscope_symbols::DEFAULT_DEBUG_DIR)];
         let path = stackscope_symbols::find_debug_file(&dirs, self.build_id.as_deref()?)?;
         let file = File::open(path).ok()?;
-        let cache = ReadCache::new(file);
-        Self::parse(&cache).ok()?.debug_frame
+        Self::parse(&Image::Mapped(Arc::new(map(&file).ok()?)))
+            .ok()?
+            .debug_frame
     }
 
     /// True when the file has `.eh_frame` or `.debug_frame`.
@@ -174,7 +239,7 @@ impl ModuleFile {
     }
 
     /// Section data for `framehop::Module::new`; ELF addresses are stated relative to 0.
-    pub fn section_info(&self) -> ExplicitModuleSectionInfo<Arc<[u8]>> {
+    pub fn section_info(&self) -> ExplicitModuleSectionInfo<SectionData> {
         ExplicitModuleSectionInfo {
             base_svma: 0,
             text_svma: self.text_svma.clone(),
@@ -187,4 +252,12 @@ impl ModuleFile {
             ..Default::default()
         }
     }
+}
+
+/// Maps `file` read-only. Binaries are replaced, not rewritten in place, by installers and
+/// linkers, so the mapping keeps showing the file the process mapped.
+fn map(file: &File) -> io::Result<Mmap> {
+    // SAFETY: the mapping is read-only and private; the file is an ELF binary, which is
+    // replaced by a new file rather than changed in place.
+    unsafe { Mmap::map(file) }
 }

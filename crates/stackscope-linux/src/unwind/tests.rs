@@ -564,3 +564,38 @@ fn binary_without_unwind_info_is_listed_and_unwinds_by_frame_pointer() {
     assert_eq!(listed, [Arc::<str>::from(exe.to_str().unwrap())]);
     assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
 }
+
+#[test]
+fn files_no_live_process_maps_are_dropped_beyond_the_idle_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (exe, t) = simple_in_leaf(dir.path(), "simple", &["-O2", "-fomit-frame-pointer"]);
+    let exe = std::fs::canonicalize(&exe).unwrap();
+    let maps_text = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+    let mut unwinder = Unwinder::new();
+    // Short processes, each running its own copy of the program (a new file to the cache),
+    // unwound once and then gone, as under a shell loop or a build.
+    let copies = IDLE_FILES + 8;
+    for i in 0..copies {
+        let copy = dir.path().join(format!("copy{i}"));
+        std::fs::copy(&exe, &copy).unwrap();
+        let copy = std::fs::canonicalize(&copy).unwrap();
+        let maps = ProcessMaps::parse_proc_maps(
+            &maps_text.replace(exe.to_str().unwrap(), copy.to_str().unwrap()),
+        );
+        // Not a live pid: the file is opened by its path.
+        let pid = u32::MAX - i as u32;
+        let mut out = Vec::new();
+        let end = unwinder.unwind(pid, &maps, t.regs, &t.stack, &mut out);
+        // The copy is mapped where the original is, so the original names its addresses.
+        assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
+        unwinder.forget(pid);
+    }
+    assert_eq!(
+        unwinder.cached_files(),
+        IDLE_FILES,
+        "{copies} copies seen, none mapped by a live process"
+    );
+    // A live process's files stay whatever else comes and goes.
+    let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
+    assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
+}

@@ -4,8 +4,8 @@ use crate::Profile;
 use std::fmt::Write;
 
 /// The end-of-run summary for stderr, a few short lines: samples, lost samples, duration, share
-/// of user stacks that unwound completely, share with unknown frames, truncated ones, then each
-/// of meta.hints on its own line.
+/// of user stacks that unwound completely, share with unknown frames, truncated ones (and, when
+/// there are any, ones the kernel could not copy), then each of meta.hints on its own line.
 ///
 /// ```text
 /// 1500 samples in 3.0 s, 2 lost
@@ -27,7 +27,7 @@ pub fn summary(profile: &Profile) -> String {
         s.push_str("user stacks: none\n");
     } else {
         let share = |n: u64| 100.0 * n as f64 / unwind.user_stacks as f64;
-        let _ = writeln!(
+        let _ = write!(
             s,
             "user stacks: {}, {:.1}% complete, {:.1}% with unknown frames, {:.1}% truncated",
             unwind.user_stacks,
@@ -35,6 +35,10 @@ pub fn summary(profile: &Profile) -> String {
             share(unwind.with_unknown),
             share(unwind.truncated),
         );
+        if unwind.unreadable > 0 {
+            let _ = write!(s, ", {:.1}% unreadable", share(unwind.unreadable));
+        }
+        s.push('\n');
     }
     for hint in &meta.hints {
         let _ = writeln!(s, "hint: {hint}");
