@@ -3,8 +3,6 @@
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Result};
@@ -117,12 +115,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     let mut client = Client::connect(&remote, timeout)?;
     let target = stackscope_gdb::prepare(&mut client, image, args.cpu_mask)?;
 
-    // Ctrl-C (and SIGTERM) end sampling; a second one ends stackscope at once.
-    let stop = Arc::new(AtomicBool::new(false));
-    for signal in [libc::SIGINT, libc::SIGTERM] {
-        signal_hook::flag::register_conditional_shutdown(signal, 130, stop.clone())?;
-        signal_hook::flag::register(signal, stop.clone())?;
-    }
+    let stop = crate::record::stop_on_signals()?;
 
     let rate = match frequency_hz {
         Some(hz) => format!("{hz} Hz"),
