@@ -319,8 +319,10 @@ fn unpredictable() -> u64 {
 /// Names the directory in an error creating a file in it ("Permission denied" alone does not
 /// say where).
 fn with_directory(e: io::Error, dir: &Path) -> io::Error {
-    io::Error::new(
-        e.kind(),
-        format!("cannot create a file in {}: {e}", dir.display()),
-    )
+    let message = if e.kind() == io::ErrorKind::NotFound {
+        format!("directory {} does not exist", dir.display())
+    } else {
+        format!("cannot create a file in {}: {e}", dir.display())
+    };
+    io::Error::new(e.kind(), message)
 }
