@@ -177,11 +177,7 @@ pub fn read_perf_data_from<R: Read + Seek>(
         };
         // Records inside compressed ones pass no check on their way in: this one is still
         // unchecked when it was compressed.
-        if let Err(what) = check_mmap2(
-            record.record_type.0,
-            record.misc,
-            &record.data.as_slice(),
-        ) {
+        if let Err(what) = check_mmap2(record.record_type.0, record.misc, &record.data.as_slice()) {
             return Err(PerfDataError::damaged(path, position.get(), total, what));
         }
         let parsed = match record.parse() {
