@@ -207,6 +207,8 @@ pub enum ReadError {
         "input is not a profile stackscope reads (byte {byte:#04x} at offset {offset}); expected stackscope JSON, OSDK JSON, folded stacks or perf.data"
     )]
     NotProfile { offset: usize, byte: u8 },
+    #[error("stackscope reads no {format} input; it reads stackscope JSON, OSDK JSON and folded stacks")]
+    NotReadable { format: Format },
 }
 
 /// How many bytes of an input [`check_start`] needs to see.
@@ -264,6 +266,20 @@ pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         json::read(text)
     } else {
         folded::read(text)
+    }
+}
+
+/// Reads `bytes` as `format`, without detecting it: [`Format::Json`], [`Format::Osdk`] or
+/// [`Format::Folded`]; any other is refused.
+pub fn read_as(format: Format, bytes: &[u8]) -> Result<Profile, ReadError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
+        offset: e.valid_up_to(),
+    })?;
+    match format {
+        Format::Json => json::read(text),
+        Format::Osdk => osdk::read(text),
+        Format::Folded => folded::read(text),
+        format => Err(ReadError::NotReadable { format }),
     }
 }
 
