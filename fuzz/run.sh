@@ -1,9 +1,11 @@
 #!/bin/sh
 # Builds seed corpora from real recordings and runs every fuzz target for SECONDS each (default
-# 600), one after another. Installs what it needs: perf and gcc (apt), nightly Rust, cargo-fuzz.
-# Usage: fuzz/run.sh [SECONDS]
+# 600), one after another, or until RUNS executions when given. Installs what it needs: perf and
+# gcc (apt), nightly Rust, cargo-fuzz.
+# Usage: fuzz/run.sh [SECONDS [RUNS]]
 set -eu
 seconds=${1:-600}
+runs=${2:--1}
 fuzz=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$fuzz")
 cd "$fuzz"
@@ -25,8 +27,8 @@ trap 'rm -rf "$seeds"' EXIT
 gcc -O2 -g -fno-omit-frame-pointer -o "$seeds/split" "$root/crates/stackscope/tests/workloads/split.c"
 stackscope="$root/target/release/stackscope"
 mkdir -p corpus/perf_data corpus/stackscope_json corpus/folded corpus/osdk_json corpus/profile_input
-perf record -q -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
-perf record -q -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
 "$stackscope" record -F 99 -o corpus/stackscope_json/split.json -- "$seeds/split" 200 >/dev/null
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/folded/split.folded
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk
@@ -38,6 +40,6 @@ for target in $(cargo +nightly fuzz list); do
     echo "== $target: ${seconds}s"
     # perf.data seeds are tens of kilobytes; text seeds a few.
     cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
-        -max_total_time="$seconds" -max_len=262144 -rss_limit_mb=2048 -timeout=30 \
+        -max_total_time="$seconds" -runs="$runs" -max_len=262144 -rss_limit_mb=2048 -timeout=30 \
         -print_final_stats=1
 done

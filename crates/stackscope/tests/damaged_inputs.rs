@@ -20,7 +20,8 @@ fn perf_bin() -> &'static str {
 /// A real recording of the split workload with frame-pointer callchains.
 fn recording(dir: &Path) -> Vec<u8> {
     let prog = workload("split_fp");
-    let data = perf_record(dir, &["-F", "999", "-g"], &[prog.as_os_str()]);
+    // -N: no build-id cache, which other recordings on this machine may be writing at once.
+    let data = perf_record(dir, &["-N", "-F", "999", "-g"], &[prog.as_os_str()]);
     std::fs::read(data).expect("read perf.data")
 }
 

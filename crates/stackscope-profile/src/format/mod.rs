@@ -207,7 +207,9 @@ pub enum ReadError {
         "input is not a profile stackscope reads (byte {byte:#04x} at offset {offset}); expected stackscope JSON, OSDK JSON, folded stacks or perf.data"
     )]
     NotProfile { offset: usize, byte: u8 },
-    #[error("stackscope reads no {format} input; it reads stackscope JSON, OSDK JSON and folded stacks")]
+    #[error(
+        "stackscope reads no {format} input; it reads stackscope JSON, OSDK JSON and folded stacks"
+    )]
     NotReadable { format: Format },
 }
 
