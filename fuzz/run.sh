@@ -35,11 +35,16 @@ perf record -q -N -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.
 cp corpus/stackscope_json/split.json corpus/folded/split.folded corpus/osdk_json/split.osdk.json \
     corpus/profile_input/
 
+failed=""
 for target in $(cargo +nightly fuzz list); do
     mkdir -p "corpus/$target"
     echo "== $target: ${seconds}s"
     # perf.data seeds are tens of kilobytes; text seeds a few.
     cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
         -max_total_time="$seconds" -runs="$runs" -max_len=262144 -rss_limit_mb=2048 -timeout=30 \
-        -print_final_stats=1
+        -print_final_stats=1 || failed="$failed $target"
 done
+if [ -n "$failed" ]; then
+    echo "crashed:$failed (inputs under fuzz/artifacts/)"
+    exit 1
+fi

@@ -20,8 +20,9 @@ fn perf_bin() -> &'static str {
 /// A real recording of the split workload with frame-pointer callchains.
 fn recording(dir: &Path) -> Vec<u8> {
     let prog = workload("split_fp");
-    // -N: no build-id cache, which other recordings on this machine may be writing at once.
-    let data = perf_record(dir, &["-N", "-F", "999", "-g"], &[prog.as_os_str()]);
+    // Without perf's build-id cache (-N) or build-ids (-B): other recordings on this machine
+    // may be writing the cache at once, which makes perf abort.
+    let data = perf_record(dir, &["-N", "-B", "-F", "999", "-g"], &[prog.as_os_str()]);
     std::fs::read(data).expect("read perf.data")
 }
 
@@ -268,17 +269,4 @@ fn counts_near_2_64_are_written_or_refused_by_every_writer() {
             run.assert_one_line_error(&[name]);
         }
     }
-}
-
-#[test]
-fn a_sum_past_2_64_is_one_line_naming_the_file() {
-    let dir = tempdir();
-    let d = dir.path();
-    let input = d.join("over.folded");
-    std::fs::write(&input, format!("prog;a {}\nprog;b 2\n", u64::MAX)).unwrap();
-    report(d, &input, &d.join("out.folded")).assert_one_line_error(&[
-        "over.folded",
-        "line 2",
-        "2^64",
-    ]);
 }
