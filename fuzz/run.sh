@@ -19,7 +19,8 @@ fi
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly
 cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz
 
-# Seeds: a perf.data of a real workload, the same run recorded by stackscope as JSON and
+# Seeds: a perf.data of a real workload (without build-ids or perf's build-id cache, which
+# another recording writing the cache at once can make perf abort on), the same run recorded by stackscope as JSON and
 # folded stacks, and OSDK JSON written from that.
 seeds=$(mktemp -d)
 trap 'rm -rf "$seeds"' EXIT
@@ -27,8 +28,8 @@ trap 'rm -rf "$seeds"' EXIT
 gcc -O2 -g -fno-omit-frame-pointer -o "$seeds/split" "$root/crates/stackscope/tests/workloads/split.c"
 stackscope="$root/target/release/stackscope"
 mkdir -p corpus/perf_data corpus/stackscope_json corpus/folded corpus/osdk_json corpus/profile_input
-perf record -q -N -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
-perf record -q -N -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -B -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -B -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
 "$stackscope" record -F 99 -o corpus/stackscope_json/split.json -- "$seeds/split" 200 >/dev/null
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/folded/split.folded
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk
