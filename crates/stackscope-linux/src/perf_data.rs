@@ -8,10 +8,11 @@
 //! from this machine. The build-ids in the file's header tell whether a binary on disk is still
 //! the one that ran; one that is not is looked up in perf's build-id cache.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -78,22 +79,42 @@ pub fn read_perf_data(
 ) -> Result<Profile, PerfDataError> {
     let file = File::open(path)
         .map_err(|e| PerfDataError::new(format!("cannot open {}: {e}", path.display())))?;
-    let total = file
-        .metadata()
-        .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?
-        .len();
-    check_layout(&file, total)
+    read_perf_data_from(BufReader::with_capacity(1 << 20, file), path, progress)
+}
+
+/// Reads a perf.data file from `input`, already open (the format is read out of order, so it
+/// must seek); `path` names it in messages. Every record is checked against the data section
+/// before the parser sees it, so a damaged file is an error naming the record's byte offset.
+pub fn read_perf_data_from<R: Read + Seek>(
+    mut input: R,
+    path: &Path,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Profile, PerfDataError> {
+    let total = input
+        .seek(SeekFrom::End(0))
+        .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?;
+    let data = check_layout(&mut input, total)
         .map_err(|(at, what)| PerfDataError::damaged(path, at, total, what))?;
+    input
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?;
     let position = Rc::new(Cell::new(0));
+    let bad_record = Rc::new(RefCell::new(None));
     let reader = Counting {
-        inner: BufReader::with_capacity(1 << 20, file),
+        inner: input,
         position: position.clone(),
+        records: data.map(RecordCheck::new),
+        bad_record: bad_record.clone(),
+    };
+    // A record the check refused is the error, whatever the parser made of the failed read.
+    let damaged = |e: &dyn std::fmt::Display| match bad_record.borrow_mut().take() {
+        Some((at, what)) => PerfDataError::damaged(path, at, total, what),
+        None => PerfDataError::damaged(path, position.get(), total, e),
     };
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(reader)
-        .map_err(|e| PerfDataError::damaged(path, position.get(), total, e))?;
+    } = PerfFileReader::parse_file(reader).map_err(|e| damaged(&e))?;
 
     let attrs = perf_file.event_attributes();
     if attrs.is_empty() {
@@ -142,7 +163,7 @@ pub fn read_perf_data(
         let record = match record_iter.next_record(&mut perf_file) {
             Ok(Some(record)) => record,
             Ok(None) => break,
-            Err(e) => return Err(PerfDataError::damaged(path, position.get(), total, e)),
+            Err(e) => return Err(damaged(&e)),
         };
         records += 1;
         if records.is_multiple_of(PROGRESS_EVERY) {
@@ -154,6 +175,11 @@ pub fn read_perf_data(
         let PerfFileRecord::EventRecord { attr_index, record } = record else {
             continue;
         };
+        // Records inside compressed ones pass no check on their way in: this one is still
+        // unchecked when it was compressed.
+        if let Err(what) = check_mmap2(record.record_type.0, record.misc, &record.data.as_slice()) {
+            return Err(PerfDataError::damaged(path, position.get(), total, what));
+        }
         let parsed = match record.parse() {
             Ok(parsed) => parsed,
             Err(e) => {
@@ -497,17 +523,23 @@ fn file_build_id(path: &Path) -> Option<Vec<u8>> {
 
 /// Checks that the header's sections lie inside the file and that the counts in the
 /// sections read before the records fit their sections: a damaged count must not make the
-/// parser reserve memory for billions of entries. Errs with an offset and what is wrong.
-fn check_layout(file: &File, len: u64) -> Result<(), (u64, String)> {
-    use std::os::unix::fs::FileExt;
-    let read = |at: u64, n: usize| -> Result<Vec<u8>, (u64, String)> {
+/// parser reserve memory for billions of entries. Errs with an offset and what is wrong;
+/// returns where the records lie (for a little-endian file).
+fn check_layout<R: Read + Seek>(
+    input: &mut R,
+    len: u64,
+) -> Result<Option<Range<u64>>, (u64, String)> {
+    let mut read = |at: u64, n: usize| -> Result<Vec<u8>, (u64, String)> {
         let mut buf = vec![0; n];
-        file.read_exact_at(&mut buf, at).map_err(|_| {
-            (
-                at,
-                format!("the file ends before the {n} bytes expected here"),
-            )
-        })?;
+        input
+            .seek(SeekFrom::Start(at))
+            .and_then(|_| input.read_exact(&mut buf))
+            .map_err(|_| {
+                (
+                    at,
+                    format!("the file ends before the {n} bytes expected here"),
+                )
+            })?;
         Ok(buf)
     };
     let word =
@@ -515,7 +547,7 @@ fn check_layout(file: &File, len: u64) -> Result<(), (u64, String)> {
     let head = read(0, HEADER_SIZE)?;
     if !head.starts_with(MAGIC) {
         // Big-endian files are left to the parser's own checks.
-        return Ok(());
+        return Ok(None);
     }
     let section = |b: &[u8], at: usize| (word(b, at), word(b, at + 8));
     let inside = |(offset, size): (u64, u64), at: u64, what: &str| {
@@ -580,7 +612,7 @@ fn check_layout(file: &File, len: u64) -> Result<(), (u64, String)> {
             }
         }
     }
-    Ok(())
+    Ok(Some(data.0..data.0 + data.1))
 }
 
 /// perf_file_header: magic, size, attr_size, three sections, the feature bitmap.
@@ -588,16 +620,148 @@ const HEADER_SIZE: usize = 104;
 const FEATURE_CMDLINE: u32 = 11;
 const FEATURE_EVENT_DESC: u32 = 12;
 
-/// A reader that remembers how far it got, so errors and progress can say where.
+/// Record types and the misc flag whose bodies the checks below look into.
+const RECORD_MMAP2: u32 = 10;
+const RECORD_AUXTRACE: u32 = 71;
+const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
+/// An MMAP2 record's build-id length byte, after pid, tid, address, length and page offset.
+const MMAP2_BUILD_ID_LEN_AT: usize = 32;
+/// The most bytes a build-id field holds.
+const BUILD_ID_MAX: u8 = 20;
+/// The bytes of a record the checks read: its header and the start of its body.
+const RECORD_HEAD: usize = 8 + MMAP2_BUILD_ID_LEN_AT + 1;
+
+/// Refuses an MMAP2 record whose build-id flag is set but whose build-id length byte is more
+/// than the field holds (the parser asserts it). `body` is the record after its header.
+fn check_mmap2(record_type: u32, misc: u16, body: &[u8]) -> Result<(), String> {
+    if record_type != RECORD_MMAP2 || misc & MISC_MMAP_BUILD_ID == 0 {
+        return Ok(());
+    }
+    match body.get(MMAP2_BUILD_ID_LEN_AT) {
+        Some(&n) if n > BUILD_ID_MAX => Err(format!(
+            "an MMAP2 record gives its build-id {n} bytes (at most {BUILD_ID_MAX} fit)"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Checks each record of the data section as its bytes stream past on their way to the parser:
+/// it fits the data section, and what the parser trusts in it (an MMAP2 build-id length, an
+/// AUXTRACE record's trailing data size) does too.
+struct RecordCheck {
+    data: Range<u64>,
+    /// Where the record being read starts.
+    start: u64,
+    /// Its first bytes, up to [`RECORD_HEAD`].
+    head: Vec<u8>,
+    /// Where the record after it starts, once its head has been checked.
+    next: Option<u64>,
+}
+
+impl RecordCheck {
+    fn new(data: Range<u64>) -> Self {
+        RecordCheck {
+            start: data.start,
+            data,
+            head: Vec::with_capacity(RECORD_HEAD),
+            next: None,
+        }
+    }
+
+    /// Takes the `bytes` read at offset `at`. Errs with the bad record's offset.
+    fn feed(&mut self, at: u64, bytes: &[u8]) -> Result<(), (u64, String)> {
+        let end = at + bytes.len() as u64;
+        loop {
+            if let Some(next) = self.next {
+                if next >= end || next >= self.data.end {
+                    return Ok(());
+                }
+                self.start = next;
+                self.head.clear();
+                self.next = None;
+            }
+            let have = self.start + self.head.len() as u64;
+            // Only a read that continues the record's head is taken (the parser reads on).
+            if have < at || have >= end {
+                return Ok(());
+            }
+            let want = self.head_len().saturating_sub(self.head.len());
+            let from = (have - at) as usize;
+            let take = want.min(bytes.len() - from);
+            self.head.extend_from_slice(&bytes[from..from + take]);
+            if self.head.len() < self.head_len() {
+                return Ok(());
+            }
+            self.next = Some(self.check_head().map_err(|what| (self.start, what))?);
+        }
+    }
+
+    /// How many of the record's bytes the check needs: its header, then up to [`RECORD_HEAD`]
+    /// of a record that long.
+    fn head_len(&self) -> usize {
+        match self.head.get(6..8) {
+            Some(size) => usize::from(u16::from_le_bytes([size[0], size[1]])).clamp(8, RECORD_HEAD),
+            None => 8,
+        }
+    }
+
+    /// Checks the record's head; returns where the next record starts.
+    fn check_head(&self) -> Result<u64, String> {
+        let h = &self.head;
+        let kind = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let misc = u16::from_le_bytes([h[4], h[5]]);
+        let size = u64::from(u16::from_le_bytes([h[6], h[7]]));
+        if size < 8 {
+            return Err(format!(
+                "a record of type {kind} says it is {size} bytes long, less than its own header"
+            ));
+        }
+        let past = |what: String| {
+            format!(
+                "{what} runs past the end of the data section at byte {}",
+                self.data.end
+            )
+        };
+        let mut end = self.start + size;
+        if end > self.data.end {
+            return Err(past(format!("a record of type {kind} and {size} bytes")));
+        }
+        check_mmap2(kind, misc, &h[8..])?;
+        if kind == RECORD_AUXTRACE {
+            let trace = h
+                .get(8..16)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+            end = end
+                .checked_add(trace)
+                .filter(|&e| e <= self.data.end)
+                .ok_or_else(|| past(format!("an AUXTRACE record's {trace} bytes of trace data")))?;
+        }
+        Ok(end)
+    }
+}
+
+/// A reader that remembers how far it got, so errors and progress can say where, and checks
+/// the records passing through it.
 struct Counting<R> {
     inner: R,
     position: Rc<Cell<u64>>,
+    records: Option<RecordCheck>,
+    /// The first record the check refused: its offset and what is wrong.
+    bad_record: Rc<RefCell<Option<(u64, String)>>>,
 }
 
 impl<R: Read> Read for Counting<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.position.set(self.position.get() + n as u64);
+        let at = self.position.get();
+        self.position.set(at + n as u64);
+        if let Some(check) = &mut self.records {
+            if let Err(bad) = check.feed(at, &buf[..n]) {
+                let what = bad.1.clone();
+                *self.bad_record.borrow_mut() = Some(bad);
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, what));
+            }
+        }
         Ok(n)
     }
 }

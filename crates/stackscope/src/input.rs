@@ -1,8 +1,12 @@
 //! Reading a saved profile from a file, for every command that takes one (`report`, `diff`):
 //! a profile stackscope can parse (detected from its content), or a perf.data file as
 //! `perf record` wrote it, unwound and symbolized here.
+//!
+//! The input is opened and read once, so a pipe or FIFO (`<(cmd)`, `/dev/stdin`) reads like a
+//! file; one that starts like no known format is refused after its first bytes.
 
-use std::io::{IsTerminal, Read};
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Read, Seek, SeekFrom};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -16,13 +20,21 @@ const PROGRESS_MIN_BYTES: u64 = 32 << 20;
 /// Reads the profile in `path`, detecting its format from the content, and refuses one with no
 /// samples (there would be nothing to show).
 pub fn read_profile(path: &Path) -> Result<Profile> {
-    let profile = if starts_as_perf_data(path)? {
-        read_perf_data(path)?
+    let cannot_read = || format!("cannot read {}", path.display());
+    let mut file = File::open(path).with_context(cannot_read)?;
+    let mut head = Vec::with_capacity(format::START_BYTES);
+    (&mut file)
+        .take(format::START_BYTES as u64)
+        .read_to_end(&mut head)
+        .with_context(cannot_read)?;
+    let profile = if perf_data::is_perf_data(&head) {
+        read_perf_data(file, &head, path)?
     } else {
-        let bytes =
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        format::read(&bytes)
-            .with_context(|| format!("{} is not a profile stackscope can read", path.display()))?
+        let not_profile = || format!("{} is not a profile stackscope can read", path.display());
+        format::check_start(&head).with_context(not_profile)?;
+        let mut bytes = head;
+        file.read_to_end(&mut bytes).with_context(cannot_read)?;
+        format::read(&bytes).with_context(not_profile)?
     };
     if profile.samples.is_empty() {
         bail!("{} holds no samples: nothing to report", path.display());
@@ -30,17 +42,23 @@ pub fn read_profile(path: &Path) -> Result<Profile> {
     Ok(profile)
 }
 
-fn starts_as_perf_data(path: &Path) -> Result<bool> {
-    let mut head = Vec::with_capacity(8);
-    std::fs::File::open(path)
-        .and_then(|f| f.take(8).read_to_end(&mut head))
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(perf_data::is_perf_data(&head))
-}
-
-/// Reads a perf.data file, with a progress bar on stderr for a large one.
-fn read_perf_data(path: &Path) -> Result<Profile> {
-    let large = std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_MIN_BYTES);
+/// Reads a perf.data file whose first bytes, `head`, were read from `file` already. The format
+/// is read out of order: a pipe's bytes are first copied to an unnamed temporary file.
+fn read_perf_data(mut file: File, head: &[u8], path: &Path) -> Result<Profile> {
+    let cannot_read = || format!("cannot read {}", path.display());
+    let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
+    if regular {
+        file.seek(SeekFrom::Start(0)).with_context(cannot_read)?;
+    } else {
+        let mut copy = tempfile::tempfile()
+            .context("cannot create a temporary file to hold perf.data read from a pipe")?;
+        std::io::Write::write_all(&mut copy, head)
+            .and_then(|()| std::io::copy(&mut file, &mut copy))
+            .and_then(|_| copy.seek(SeekFrom::Start(0)))
+            .with_context(|| format!("cannot copy {} to a temporary file", path.display()))?;
+        file = copy;
+    }
+    let large = file.metadata().is_ok_and(|m| m.len() >= PROGRESS_MIN_BYTES);
     let bar = (large && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(
@@ -62,7 +80,8 @@ fn read_perf_data(path: &Path) -> Result<Profile> {
             }
         }
     };
-    let result = perf_data::read_perf_data(path, &mut on_progress);
+    let input = BufReader::with_capacity(1 << 20, file);
+    let result = perf_data::read_perf_data_from(input, path, &mut on_progress);
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }

@@ -6,33 +6,11 @@
 
 mod common;
 
-use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
 use stackscope_profile::Profile;
-
-/// Runs `perf record OPTIONS -o DIR/perf.data -- COMMAND` and returns the file's path.
-fn perf_record(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
-    let data = dir.join("perf.data");
-    let mut cmd = Command::new("perf");
-    cmd.current_dir(dir)
-        .arg("record")
-        .args(options)
-        .arg("-o")
-        .arg(&data)
-        .arg("--")
-        .args(command);
-    let run = run_with_deadline(cmd);
-    assert!(
-        run.status.success(),
-        "perf record failed: {:?}\n{}",
-        run.status,
-        run.stderr
-    );
-    data
-}
 
 /// `stackscope report DATA -o DIR/NAME`, which must succeed; returns the output's path.
 fn report_ok(dir: &Path, data: &Path, name: &str) -> PathBuf {

@@ -20,8 +20,27 @@ use super::WriteOptions;
 /// The interval shown when the profile does not say how often it sampled.
 const DEFAULT_INTERVAL_NANOS: u64 = 1_000_000;
 
-/// Builds the Firefox Profiler profile for `profile`.
-pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> FxProfile {
+/// A sample's weight is an i32: a larger count takes several samples, at most this many.
+const MAX_SAMPLES_PER_COUNT: u64 = 1024;
+
+/// Builds the Firefox Profiler profile for `profile`. Fails with
+/// [`io::ErrorKind::InvalidData`] on a count too large for [`MAX_SAMPLES_PER_COUNT`] samples.
+pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile> {
+    let weight_max = i32::MAX as u64;
+    if let Some((i, s)) = profile
+        .samples
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.count.div_ceil(weight_max) > MAX_SAMPLES_PER_COUNT)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "sample {i} counts {}, more than the firefox format shows in one stack ({MAX_SAMPLES_PER_COUNT} samples of weight at most {weight_max})",
+                s.count
+            ),
+        ));
+    }
     let product = opts.title.clone().unwrap_or_else(|| {
         if profile.meta.command.is_empty() {
             "stackscope".to_string()
@@ -107,11 +126,11 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> FxProfile {
             );
         }
     }
-    fx
+    Ok(fx)
 }
 
 /// Writes `profile` as a Firefox Profiler processed profile (JSON).
 pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, &to_fxprof(profile, opts))?;
+    serde_json::to_writer(&mut *out, &to_fxprof(profile, opts)?)?;
     out.write_all(b"\n")
 }

@@ -203,6 +203,47 @@ pub enum ReadError {
     Json { place: String, problem: String },
     #[error("OSDK profile JSON, {place}: {problem}")]
     Osdk { place: String, problem: String },
+    #[error(
+        "input is not a profile stackscope reads (byte {byte:#04x} at offset {offset}); expected stackscope JSON, OSDK JSON, folded stacks or perf.data"
+    )]
+    NotProfile { offset: usize, byte: u8 },
+    #[error(
+        "stackscope reads no {format} input; it reads stackscope JSON, OSDK JSON and folded stacks"
+    )]
+    NotReadable { format: Format },
+}
+
+/// How many bytes of an input [`check_start`] needs to see.
+pub const START_BYTES: usize = 64;
+
+/// Refuses, from its first bytes (up to [`START_BYTES`]), an input that cannot be a text
+/// profile [`read`] accepts: one holding a control character other than tab, CR or LF, or bytes
+/// that are not UTF-8 (a character cut at the end of `start` is allowed). Lets a caller refuse
+/// an endless or binary input before reading it all.
+pub fn check_start(start: &[u8]) -> Result<(), ReadError> {
+    let text = match std::str::from_utf8(start) {
+        Ok(text) => text,
+        Err(e) if e.error_len().is_none() => {
+            std::str::from_utf8(&start[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(e) => {
+            let offset = e.valid_up_to();
+            return Err(ReadError::NotProfile {
+                offset,
+                byte: start[offset],
+            });
+        }
+    };
+    match text
+        .bytes()
+        .position(|b| b.is_ascii_control() && !matches!(b, b'\t' | b'\r' | b'\n'))
+    {
+        Some(offset) => Err(ReadError::NotProfile {
+            offset,
+            byte: start[offset],
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Reads a profile written by `write` as JSON, OSDK JSON or folded stacks; detects which from
@@ -227,6 +268,20 @@ pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
         json::read(text)
     } else {
         folded::read(text)
+    }
+}
+
+/// Reads `bytes` as `format`, without detecting it: [`Format::Json`], [`Format::Osdk`] or
+/// [`Format::Folded`]; any other is refused.
+pub fn read_as(format: Format, bytes: &[u8]) -> Result<Profile, ReadError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
+        offset: e.valid_up_to(),
+    })?;
+    match format {
+        Format::Json => json::read(text),
+        Format::Osdk => osdk::read(text),
+        Format::Folded => folded::read(text),
+        format => Err(ReadError::NotReadable { format }),
     }
 }
 

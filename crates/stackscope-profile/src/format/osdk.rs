@@ -90,15 +90,29 @@ pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
     Ok(b.finish())
 }
 
+/// The format has no counts, only rounds: the most rounds written, so a huge count is an error
+/// rather than endless output.
+const MAX_ROUNDS: u64 = 1 << 24;
+
 pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
     // Each CPU's samples, in profile order, with the rounds each still has to fill.
     let mut queues: BTreeMap<u32, Vec<(u32, u64)>> = BTreeMap::new();
+    let mut rounds: BTreeMap<u32, u64> = BTreeMap::new();
     for s in &profile.samples {
         if s.count > 0 {
-            queues
-                .entry(s.cpu.unwrap_or(0))
-                .or_default()
-                .push((s.stack, s.count));
+            let cpu = s.cpu.unwrap_or(0);
+            queues.entry(cpu).or_default().push((s.stack, s.count));
+            // The counts were checked to sum within u64.
+            let total = rounds.entry(cpu).or_default();
+            *total += s.count;
+            if *total > MAX_ROUNDS {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the osdk format writes a round per sample, and CPU {cpu} has more than {MAX_ROUNDS} samples"
+                    ),
+                ));
+            }
         }
     }
     let mut queues: Vec<(u32, VecDeque<(u32, u64)>)> =

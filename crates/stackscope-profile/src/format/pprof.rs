@@ -165,6 +165,21 @@ pub fn to_message(profile: &Profile) -> proto::Profile {
 
 /// Writes `profile` as a gzipped pprof protocol buffer.
 pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
+    // Values are int64: a larger one would be written clamped, that is wrong.
+    let nanos = sample_nanos(profile).unwrap_or(1);
+    if let Some((i, s)) = profile.samples.iter().enumerate().find(|(_, s)| {
+        s.count
+            .checked_mul(nanos)
+            .is_none_or(|v| i64::try_from(v).is_err())
+    }) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "sample {i} counts {} samples of {nanos} ns, more than pprof's 64-bit signed values hold",
+                s.count
+            ),
+        ));
+    }
     let bytes = to_message(profile).encode_to_vec();
     let mut gz = GzEncoder::new(out, Compression::default());
     gz.write_all(&bytes)?;

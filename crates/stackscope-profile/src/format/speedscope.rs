@@ -98,7 +98,19 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
         .collect();
     for sample in &profile.samples {
         let p = &mut profiles[sample.thread as usize];
-        let weight = sample.count.saturating_mul(nanos.unwrap_or(1));
+        let too_large = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "sample counts of thread {} weigh more than 2^64 nanoseconds in all, more than the speedscope format holds",
+                    sample.thread
+                ),
+            )
+        };
+        let weight = sample
+            .count
+            .checked_mul(nanos.unwrap_or(1))
+            .ok_or_else(too_large)?;
         p.samples.push(
             profile
                 .stack(sample.stack)
@@ -108,7 +120,7 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
                 .collect(),
         );
         p.weights.push(weight);
-        p.end_value = p.end_value.saturating_add(weight);
+        p.end_value = p.end_value.checked_add(weight).ok_or_else(too_large)?;
     }
     // Threads with no samples would only be empty tabs.
     profiles.retain(|p| !p.samples.is_empty());

@@ -543,6 +543,27 @@ pub fn profile(dir: &Path, args: &[&str]) -> Run {
     stackscope(dir, &all)
 }
 
+/// Runs `perf record OPTIONS -o DIR/perf.data -- COMMAND` and returns the file's path.
+pub fn perf_record(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
+    let data = dir.join("perf.data");
+    let mut cmd = Command::new("perf");
+    cmd.current_dir(dir)
+        .arg("record")
+        .args(options)
+        .arg("-o")
+        .arg(&data)
+        .arg("--")
+        .args(command);
+    let run = run_with_deadline(cmd);
+    assert!(
+        run.status.success(),
+        "perf record failed: {:?}\n{}",
+        run.status,
+        run.stderr
+    );
+    data
+}
+
 /// `stackscope report INPUT -o OUTPUT` in `dir`, run to its end.
 pub fn report(dir: &Path, input: &Path, output: &Path) -> Run {
     stackscope(

@@ -1,0 +1,51 @@
+#!/bin/sh
+# Builds seed corpora from real recordings and runs every fuzz target for SECONDS each (default
+# 600), one after another, or until RUNS executions when given. Installs what it needs: perf and
+# gcc (apt), nightly Rust, cargo-fuzz.
+# Usage: fuzz/run.sh [SECONDS [RUNS]]
+set -eu
+seconds=${1:-600}
+runs=${2:--1}
+fuzz=$(cd "$(dirname "$0")" && pwd)
+root=$(dirname "$fuzz")
+cd "$fuzz"
+
+need_apt=""
+command -v perf >/dev/null || need_apt="$need_apt linux-perf"
+command -v gcc >/dev/null || need_apt="$need_apt gcc"
+if [ -n "$need_apt" ]; then
+    apt-get update && apt-get install -y $need_apt
+fi
+rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly
+cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz
+
+# Seeds: a perf.data of a real workload (without build-ids or perf's build-id cache, which
+# another recording writing the cache at once can make perf abort on), the same run recorded
+# by stackscope as JSON and folded stacks, and OSDK JSON written from that.
+seeds=$(mktemp -d)
+trap 'rm -rf "$seeds"' EXIT
+(cd "$root" && cargo build --release -p stackscope)
+gcc -O2 -g -fno-omit-frame-pointer -o "$seeds/split" "$root/crates/stackscope/tests/workloads/split.c"
+stackscope="$root/target/release/stackscope"
+mkdir -p corpus/perf_data corpus/stackscope_json corpus/folded corpus/osdk_json corpus/profile_input
+perf record -q -N -B -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -B -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
+"$stackscope" record -F 99 -o corpus/stackscope_json/split.json -- "$seeds/split" 200 >/dev/null
+"$stackscope" report corpus/stackscope_json/split.json -o corpus/folded/split.folded
+"$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk
+cp corpus/stackscope_json/split.json corpus/folded/split.folded corpus/osdk_json/split.osdk.json \
+    corpus/profile_input/
+
+failed=""
+for target in $(cargo +nightly fuzz list); do
+    mkdir -p "corpus/$target"
+    echo "== $target: ${seconds}s"
+    # perf.data seeds are tens of kilobytes; text seeds a few.
+    cargo +nightly fuzz run -O "$target" "corpus/$target" -- \
+        -max_total_time="$seconds" -runs="$runs" -max_len=262144 -rss_limit_mb=2048 -timeout=30 \
+        -print_final_stats=1 || failed="$failed $target"
+done
+if [ -n "$failed" ]; then
+    echo "crashed:$failed (inputs under fuzz/artifacts/)"
+    exit 1
+fi
