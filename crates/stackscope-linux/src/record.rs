@@ -12,7 +12,7 @@ use stackscope_symbols::Symbolizer;
 
 use crate::maps::ProcessMaps;
 use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
-use crate::stacks::{RawFrame, StackTable, UserEnd, UNREADABLE};
+use crate::stacks::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
 
@@ -42,6 +42,10 @@ pub struct Recording {
 
 /// The most user stack a perf_event sample can carry: the whole sample must fit in 64 KiB.
 pub const MAX_STACK_COPY: u32 = crate::perf::MAX_STACK_BYTES;
+
+/// Unique frames a stack table holds before it is named and merged by function: a few MiB of
+/// table.
+const FOLD_AT_NODES: usize = 1 << 16;
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -146,6 +150,8 @@ pub(crate) struct Collector {
     comms: HashMap<u32, Arc<str>>,
     unwinder: Unwinder,
     table: StackTable,
+    /// Names and merges full tables while sampling goes on; started at the first full table.
+    fold: Option<BackgroundFold>,
     lost: u64,
     user: bool,
     kernel: bool,
@@ -164,6 +170,7 @@ impl Collector {
             comms: HashMap::new(),
             unwinder: Unwinder::new(),
             table: StackTable::default(),
+            fold: None,
             lost: 0,
             user: config.user,
             kernel: config.kernel,
@@ -265,6 +272,21 @@ impl Collector {
             &self.frames,
             end,
         );
+        if self.table.nodes() >= FOLD_AT_NODES {
+            self.fold_table();
+        }
+    }
+
+    /// Hands the table over to be named and merged by function, and starts a new one: the
+    /// addresses of a long whole-system recording would otherwise grow without end.
+    fn fold_table(&mut self) {
+        if self.fold.is_none() {
+            // Without a thread, the table grows on and is named at the end.
+            self.fold = BackgroundFold::start(thread_names(self.live)).ok();
+        }
+        if let Some(fold) = &self.fold {
+            fold.fold(std::mem::take(&mut self.table));
+        }
     }
 
     /// A thread's name now; looked up in /proc once when no event named it.
@@ -341,17 +363,18 @@ impl Collector {
         config: &SamplerConfig,
         kernel_excluded: bool,
     ) -> Profile {
-        let mut symbolizer = Symbolizer::new();
-        // Every sample was counted with its thread's names; this is never asked.
-        let live = self.live;
-        let thread = |pid: u32, tid: u32| Thread {
-            pid,
-            tid,
-            comm: thread_comm(pid, tid, live),
-            process_name: thread_comm(pid, pid, live),
-        };
         meta.lost_samples = self.lost;
-        let (mut profile, tally) = self.table.into_profile(&mut symbolizer, meta, &thread);
+        let (mut profile, tally) = match self.fold {
+            Some(fold) => {
+                fold.fold(self.table);
+                fold.finish().finish(meta)
+            }
+            None => {
+                let mut symbolizer = Symbolizer::new();
+                self.table
+                    .into_profile(&mut symbolizer, meta, &thread_names(self.live))
+            }
+        };
         let stats = &tally.stats;
         let mut hints = Vec::new();
         let missing = self.unwinder.modules_without_unwind_info();
@@ -437,6 +460,17 @@ pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
         .iter()
         .enumerate()
         .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
+}
+
+/// Names for a (pid, tid) pair counted without them. Every sample here is counted with its
+/// thread's names, so this is never asked; the table wants an answer all the same.
+fn thread_names(live: bool) -> impl Fn(u32, u32) -> Thread + Send + 'static {
+    move |pid, tid| Thread {
+        pid,
+        tid,
+        comm: thread_comm(pid, tid, live),
+        process_name: thread_comm(pid, pid, live),
+    }
 }
 
 /// The name of a thread no event named: read from /proc while it lives.

@@ -1,9 +1,11 @@
 //! Raw stacks as the sampler and unwinder produce them, counted as they arrive, and turned into
 //! a [`Profile`] at the end: every unique address is symbolized once, batched per module.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
 
 use stackscope_profile::{
     Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
@@ -219,6 +221,12 @@ impl StackTable {
         id
     }
 
+    /// Unique frames held (one per new frame of any stack): what the table's memory grows
+    /// with.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Symbolizes every unique address once and builds the profile, with the figures on how
     /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair whose
     /// samples were counted without names.
@@ -228,9 +236,27 @@ impl StackTable {
         meta: Metadata,
         thread: &dyn Fn(u32, u32) -> Thread,
     ) -> (Profile, Tally) {
-        let names = Names::resolve(&self, symbolizer);
-        let mut builder = ProfileBuilder::new(meta);
-        let mut tally = Tally::default();
+        let mut folded = Folded::default();
+        self.fold_into(symbolizer, &mut folded, thread);
+        folded.finish(meta)
+    }
+
+    /// Symbolizes every unique address once and adds the counted stacks, named, to `folded`.
+    /// Samples that differ only in addresses inside one function become one stack there, so
+    /// folding a table from time to time keeps a long recording's memory to what its
+    /// functions and threads need.
+    pub fn fold_into(
+        self,
+        symbolizer: &mut Symbolizer,
+        folded: &mut Folded,
+        thread: &dyn Fn(u32, u32) -> Thread,
+    ) {
+        let Folded {
+            builder,
+            tally,
+            build_ids,
+        } = folded;
+        let names = Names::resolve(&self, symbolizer, builder);
         let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
         let mut threads: HashMap<(u32, u32, NameId, NameId), u32> = HashMap::new();
@@ -243,7 +269,8 @@ impl StackTable {
             // already outermost first.
             let mut outermost_user = None;
             for raw in &raw {
-                for frame in names.frames(raw) {
+                for &id in names.frames(raw) {
+                    let frame = builder.frame_at(id);
                     match frame.kind {
                         FrameKind::User => {
                             unknown_user |= frame.name == UNKNOWN;
@@ -252,15 +279,11 @@ impl StackTable {
                         FrameKind::Kernel => in_exec |= is_exec(&frame.name),
                         _ => {}
                     }
-                    chain.push(builder.frame(frame.clone()));
+                    chain.push(id);
                 }
             }
-            tally.count(
-                &key.end,
-                *count,
-                unknown_user,
-                outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name)),
-            );
+            let rooted = outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name));
+            tally.count(&key.end, *count, unknown_user, rooted);
             if key.end == UserEnd::Unreadable && in_exec {
                 tally.unreadable_in_exec += count;
             }
@@ -284,7 +307,6 @@ impl StackTable {
                 });
             builder.add(tid, stack, Some(key.cpu), *count);
         }
-        builder.meta_mut().unwind = tally.stats.clone();
         // Build-ids let a consumer (pprof's mappings) match each module to its exact file.
         for key in &self.modules {
             if let ModuleKey::File {
@@ -293,13 +315,73 @@ impl StackTable {
             } = key
             {
                 let hex = id.iter().map(|b| format!("{b:02x}")).collect();
-                builder.meta_mut().build_ids.insert(file_name(path), hex);
+                build_ids.insert(file_name(path), hex);
             }
         }
-        let mut profile = builder.finish();
+    }
+}
+
+/// Stacks named and counted so far: what [`StackTable`]s fold into.
+#[derive(Default)]
+pub struct Folded {
+    builder: ProfileBuilder,
+    tally: Tally,
+    build_ids: BTreeMap<String, String>,
+}
+
+impl Folded {
+    /// The profile, with `meta` and the figures on how whole the user stacks are in
+    /// `meta.unwind`.
+    pub fn finish(mut self, meta: Metadata) -> (Profile, Tally) {
+        let own = self.builder.meta_mut();
+        *own = meta;
+        own.unwind = self.tally.stats.clone();
+        own.build_ids.extend(self.build_ids);
+        let mut profile = self.builder.finish();
         // A stable order makes outputs reproducible run to run.
         profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
-        (profile, tally)
+        (profile, self.tally)
+    }
+}
+
+/// Folds full [`StackTable`]s on a thread of its own, with its own [`Symbolizer`], so that
+/// sampling goes on while they are named. At most one table waits while another is folded.
+pub struct BackgroundFold {
+    tables: mpsc::SyncSender<StackTable>,
+    worker: JoinHandle<Folded>,
+}
+
+impl BackgroundFold {
+    /// `thread` names a (pid, tid) pair whose samples were counted without names.
+    pub fn start(thread: impl Fn(u32, u32) -> Thread + Send + 'static) -> io::Result<Self> {
+        let (tables, arriving) = mpsc::sync_channel::<StackTable>(1);
+        let worker = std::thread::Builder::new()
+            .name("stackscope-fold".into())
+            .spawn(move || {
+                let mut symbolizer = Symbolizer::new();
+                let mut folded = Folded::default();
+                for table in arriving {
+                    table.fold_into(&mut symbolizer, &mut folded, &thread);
+                }
+                folded
+            })?;
+        Ok(BackgroundFold { tables, worker })
+    }
+
+    /// Hands a table over; waits only while an earlier one is still queued.
+    pub fn fold(&self, table: StackTable) {
+        // The worker ends only when this sender is dropped, or by a panic that `finish`
+        // passes on.
+        let _ = self.tables.send(table);
+    }
+
+    /// Everything folded, once the worker has named the tables handed over.
+    pub fn finish(self) -> Folded {
+        drop(self.tables);
+        match self.worker.join() {
+            Ok(folded) => folded,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 }
 
@@ -364,42 +446,55 @@ fn is_exec(name: &str) -> bool {
     name == "bprm_execve" || name == "begin_new_exec" || name.starts_with("do_execveat_common")
 }
 
-/// The frames each unique raw frame stands for.
+/// The frames each unique raw frame stands for, interned in the profile being built: a raw
+/// frame costs two words here however long its names are.
 struct Names {
-    frames: HashMap<RawFrame, Vec<Frame>>,
+    /// Where each raw frame's frames are in `ids`, and how many (inlined functions make
+    /// several).
+    spans: HashMap<RawFrame, (u32, u32)>,
+    ids: Vec<FrameId>,
 }
 
 impl Names {
-    fn resolve(table: &StackTable, symbolizer: &mut Symbolizer) -> Names {
+    fn resolve(
+        table: &StackTable,
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) -> Names {
+        let mut names = Names {
+            spans: HashMap::new(),
+            ids: Vec::new(),
+        };
         let mut by_module: HashMap<ModuleId, Vec<u64>> = HashMap::new();
         let mut kernel = Vec::new();
         let mut jit: HashMap<u32, Vec<u64>> = HashMap::new();
-        let mut frames: HashMap<RawFrame, Vec<Frame>> = HashMap::new();
         for (_, raw) in &table.nodes {
-            {
-                if frames.contains_key(raw) {
-                    continue;
+            if names.spans.contains_key(raw) {
+                continue;
+            }
+            // Addresses are queued for their symbolizer and named below; the rest need no
+            // symbols.
+            let known = match *raw {
+                RawFrame::Kernel(addr) => {
+                    kernel.push(addr);
+                    None
                 }
-                // Addresses are queued for their symbolizer and filled in below; the rest
-                // need no symbols.
-                let known = match *raw {
-                    RawFrame::Kernel(addr) => {
-                        kernel.push(addr);
-                        Vec::new()
-                    }
-                    RawFrame::User { module, offset } => {
-                        by_module.entry(module).or_default().push(offset);
-                        Vec::new()
-                    }
-                    RawFrame::Jit { pid, addr } => {
-                        jit.entry(pid).or_default().push(addr);
-                        Vec::new()
-                    }
-                    RawFrame::Unmapped(_) => vec![unknown(FrameKind::User, None)],
-                    RawFrame::Truncated => vec![Frame::marker("[truncated]")],
-                    RawFrame::Marker(name) => vec![Frame::marker(name)],
-                };
-                frames.insert(*raw, known);
+                RawFrame::User { module, offset } => {
+                    by_module.entry(module).or_default().push(offset);
+                    None
+                }
+                RawFrame::Jit { pid, addr } => {
+                    jit.entry(pid).or_default().push(addr);
+                    None
+                }
+                RawFrame::Unmapped(_) => Some(unknown(FrameKind::User, None)),
+                RawFrame::Truncated => Some(Frame::marker("[truncated]")),
+                RawFrame::Marker(name) => Some(Frame::marker(name)),
+            };
+            // A placeholder keeps each address queued once.
+            names.spans.insert(*raw, (0, 0));
+            if let Some(frame) = known {
+                names.insert(builder, *raw, [frame]);
             }
         }
 
@@ -409,7 +504,7 @@ impl Names {
                 Some(sym) => frame_from(sym, FrameKind::Kernel, Some("[kernel.kallsyms]")),
                 None => unknown(FrameKind::Kernel, Some("[kernel.kallsyms]")),
             };
-            frames.insert(RawFrame::Kernel(*addr), vec![frame]);
+            names.insert(builder, RawFrame::Kernel(*addr), [frame]);
         }
 
         for (module, offsets) in by_module {
@@ -429,14 +524,14 @@ impl Names {
                     module,
                     offset: *offset,
                 };
-                let list = if syms.is_empty() {
-                    vec![unknown(FrameKind::User, Some(&module_name))]
+                if syms.is_empty() {
+                    names.insert(builder, raw, [unknown(FrameKind::User, Some(&module_name))]);
                 } else {
-                    syms.into_iter()
-                        .map(|s| frame_from(s, FrameKind::User, Some(&module_name)))
-                        .collect()
-                };
-                frames.insert(raw, list);
+                    let frames = syms
+                        .into_iter()
+                        .map(|s| frame_from(s, FrameKind::User, Some(&module_name)));
+                    names.insert(builder, raw, frames);
+                }
             }
         }
 
@@ -447,15 +542,32 @@ impl Names {
                     Some(sym) => frame_from(sym, FrameKind::User, Some("[jit]")),
                     None => unknown(FrameKind::User, None),
                 };
-                frames.insert(RawFrame::Jit { pid, addr: *addr }, vec![frame]);
+                names.insert(builder, RawFrame::Jit { pid, addr: *addr }, [frame]);
             }
         }
 
-        Names { frames }
+        names
     }
 
-    fn frames(&self, raw: &RawFrame) -> &[Frame] {
-        self.frames.get(raw).map(Vec::as_slice).unwrap_or(&[])
+    /// Interns `frames` (outermost first) as what `raw` stands for.
+    fn insert(
+        &mut self,
+        builder: &mut ProfileBuilder,
+        raw: RawFrame,
+        frames: impl IntoIterator<Item = Frame>,
+    ) {
+        let start = self.ids.len();
+        self.ids
+            .extend(frames.into_iter().map(|f| builder.frame(f)));
+        let span = (start as u32, (self.ids.len() - start) as u32);
+        self.spans.insert(raw, span);
+    }
+
+    fn frames(&self, raw: &RawFrame) -> &[FrameId] {
+        match self.spans.get(raw) {
+            Some(&(start, len)) => &self.ids[start as usize..(start + len) as usize],
+            None => &[],
+        }
     }
 }
 
@@ -510,6 +622,113 @@ mod tests {
             "prog"
         );
         assert_eq!(file_name("/opt/tools/elf"), "elf");
+    }
+
+    /// Two real kernel function addresses, for frames the kernel symbolizer names.
+    fn kernel_functions() -> Vec<u64> {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
+        kallsyms
+            .lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                let addr = u64::from_str_radix(words.next()?, 16).ok()?;
+                let kind = words.next()?;
+                (addr != 0 && (kind == "T" || kind == "t")).then_some(addr)
+            })
+            .take(2)
+            .collect()
+    }
+
+    #[test]
+    fn folding_tables_as_they_fill_gives_the_profile_one_table_gives() {
+        let k = kernel_functions();
+        let stacks: Vec<(u32, Vec<RawFrame>, UserEnd)> = vec![
+            (
+                1,
+                vec![RawFrame::Kernel(k[0]), RawFrame::Unmapped(0x1000)],
+                UserEnd::Complete,
+            ),
+            (
+                1,
+                vec![RawFrame::Kernel(k[0] + 4), RawFrame::Unmapped(0x1000)],
+                UserEnd::Complete,
+            ),
+            (
+                2,
+                vec![RawFrame::Kernel(k[1]), RawFrame::Truncated],
+                UserEnd::Truncated,
+            ),
+            (
+                2,
+                vec![RawFrame::Marker("[stack unreadable]")],
+                UserEnd::Unreadable,
+            ),
+            (
+                3,
+                vec![RawFrame::Unmapped(0x2000)],
+                UserEnd::Broken("/lib/x.so".into()),
+            ),
+        ];
+        let meta = Metadata {
+            source: "test".into(),
+            ..Metadata::default()
+        };
+        let thread = |pid, tid| Thread {
+            pid,
+            tid,
+            comm: format!("t{tid}"),
+            process_name: format!("p{pid}"),
+        };
+        let add = |table: &mut StackTable, round: u32| {
+            for (i, (pid, frames, end)) in stacks.iter().enumerate() {
+                for _ in 0..=i as u32 + round {
+                    table.add_named((*pid, *pid), ("c", "p"), round % 2, frames, end.clone());
+                }
+                table.add(*pid, *pid + 1, 0, frames, end.clone());
+            }
+        };
+
+        let mut symbolizer = Symbolizer::new();
+        let mut whole = StackTable::default();
+        let mut folded = Folded::default();
+        for round in 0..3 {
+            add(&mut whole, round);
+            let mut part = StackTable::default();
+            add(&mut part, round);
+            part.fold_into(&mut symbolizer, &mut folded, &thread);
+        }
+        let (one, one_tally) = whole.into_profile(&mut symbolizer, meta.clone(), &thread);
+        let (parts, parts_tally) = folded.finish(meta);
+        // Ids follow the order things were first met; what they stand for must not differ.
+        let content = |p: &Profile| {
+            let mut counts: Vec<(String, Vec<String>, Option<u32>, u64)> = p
+                .samples
+                .iter()
+                .map(|s| {
+                    let t = p.thread(s.thread);
+                    let who = format!("{} {} {} {}", t.pid, t.tid, t.comm, t.process_name);
+                    let frames = p.stack_frames(s.stack).map(|f| f.name.clone()).collect();
+                    (who, frames, s.cpu, s.count)
+                })
+                .collect();
+            counts.sort();
+            counts
+        };
+        assert_eq!(content(&one), content(&parts));
+        assert_eq!(one.meta, parts.meta);
+        assert_eq!(one_tally.stats, parts_tally.stats);
+        assert_eq!(one_tally.broken_in, parts_tally.broken_in);
+        // Per round r, stack i is sampled i + r + 1 times with names and once without.
+        assert_eq!(one.total_samples(), 3 * 15 + 5 * 3 + 3 * 5);
+        // Samples at two addresses of one kernel function are one stack.
+        let kernel_names: std::collections::HashSet<&str> = one
+            .frames
+            .iter()
+            .filter(|f| f.kind == FrameKind::Kernel)
+            .map(|f| f.name.as_str())
+            .collect();
+        assert!(kernel_names.len() <= 2, "{kernel_names:?}");
+        assert_eq!(one.meta.unwind.truncated, parts.meta.unwind.truncated);
     }
 
     #[test]

@@ -52,8 +52,9 @@ int main(void) {
 
 fn perf_record(dir: &Path, options: &[&str], prog: &Path) -> PathBuf {
     let data = dir.join("perf.data");
+    // -N: perf aborts when another recording writes its build-id cache at the same moment.
     let out = Command::new("perf")
-        .arg("record")
+        .args(["record", "-N"])
         .args(options)
         .arg("-o")
         .arg(&data)

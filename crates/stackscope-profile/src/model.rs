@@ -211,6 +211,11 @@ impl ProfileBuilder {
         id
     }
 
+    /// A frame interned before.
+    pub fn frame_at(&self, id: FrameId) -> &Frame {
+        self.profile.frame(id)
+    }
+
     /// Interns a stack given root first.
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
         if let Some(&id) = self.stack_ids.get(frames) {

@@ -203,7 +203,7 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
             .arg(&prog),
     );
     let split = Measured::of(prog.clone(), d, "4000");
-    let data = perf_record(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
+    let data = perf_record_caching(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
     // Rebuilt differently: other code at other addresses, another build-id.
     stackscope_testkit::run(
         Command::new("gcc")

@@ -544,7 +544,19 @@ pub fn profile(dir: &Path, args: &[&str]) -> Run {
 }
 
 /// Runs `perf record OPTIONS -o DIR/perf.data -- COMMAND` and returns the file's path.
+///
+/// Without perf's build-id cache (`-N`): perf aborts when another recording on the machine
+/// writes the cache at the same moment. [`perf_record_caching`] keeps it.
 pub fn perf_record(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
+    let mut options = options.to_vec();
+    if !options.contains(&"-N") {
+        options.insert(0, "-N");
+    }
+    perf_record_caching(dir, &options, command)
+}
+
+/// [`perf_record`], with perf copying the binaries it saw into its build-id cache.
+pub fn perf_record_caching(dir: &Path, options: &[&str], command: &[&OsStr]) -> PathBuf {
     let data = dir.join("perf.data");
     let mut cmd = Command::new("perf");
     cmd.current_dir(dir)
