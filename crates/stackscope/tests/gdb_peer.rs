@@ -108,6 +108,33 @@ fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
     stackscope(dir, &all)
 }
 
+/// A run of `stackscope gdb ARGS -o OUT` against a stub playing a script.
+struct Against {
+    run: Run,
+    /// The stub's address.
+    remote: String,
+    out: std::path::PathBuf,
+    /// Holds `out` until the test ends: bind it (`_dir`), not `..`, which drops it at once.
+    _dir: tempfile::TempDir,
+}
+
+/// Runs `stackscope gdb ARGS -o DIR/out.folded` against a stub playing `script`, to its end.
+fn against(script: Script, args: &[&str]) -> Against {
+    let dir = tempdir();
+    let out = dir.path().join("out.folded");
+    let (remote, stub) = fake_stub(script);
+    let mut all = args.to_vec();
+    all.extend(["-o", out.to_str().unwrap()]);
+    let run = gdb(dir.path(), &remote, &all);
+    stub.join().unwrap();
+    Against {
+        run,
+        remote,
+        out,
+        _dir: dir,
+    }
+}
+
 /// Asserts stackscope took no longer than `secs` (plus room for a loaded machine).
 fn assert_ended_within(run: &Run, secs: u64) {
     let bound = Duration::from_secs(secs + 5);
@@ -142,12 +169,9 @@ fn a_thread_list_that_never_ends_is_an_error_within_the_timeout() {
             _ => plain(request, interrupts, out),
         }
     }
-    let dir = tempdir();
-    let (remote, stub) = fake_stub(script);
-    let run = gdb(dir.path(), &remote, &["--timeout", "3", "-o", "x.svg"]);
+    let Against { run, remote, .. } = against(script, &["--timeout", "3"]);
     run.assert_one_line_error(&[&remote, "qsThreadInfo"]);
     assert_ended_within(&run, 3);
-    stub.join().unwrap();
 }
 
 #[test]
@@ -162,18 +186,15 @@ fn a_console_flood_ends_sampling_and_the_samples_so_far_are_written() {
         }
         plain(request, interrupts, out)
     }
-    let dir = tempdir();
-    let out = dir.path().join("out.folded");
-    let (remote, stub) = fake_stub(script);
-    let run = gdb(
-        dir.path(),
-        &remote,
-        &["--timeout", "3", "-d", "60", "-o", out.to_str().unwrap()],
-    );
+    let Against {
+        run,
+        remote,
+        out,
+        _dir,
+    } = against(script, &["--timeout", "3", "-d", "60"]);
     assert_ended_within(&run, 3);
     assert_wrote_samples_and_said(&run, &out, "console output");
     assert!(run.stderr.contains(&remote), "{}", run.stderr);
-    stub.join().unwrap();
 }
 
 #[test]
@@ -188,18 +209,10 @@ fn console_output_trickling_cannot_hold_the_recording_past_its_duration() {
         }
         plain(request, interrupts, out)
     }
-    let dir = tempdir();
-    let out = dir.path().join("out.folded");
-    let (remote, stub) = fake_stub(script);
-    let run = gdb(
-        dir.path(),
-        &remote,
-        &["--timeout", "60", "-d", "3", "-o", out.to_str().unwrap()],
-    );
+    let Against { run, out, _dir, .. } = against(script, &["--timeout", "60", "-d", "3"]);
     // The duration, then at most 2 s to detach.
     assert_ended_within(&run, 3 + 2);
     assert_wrote_samples_and_said(&run, &out, "duration ended");
-    stub.join().unwrap();
 }
 
 #[test]
@@ -214,10 +227,7 @@ fn a_packet_without_end_is_refused_at_the_packet_size() {
         }
         plain(request, interrupts, out)
     }
-    let dir = tempdir();
-    let (remote, stub) = fake_stub(script);
-    let run = gdb(dir.path(), &remote, &["--timeout", "5", "-o", "x.svg"]);
+    let Against { run, remote, .. } = against(script, &["--timeout", "5"]);
     run.assert_one_line_error(&[&remote, "longer than 16384 bytes", "qSupported"]);
     assert_ended_within(&run, 5);
-    stub.join().unwrap();
 }

@@ -56,37 +56,20 @@ fn too_large_durations_are_refused_not_a_panic() {
 
 #[test]
 fn non_finite_negative_and_zero_durations_are_refused() {
-    assert_refused(
-        &["record", "-d", "inf", "--", "true"],
-        "--duration",
-        "finite",
-    );
-    assert_refused(
-        &["record", "-d", "NaN", "--", "true"],
-        "--duration",
-        "finite",
-    );
-    assert_refused(
-        &["record", "--duration=-1", "--", "true"],
-        "--duration",
-        "negative",
-    );
-    assert_refused(
-        &["record", "-d", "0", "--", "true"],
-        "--duration",
-        "more than zero",
-    );
-    // Rounds to no time at all.
-    assert_refused(
-        &["record", "-d", "1e-300", "--", "true"],
-        "--duration",
-        "more than zero",
-    );
-    assert_refused(
-        &["record", "-d", "soon", "--", "true"],
-        "--duration",
-        "not a number",
-    );
+    for (value, why) in [
+        ("-d inf", "finite"),
+        ("-d NaN", "finite"),
+        ("--duration=-1", "negative"),
+        ("-d 0", "more than zero"),
+        // Rounds to no time at all.
+        ("-d 1e-300", "more than zero"),
+        ("-d soon", "not a number"),
+    ] {
+        let mut args = vec!["record"];
+        args.extend(value.split(' '));
+        args.extend(["--", "true"]);
+        assert_refused(&args, "--duration", why);
+    }
     let gdb = ["gdb", "--kernel", "/bin/true"];
     for (flag, value, why) in [
         ("--timeout", "0", "more than zero"),
