@@ -634,8 +634,9 @@ pub fn top_folded(lines: &[(Vec<String>, u64)], n: usize) -> String {
 
 pub use stackscope_testkit::truth::Truth;
 
-/// A split workload (`split_nofp`, `split_fp`, `rust_deep`) run as `PROG ROUNDS TRUTH_FILE`:
-/// it writes the CPU time it measured in each hot function to TRUTH_FILE, in `dir`.
+/// A split workload (`split_nofp`, `split_fp`, `rust_deep`, `threads`) run as
+/// `PROG ROUNDS TRUTH_FILE`: it writes the CPU time it measured in each hot function to
+/// TRUTH_FILE, in `dir`.
 pub struct Measured {
     pub prog: PathBuf,
     pub rounds: String,
