@@ -364,20 +364,30 @@ impl Collector {
         kernel_excluded: bool,
     ) -> Profile {
         meta.lost_samples = self.lost;
-        let (mut profile, tally) = match self.fold {
+        let missing = self.unwinder.modules_without_unwind_info();
+        // What unwinding needed (parsed unwind tables, mapped sections, the live processes'
+        // maps) is let go before naming, the recording's peak of memory.
+        let Collector {
+            processes,
+            comms,
+            unwinder,
+            table,
+            fold,
+            ..
+        } = self;
+        drop((processes, comms, unwinder));
+        let (mut profile, tally) = match fold {
             Some(fold) => {
-                fold.fold(self.table);
+                fold.fold(table);
                 fold.finish().finish(meta)
             }
             None => {
                 let mut symbolizer = Symbolizer::new();
-                self.table
-                    .into_profile(&mut symbolizer, meta, &thread_names(self.live))
+                table.into_profile(&mut symbolizer, meta, &thread_names(self.live))
             }
         };
         let stats = &tally.stats;
         let mut hints = Vec::new();
-        let missing = self.unwinder.modules_without_unwind_info();
         if !missing.is_empty() {
             let names: Vec<&str> = missing.iter().map(|p| &**p).take(3).collect();
             hints.push(format!(
