@@ -204,7 +204,7 @@ pub enum ReadError {
     #[error("OSDK profile JSON, {place}: {problem}")]
     Osdk { place: String, problem: String },
     #[error(
-        "input is not a profile stackscope reads (byte {byte:#04x} at offset {offset}); expected stackscope JSON, OSDK JSON, folded stacks or perf.data"
+        "byte {byte:#04x} at offset {offset} begins none of stackscope JSON, OSDK JSON, folded stacks or perf.data"
     )]
     NotProfile { offset: usize, byte: u8 },
     #[error(
