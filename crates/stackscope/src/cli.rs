@@ -174,16 +174,18 @@ pub struct RecordArgs {
     #[arg(long, value_enum, default_value = "perf")]
     pub backend: BackendArg,
 
-    /// How to unwind user stacks: `dwarf` copies stack memory and unwinds with the binaries'
-    /// unwind tables (whole stacks without frame pointers); `fp` follows frame pointers in the
-    /// kernel (cheaper; breaks on code built without them).
-    #[arg(long, value_enum, default_value = "dwarf")]
-    pub unwind: UnwindArg,
+    /// How the perf backend unwinds user stacks: `dwarf` (the default) copies stack memory
+    /// and unwinds with the binaries' unwind tables (whole stacks without frame pointers);
+    /// `fp` follows frame pointers in the kernel (cheaper; breaks on code built without
+    /// them). Not for `--backend bpf`, which unwinds by the unwind tables in the kernel.
+    #[arg(long, value_enum)]
+    pub unwind: Option<UnwindArg>,
 
-    /// Bytes of user stack copied per sample for `--unwind dwarf` (multiple of 8, at most
-    /// 65528). Deeper stacks are cut short and marked `[truncated]`.
-    #[arg(long, value_name = "BYTES", default_value_t = 32768)]
-    pub stack_size: u32,
+    /// Bytes of user stack the perf backend copies per sample for `--unwind dwarf` (multiple
+    /// of 8, at most 65528; default 32768). Deeper stacks are cut short and marked
+    /// `[truncated]`. Not for `--backend bpf`, which copies no stack.
+    #[arg(long, value_name = "BYTES")]
+    pub stack_size: Option<u32>,
 
     #[command(flatten)]
     pub output: OutputArgs,

@@ -22,6 +22,9 @@ pub fn run(args: RecordArgs) -> Result<i32> {
     run_with(args, |output, profile| output.write(profile))
 }
 
+/// Bytes of user stack copied per sample when `--stack-size` is not given.
+const DEFAULT_STACK_SIZE: u32 = 32 * 1024;
+
 /// `record` with another last step: `write` saves the profile where `output` says (checked
 /// writable before sampling began). The drop-in shims use it to trim stacks before writing.
 pub(crate) fn run_with(
@@ -32,13 +35,21 @@ pub(crate) fn run_with(
     if args.cpu.is_some() && !args.all_cpus {
         bail!("-C/--cpu selects a CPU of the whole-system profile: use it with -a");
     }
-    if !args.stack_size.is_multiple_of(8)
-        || args.stack_size == 0
-        || args.stack_size > MAX_STACK_COPY
-    {
+    if args.backend == BackendArg::Bpf {
+        let given = [
+            (args.unwind.is_some(), "--unwind"),
+            (args.stack_size.is_some(), "--stack-size"),
+        ];
+        if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
+            bail!(
+                "{flag} is for --backend perf: --backend bpf unwinds user stacks in the kernel by the binaries' unwind tables and copies no stack"
+            );
+        }
+    }
+    let stack_size = args.stack_size.unwrap_or(DEFAULT_STACK_SIZE);
+    if !stack_size.is_multiple_of(8) || stack_size == 0 || stack_size > MAX_STACK_COPY {
         bail!(
-            "--stack-size {} is invalid: it must be a multiple of 8 between 8 and {MAX_STACK_COPY}",
-            args.stack_size
+            "--stack-size {stack_size} is invalid: it must be a multiple of 8 between 8 and {MAX_STACK_COPY}"
         );
     }
     if args.frequency == Some(0) || args.count == Some(0) {
@@ -72,9 +83,9 @@ pub(crate) fn run_with(
         period,
         user: !args.kernel_stacks_only,
         kernel: !args.user_stacks_only,
-        stack_mode: match args.unwind {
+        stack_mode: match args.unwind.unwrap_or(UnwindArg::Dwarf) {
             UnwindArg::Dwarf if !args.kernel_stacks_only => StackMode::Dwarf {
-                stack_bytes: args.stack_size,
+                stack_bytes: stack_size,
             },
             _ => StackMode::FramePointer,
         },

@@ -253,3 +253,26 @@ fn output_into_a_missing_directory_fails_before_the_command_runs() {
         missing.display()
     );
 }
+
+#[test]
+fn perf_backend_flags_are_refused_with_the_bpf_backend() {
+    let dir = tempdir();
+    for (flag, value) in [("--unwind", "fp"), ("--stack-size", "4096")] {
+        let run = stackscope(
+            dir.path(),
+            [
+                "record",
+                "--backend",
+                "bpf",
+                flag,
+                value,
+                "-o",
+                "x.svg",
+                "--",
+                "true",
+            ],
+        );
+        run.assert_one_line_error(&[flag, "--backend perf"]);
+    }
+    assert!(!dir.path().join("x.svg").exists());
+}
