@@ -587,7 +587,7 @@ fn user_frames(
             UserEnd::Truncated
         }
         layout::UserEnd::Broken => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| "[unknown]".into()))
+            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
         }
         layout::UserEnd::FramePointer => UserEnd::Unjudged,
     }

@@ -571,7 +571,7 @@ impl StackCounts {
                     _ => {
                         unknown = true;
                         chain.push(builder.frame(Frame {
-                            name: "[unknown]".into(),
+                            name: stackscope_profile::UNKNOWN.into(),
                             kind: kind_of(addr),
                             ..Frame::default()
                         }));

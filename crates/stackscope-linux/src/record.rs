@@ -333,7 +333,7 @@ impl Collector {
                 UnwindEnd::Complete => UserEnd::Complete,
                 UnwindEnd::Truncated => UserEnd::Truncated,
                 UnwindEnd::Broken { module } => {
-                    UserEnd::Broken(module.unwrap_or_else(|| "[unknown]".into()))
+                    UserEnd::Broken(module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
                 }
             },
             (None, _) if !sample.user_callchain.is_empty() => {

@@ -8,7 +8,7 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use stackscope_profile::{
-    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
+    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
 };
 use stackscope_symbols::{SymFrame, Symbolizer};
 
@@ -435,8 +435,6 @@ const ENTRY_POINTS: &[&str] = &[
     "__clone",
     "__clone3",
 ];
-
-const UNKNOWN: &str = "[unknown]";
 
 /// Stands for the user frames of a stack the kernel could not copy.
 pub const UNREADABLE: &str = "[stack unreadable]";

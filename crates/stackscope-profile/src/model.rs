@@ -22,6 +22,9 @@ pub enum FrameKind {
     Marker,
 }
 
+/// The name of a frame whose function is not known, in every source and writer.
+pub const UNKNOWN: &str = "[unknown]";
+
 /// One frame of a call stack, as shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct Frame {

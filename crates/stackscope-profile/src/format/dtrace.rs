@@ -12,7 +12,7 @@
 //! their bare name; a stack without frames prints one `[unknown]` frame.
 
 use super::{push_name, WriteOptions};
-use crate::{Frame, FrameKind, Profile};
+use crate::{Frame, FrameKind, Profile, UNKNOWN};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -37,7 +37,7 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
         }
         if text.is_empty() {
             // A count without frames would break readers (inferno's collapser fails on it).
-            push_frame(&mut text, &Frame::marker("[unknown]"));
+            push_frame(&mut text, &Frame::marker(UNKNOWN));
         }
         *texts.entry(text).or_default() += count;
     }
@@ -94,7 +94,7 @@ mod tests {
             module: Some("/lib/libc.so.6".into()),
             ..Frame::default()
         });
-        let m = b.frame(Frame::marker("[unknown]"));
+        let m = b.frame(Frame::marker(UNKNOWN));
         let t1 = b.thread(Thread {
             tid: 1,
             ..Thread::default()

@@ -84,7 +84,7 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile
         .iter()
         .map(|f| {
             let name = if f.name.is_empty() {
-                "[unknown]"
+                crate::UNKNOWN
             } else {
                 &f.name
             };

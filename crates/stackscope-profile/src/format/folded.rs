@@ -165,7 +165,7 @@ fn parse_frame(name: &str, kernel_side: bool) -> Frame {
         _ if name.len() > 2
             && name.starts_with('[')
             && name.ends_with(']')
-            && name != "[unknown]" =>
+            && name != crate::UNKNOWN =>
         {
             (name, FrameKind::Marker)
         }

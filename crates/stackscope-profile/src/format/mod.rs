@@ -367,7 +367,7 @@ pub(crate) fn delimited(profile: &Profile, frames: &[u32], split: usize) -> bool
 /// vanish, becomes `[unknown]`.
 pub(crate) fn push_name(buf: &mut String, name: &str, in_folded: bool) {
     if name.is_empty() {
-        buf.push_str("[unknown]");
+        buf.push_str(crate::UNKNOWN);
         return;
     }
     for c in name.chars() {

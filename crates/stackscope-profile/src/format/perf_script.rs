@@ -16,14 +16,13 @@
 //! drop a sample that has none. The profile keeps no addresses, so every frame prints address 0.
 
 use super::{push_name, WriteOptions};
-use crate::{Frame, FrameKind, Profile};
+use crate::{Frame, FrameKind, Profile, UNKNOWN};
 use std::io::{self, Write};
 
 /// The event named when the profile names none.
 const DEFAULT_EVENT: &str = "cpu-clock";
 /// The module perf names for kernel code.
 const KERNEL_MODULE: &str = "[kernel.kallsyms]";
-const UNKNOWN: &str = "[unknown]";
 
 pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
     let event = event_name(&profile.meta.event);
@@ -132,7 +131,7 @@ mod tests {
             ..Frame::default()
         });
         let unknown = b.frame(Frame {
-            name: "[unknown]".into(),
+            name: UNKNOWN.into(),
             module: Some("/lib/libc.so.6".into()),
             ..Frame::default()
         });

@@ -64,7 +64,7 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
         .map(|f| {
             let frame = SharedFrame {
                 name: if f.name.is_empty() {
-                    "[unknown]"
+                    crate::UNKNOWN
                 } else {
                     &f.name
                 },
