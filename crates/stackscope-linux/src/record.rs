@@ -514,27 +514,7 @@ fn percent(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The start of a kernel function of at least 4 KiB that no other symbol shares, from the
-    /// running kernel's symbols.
-    fn big_kernel_function() -> u64 {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
-        let mut symbols: Vec<(u64, bool)> = kallsyms
-            .lines()
-            .filter_map(|line| {
-                let mut words = line.split_whitespace();
-                let addr = u64::from_str_radix(words.next()?, 16).ok()?;
-                let kind = words.next()?;
-                (addr != 0).then_some((addr, kind == "T" || kind == "t"))
-            })
-            .collect();
-        symbols.sort_unstable();
-        symbols
-            .windows(3)
-            .find(|w| w[1].1 && w[0].0 < w[1].0 && w[2].0 - w[1].0 >= 4096)
-            .map(|w| w[1].0)
-            .expect("a kernel function of 4 KiB (kallsyms needs root)")
-    }
+    use crate::stacks::tests::big_kernel_function;
 
     /// Samples at ever new addresses, as a long whole-system recording gives, must not keep
     /// a table entry per address: the table is named and merged by function once full.

@@ -606,7 +606,7 @@ fn file_name(path: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -622,24 +622,32 @@ mod tests {
         assert_eq!(file_name("/opt/tools/elf"), "elf");
     }
 
-    /// Two real kernel function addresses, for frames the kernel symbolizer names.
-    fn kernel_functions() -> Vec<u64> {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();
-        kallsyms
+    /// The start of a kernel function of at least 4 KiB that no other symbol shares, from the
+    /// running kernel's symbols.
+    pub(crate) fn big_kernel_function() -> u64 {
+        let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+        let mut symbols: Vec<(u64, bool)> = kallsyms
             .lines()
             .filter_map(|line| {
                 let mut words = line.split_whitespace();
                 let addr = u64::from_str_radix(words.next()?, 16).ok()?;
                 let kind = words.next()?;
-                (addr != 0 && (kind == "T" || kind == "t")).then_some(addr)
+                (addr != 0).then_some((addr, kind == "T" || kind == "t"))
             })
-            .take(2)
-            .collect()
+            .collect();
+        symbols.sort_unstable();
+        symbols
+            .windows(3)
+            .find(|w| w[1].1 && w[0].0 < w[1].0 && w[2].0 - w[1].0 >= 4096)
+            .map(|w| w[1].0)
+            .expect("a kernel function of 4 KiB (kallsyms needs root)")
     }
 
     #[test]
     fn folding_tables_as_they_fill_gives_the_profile_one_table_gives() {
-        let k = kernel_functions();
+        // Kernel addresses, all inside one function of at least 4 KiB.
+        let f = big_kernel_function();
+        let k = [f, f + 64];
         let stacks: Vec<(u32, Vec<RawFrame>, UserEnd)> = vec![
             (
                 1,

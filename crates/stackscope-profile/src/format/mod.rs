@@ -160,7 +160,7 @@ pub struct WriteOptions {
 }
 
 /// Writes `profile` in `format`. Fails with [`io::ErrorKind::InvalidData`] when the profile
-/// holds an index out of range.
+/// holds an index out of range, or a count the format cannot hold.
 pub fn write(
     profile: &Profile,
     format: Format,
