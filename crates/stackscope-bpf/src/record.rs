@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use libbpf_rs::RingBufferBuilder;
 use stackscope_linux::record::lookup_addresses;
 use stackscope_linux::sampler::SampleError;
-use stackscope_linux::stacks::{RawFrame, StackTable, UserEnd};
 use stackscope_linux::target::{self, HeldChild, Target};
 use stackscope_profile::{Metadata, Profile, Thread};
+use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_symbols::Symbolizer;
 
 use crate::error::BpfError;

@@ -10,7 +10,7 @@ use framehop::Module;
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
-use stackscope_linux::unwind::module::{ModuleFile, SectionData};
+use stackscope_stacks::module::{ModuleFile, SectionData};
 
 /// One `PT_LOAD` segment.
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ use framehop::x86_64::UnwinderX86_64;
 use framehop::Unwinder as _;
 
 use crate::image::Image;
-use stackscope_linux::unwind::module::SectionData;
+use stackscope_stacks::module::SectionData;
 
 /// The target's files, the main one first.
 pub struct Space {

@@ -10,7 +10,6 @@ mod perf;
 pub mod perf_data;
 pub mod record;
 pub mod sampler;
-pub mod stacks;
 pub mod target;
 pub mod unwind;
 pub mod unwind_table;

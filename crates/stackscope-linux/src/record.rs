@@ -12,9 +12,9 @@ use stackscope_symbols::Symbolizer;
 
 use crate::maps::ProcessMaps;
 use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
-use crate::stacks::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
+use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
 
 /// What to record and when to stop.
 pub struct RecordOptions {
@@ -514,7 +514,6 @@ fn percent(part: u64, whole: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stacks::tests::big_kernel_function;
 
     /// Samples at ever new addresses, as a long whole-system recording gives, must not keep
     /// a table entry per address: the table is named and merged by function once full.
@@ -531,7 +530,7 @@ mod tests {
             buffer_pages: 0,
         };
         let mut collector = Collector::new(&config);
-        let function = big_kernel_function();
+        let function = stackscope_testkit::big_kernel_function();
         let samples = 3 * FOLD_AT_NODES as u64;
         let mut largest = 0;
         for i in 0..samples {

@@ -7,8 +7,6 @@
 //! process maps is kept only while it is among the [`IDLE_FILES`] most recently used, so
 //! memory follows what runs now rather than everything that ever ran.
 
-/// Public for stackscope-gdb, which builds a framehop module from a guest ELF the same way.
-pub mod module;
 #[cfg(test)]
 mod tests;
 
@@ -22,7 +20,7 @@ use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
 
 use crate::maps::{Mapping, ProcessMaps};
-use module::{ModuleFile, SectionData};
+use stackscope_stacks::module::{ModuleFile, SectionData};
 
 /// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;

@@ -22,7 +22,7 @@ mod tests;
 
 use std::path::Path;
 
-use crate::unwind::module::ModuleFile;
+use stackscope_stacks::module::ModuleFile;
 
 pub use process::{MappingTable, ProcessTables, TableCache, TableId};
 

@@ -44,3 +44,24 @@ pub fn compile(
     out.canonicalize()
         .unwrap_or_else(|e| panic!("{compiler} wrote no {}: {e}", out.display()))
 }
+
+/// The start of a kernel function of at least 4 KiB that no other symbol shares, from the
+/// running kernel's symbols.
+pub fn big_kernel_function() -> u64 {
+    let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
+    let mut symbols: Vec<(u64, bool)> = kallsyms
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let addr = u64::from_str_radix(words.next()?, 16).ok()?;
+            let kind = words.next()?;
+            (addr != 0).then_some((addr, kind == "T" || kind == "t"))
+        })
+        .collect();
+    symbols.sort_unstable();
+    symbols
+        .windows(3)
+        .find(|w| w[1].1 && w[0].0 < w[1].0 && w[2].0 - w[1].0 >= 4096)
+        .map(|w| w[1].0)
+        .expect("a kernel function of 4 KiB (kallsyms needs root)")
+}

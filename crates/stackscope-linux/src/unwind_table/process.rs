@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use super::UnwindTable;
 use crate::maps::{Mapping, ProcessMaps};
-use crate::unwind::module::ModuleFile;
 use crate::unwind::{open_mapped_file, own_vdso, FileKey};
+use stackscope_stacks::module::ModuleFile;
 
 /// Identifies a table for as long as the [`TableCache`] that built it lives; a rebuilt file
 /// gets a new id.

@@ -17,7 +17,7 @@ use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::Endianness;
 
-use crate::maps::Mapping;
+use crate::Mapping;
 
 /// Page size the kernel maps ELF segments with on x86_64.
 const PAGE: u64 = 4096;
@@ -128,7 +128,7 @@ impl ModuleFile {
     }
 
     /// Parses an ELF image already in memory (the vDSO).
-    pub(crate) fn from_bytes(data: &[u8]) -> Result<Self, object::Error> {
+    pub fn from_bytes(data: &[u8]) -> Result<Self, object::Error> {
         Self::parse(&Image::Copied(Arc::from(data)))
     }
 
@@ -218,7 +218,7 @@ impl ModuleFile {
     /// the bias is that avma minus the segment's stated address. A file's first mapping
     /// usually is not its text, and non-PIE files have a non-zero `p_vaddr`, so
     /// `mapping.start` alone is not the base.
-    pub(crate) fn bias(&self, mapping: &Mapping) -> Option<u64> {
+    pub fn bias(&self, mapping: &Mapping) -> Option<u64> {
         let covers = |seg: &&LoadSegment| {
             let first_page = seg.offset & !(PAGE - 1);
             first_page <= mapping.offset && mapping.offset < seg.offset.saturating_add(seg.filesz)

@@ -12,7 +12,7 @@ use stackscope_profile::{
 };
 use stackscope_symbols::{SymFrame, Symbolizer};
 
-use crate::maps::Mapping;
+use crate::Mapping;
 
 /// Index into [`StackTable::modules`].
 type ModuleId = u32;
@@ -606,7 +606,7 @@ fn file_name(path: &str) -> String {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
     #[test]
@@ -622,31 +622,10 @@ pub(crate) mod tests {
         assert_eq!(file_name("/opt/tools/elf"), "elf");
     }
 
-    /// The start of a kernel function of at least 4 KiB that no other symbol shares, from the
-    /// running kernel's symbols.
-    pub(crate) fn big_kernel_function() -> u64 {
-        let kallsyms = std::fs::read_to_string("/proc/kallsyms").expect("read /proc/kallsyms");
-        let mut symbols: Vec<(u64, bool)> = kallsyms
-            .lines()
-            .filter_map(|line| {
-                let mut words = line.split_whitespace();
-                let addr = u64::from_str_radix(words.next()?, 16).ok()?;
-                let kind = words.next()?;
-                (addr != 0).then_some((addr, kind == "T" || kind == "t"))
-            })
-            .collect();
-        symbols.sort_unstable();
-        symbols
-            .windows(3)
-            .find(|w| w[1].1 && w[0].0 < w[1].0 && w[2].0 - w[1].0 >= 4096)
-            .map(|w| w[1].0)
-            .expect("a kernel function of 4 KiB (kallsyms needs root)")
-    }
-
     #[test]
     fn folding_tables_as_they_fill_gives_the_profile_one_table_gives() {
         // Kernel addresses, all inside one function of at least 4 KiB.
-        let f = big_kernel_function();
+        let f = stackscope_testkit::big_kernel_function();
         let k = [f, f + 64];
         let stacks: Vec<(u32, Vec<RawFrame>, UserEnd)> = vec![
             (

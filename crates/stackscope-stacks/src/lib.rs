@@ -1,0 +1,13 @@
+//! stackscope's middle, which every source feeds: the files a target maps ([`Mapping`],
+//! [`module::ModuleFile`]: file, load bias, build-id, unwind sections), a table of raw stacks
+//! counted as they arrive ([`table::StackTable`]), and the one step that names every unique
+//! address once and builds the [`stackscope_profile::Profile`].
+//!
+//! Sources (perf_event, eBPF, GDB, perf.data) keep only how their samples arrive. This crate
+//! neither talks to a kernel nor formats output.
+
+mod mapping;
+pub mod module;
+pub mod table;
+
+pub use mapping::Mapping;
