@@ -7,7 +7,7 @@
 //! user stacks walked in the kernel from the unwind tables loaded for each process, and counts
 //! (pid, tid, user stack, kernel stack, comm) keys as bcc's `profile` does. User space loads
 //! the tables, follows execs and dlopens, and at the end turns the counts into a profile
-//! through `stackscope-linux`'s stack table, so symbols and completeness figures are the same
+//! through `stackscope-stacks`'s stack table, so symbols and completeness figures are the same
 //! as with the perf_event source.
 //!
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).

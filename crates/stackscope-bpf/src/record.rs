@@ -4,26 +4,25 @@
 //! counted stacks and symbolize them into a [`Profile`] through the same stack table as the
 //! perf_event source.
 
+mod collect;
+mod sampled;
+
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use libbpf_rs::RingBufferBuilder;
-use stackscope_linux::record::lookup_addresses;
-use stackscope_linux::sampler::SampleError;
+use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_linux::target::{self, HeldChild, Target};
-use stackscope_profile::{Metadata, Profile, Thread};
-use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
-use stackscope_symbols::Symbolizer;
+use stackscope_profile::{Metadata, Profile};
 
 use crate::error::BpfError;
-use crate::layout::{self, CountKey, Event};
+use crate::layout::Event;
 use crate::processes::{Processes, SYSTEM_LOADER};
-use crate::program::{self, Filter, ProfileSkel, Sampling, Settings};
+use crate::program::{self, ProfileSkel, Sampling, Settings};
+use sampled::Targets;
 
 /// bcc profile's default sampling frequency.
 pub const DEFAULT_FREQUENCY: u64 = 49;
@@ -108,51 +107,6 @@ pub struct BpfRecording {
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
-/// The caller's pid namespace as the kernel's pid helper wants it, unless it is the initial
-/// one (where every pid is already what the caller sees, and no translation is needed).
-fn caller_pid_namespace() -> Option<(u64, u64)> {
-    /// PROC_PID_INIT_INO: the inode number of the initial pid namespace.
-    const INIT_PID_NS: u64 = 0xEFFF_FFFC;
-    let meta = std::fs::metadata("/proc/self/ns/pid").ok()?;
-    use std::os::unix::fs::MetadataExt;
-    if meta.ino() == INIT_PID_NS {
-        return None;
-    }
-    // The kernel compares against its own dev_t encoding: major << 20 | minor.
-    let dev = meta.dev();
-    let kernel_dev = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
-    Some((kernel_dev, meta.ino()))
-}
-
-fn check_frequency(hz: u64) -> Result<(), SampleError> {
-    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    match max {
-        Some(max) if hz > max => Err(SampleError::FrequencyTooHigh { requested: hz, max }),
-        _ => Ok(()),
-    }
-}
-
-fn cpus_to_sample(cpu: Option<u32>) -> Result<Vec<u32>, BpfError> {
-    let online = target::online_cpus().map_err(|source| BpfError::Io {
-        what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
-        source,
-    })?;
-    match cpu {
-        None => Ok(online),
-        Some(c) if online.contains(&c) => Ok(vec![c]),
-        Some(c) => Err(SampleError::InvalidCpu {
-            cpu: c,
-            online: std::fs::read_to_string("/sys/devices/system/cpu/online")
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
-        }
-        .into()),
-    }
-}
-
 /// Records until the duration ends, the target exits, or `stop` is set. `on_start` runs once
 /// sampling has begun (for a launched command: just before it is let go into exec, which
 /// fails only in rare cases its path lookup did not foresee).
@@ -161,46 +115,12 @@ pub fn record(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<BpfRecording, BpfError> {
-    if config.frequency.is_some() && config.period.is_some() {
-        return Err(
-            SampleError::InvalidConfig("give a frequency or a period, not both".into()).into(),
-        );
-    }
-    if config.period == Some(0) || config.frequency == Some(0) {
-        return Err(
-            SampleError::InvalidConfig("the frequency or period must be above 0".into()).into(),
-        );
-    }
+    sampled::check_rate(config.frequency, config.period)?;
     if config.period.is_none() {
-        check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
+        sampled::check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
     }
-    let cpus = cpus_to_sample(config.cpu)?;
-
-    // Check the targets exist before anything is loaded.
-    let (filter, filter_ids, followed_procs) = match &config.target {
-        Target::Command(_) => (Filter::Pids, Vec::new(), Vec::new()),
-        Target::Pids(pids) => {
-            for &pid in pids {
-                if !target::is_alive(pid) {
-                    return Err(SampleError::NoSuchProcess(pid).into());
-                }
-            }
-            (Filter::Pids, pids.clone(), pids.clone())
-        }
-        Target::Tids(tids) => {
-            let mut owners = Vec::new();
-            for &tid in tids {
-                match target::process_of(tid) {
-                    Ok(pid) if target::is_alive(tid) => owners.push(pid),
-                    _ => return Err(SampleError::NoSuchThread(tid).into()),
-                }
-            }
-            owners.sort_unstable();
-            owners.dedup();
-            (Filter::Tids, tids.clone(), owners)
-        }
-        Target::System => (Filter::None, Vec::new(), Vec::new()),
-    };
+    let cpus = sampled::cpus_to_sample(config.cpu)?;
+    let targets = sampled::resolve(&config.target)?;
 
     // A launched command waits before exec until it is filtered for and traced; spawning it
     // first reports a missing program before anything is loaded.
@@ -208,54 +128,13 @@ pub fn record(
         Target::Command(argv) => Some(HeldChild::spawn(argv)?),
         _ => None,
     };
-    let settings = Settings {
-        filter,
-        include_idle: config.include_idle,
-        user: config.user,
-        kernel: config.kernel,
-        pid_ns: caller_pid_namespace(),
-        hold_loads: matches!(config.target, Target::Command(_)) && config.user,
-        stack_storage_size: config.stack_storage_size,
-        hash_storage_size: config.hash_storage_size,
-    };
     let mut storage = MaybeUninit::uninit();
-    let mut skel = program::load(&mut storage, &settings)?;
+    let mut skel = program::load(&mut storage, &settings(&config, &targets))?;
     let verified_insns = program::verified_insns(&skel);
     program::attach_tracepoints(&mut skel)?;
-    for &id in &filter_ids {
-        program::add_filter_id(&skel, id)?;
-    }
-    for &pid in &followed_procs {
-        program::add_followed_process(&skel, pid)?;
-    }
-
-    let mut processes = Processes::new(&skel);
-    if config.user {
-        for &pid in &followed_procs {
-            processes.load(&skel, pid);
-        }
-        if config.target == Target::System {
-            processes.watch_loader(&skel, std::path::Path::new(SYSTEM_LOADER));
-        }
-    }
-
-    if let Some(child) = &child {
-        program::add_filter_id(&skel, child.pid)?;
-        program::add_followed_process(&skel, child.pid)?;
-    }
-
+    let mut processes = follow(&skel, &config, &targets, child.as_ref())?;
     let events: RefCell<Vec<Event>> = RefCell::new(Vec::new());
-    let mut ring = RingBufferBuilder::new();
-    ring.add(&skel.maps.events, |data: &[u8]| {
-        if let Some(ev) = Event::from_bytes(data) {
-            events.borrow_mut().push(ev);
-        }
-        0
-    })
-    .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))?;
-    let ring = ring
-        .build()
-        .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))?;
+    let ring = event_ring(&skel, &events)?;
 
     // Timing starts before the first sample and is read after the last.
     let timing = config.measure_cost.then(program::time_programs).flatten();
@@ -269,22 +148,15 @@ pub fn record(
         }
     }
     let started = Instant::now();
-    let mut interrupted = false;
-    loop {
-        // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
-        let _ = ring.poll(POLL_INTERVAL);
-        handle_events(&mut events.borrow_mut(), &skel, &mut processes, config.user);
-        if stop.load(Ordering::Relaxed) {
-            interrupted = true;
-            break;
-        }
-        if config.duration.is_some_and(|d| started.elapsed() >= d) {
-            break;
-        }
-        if target_finished(&config.target, child.as_mut()) {
-            break;
-        }
-    }
+    let interrupted = sample_until_end(
+        &config,
+        stop,
+        &ring,
+        &events,
+        &skel,
+        &mut processes,
+        child.as_mut(),
+    );
     sampling.stop();
     let elapsed = started.elapsed();
     let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
@@ -297,7 +169,114 @@ pub fn record(
         }
     }
 
-    let meta = Metadata {
+    let meta = metadata(&config, elapsed);
+    let mut result = collect::collect(&skel, &config, &mut processes, meta);
+    result.exit_status = child
+        .as_ref()
+        .and_then(|c| c.status)
+        .map(std::process::ExitStatus::from_raw);
+    result.child_pid = child.as_ref().map(|c| c.pid);
+    result.interrupted = interrupted;
+    result.verified_insns = verified_insns;
+    result.sampler_cost = sampler_cost;
+    Ok(result)
+}
+
+/// What the program is loaded with.
+fn settings(config: &BpfConfig, targets: &Targets) -> Settings {
+    Settings {
+        filter: targets.filter,
+        include_idle: config.include_idle,
+        user: config.user,
+        kernel: config.kernel,
+        pid_ns: sampled::caller_pid_namespace(),
+        hold_loads: matches!(config.target, Target::Command(_)) && config.user,
+        stack_storage_size: config.stack_storage_size,
+        hash_storage_size: config.hash_storage_size,
+    }
+}
+
+/// Puts the ids to sample into the program's filter and loads the tables of the processes
+/// followed from the start (or, for the whole system, watches its dynamic loader).
+fn follow(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    targets: &Targets,
+    child: Option<&HeldChild>,
+) -> Result<Processes, BpfError> {
+    for &id in &targets.filter_ids {
+        program::add_filter_id(skel, id)?;
+    }
+    for &pid in &targets.followed_procs {
+        program::add_followed_process(skel, pid)?;
+    }
+
+    let mut processes = Processes::new(skel);
+    if config.user {
+        for &pid in &targets.followed_procs {
+            processes.load(skel, pid);
+        }
+        if config.target == Target::System {
+            processes.watch_loader(skel, std::path::Path::new(SYSTEM_LOADER));
+        }
+    }
+
+    if let Some(child) = child {
+        program::add_filter_id(skel, child.pid)?;
+        program::add_followed_process(skel, child.pid)?;
+    }
+    Ok(processes)
+}
+
+/// The ring the program reports forks, execs, exits and library loads on, gathered into
+/// `events` as it is polled.
+fn event_ring<'a>(
+    skel: &ProfileSkel<'_>,
+    events: &'a RefCell<Vec<Event>>,
+) -> Result<RingBuffer<'a>, BpfError> {
+    let mut ring = RingBufferBuilder::new();
+    ring.add(&skel.maps.events, |data: &[u8]| {
+        if let Some(ev) = Event::from_bytes(data) {
+            events.borrow_mut().push(ev);
+        }
+        0
+    })
+    .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))?;
+    ring.build()
+        .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))
+}
+
+/// Follows the processes' events until the duration ends, the target exits or `stop` is set;
+/// true when `stop` ended it.
+fn sample_until_end(
+    config: &BpfConfig,
+    stop: &AtomicBool,
+    ring: &RingBuffer<'_>,
+    events: &RefCell<Vec<Event>>,
+    skel: &ProfileSkel<'_>,
+    processes: &mut Processes,
+    mut child: Option<&mut HeldChild>,
+) -> bool {
+    let started = Instant::now();
+    loop {
+        // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
+        let _ = ring.poll(POLL_INTERVAL);
+        handle_events(&mut events.borrow_mut(), skel, processes, config.user);
+        if stop.load(Ordering::Relaxed) {
+            return true;
+        }
+        if config.duration.is_some_and(|d| started.elapsed() >= d) {
+            return false;
+        }
+        if target_finished(&config.target, child.as_deref_mut()) {
+            return false;
+        }
+    }
+}
+
+/// The profile's metadata: what was sampled, how often, for how long.
+fn metadata(config: &BpfConfig, elapsed: Duration) -> Metadata {
+    Metadata {
         source: "ebpf".into(),
         event: "cpu-clock".into(),
         frequency_hz: if config.period.is_some() {
@@ -309,17 +288,7 @@ pub fn record(
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
         ..Metadata::default()
-    };
-    let mut result = collect(&skel, &config, &mut processes, meta);
-    result.exit_status = child
-        .as_ref()
-        .and_then(|c| c.status)
-        .map(std::process::ExitStatus::from_raw);
-    result.child_pid = child.as_ref().map(|c| c.pid);
-    result.interrupted = interrupted;
-    result.verified_insns = verified_insns;
-    result.sampler_cost = sampler_cost;
-    Ok(result)
+    }
 }
 
 /// Lets a held command exec, stops it right after exec (ptrace) to load the tables of the
@@ -425,170 +394,5 @@ fn end_child(child: &mut HeldChild, interrupted: bool) {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-/// Reads the counted stacks and symbolizes them.
-fn collect(
-    skel: &ProfileSkel<'_>,
-    config: &BpfConfig,
-    processes: &mut Processes,
-    mut meta: Metadata,
-) -> BpfRecording {
-    let counts = program::counts(skel);
-    let (dropped, user_full) = program::drops(skel);
-    let mut table = StackTable::default();
-    let mut comms: HashMap<(u32, u32), String> = HashMap::new();
-    let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
-    let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
-    let mut missed = 0;
-    let mut collisions = false;
-    let mut frames = Vec::new();
-    for (key, count) in &counts {
-        frames.clear();
-        comms
-            .entry((key.pid, key.tid))
-            .or_insert_with(|| key.comm.clone());
-        if config.kernel {
-            match key.kernel_stack_id {
-                id if id >= 0 => {
-                    let stack = kernel_stacks
-                        .entry(id)
-                        .or_insert_with(|| program::kernel_stack(skel, id));
-                    match stack {
-                        Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
-                        None => frames.push(RawFrame::Marker(MISSED_KERNEL)),
-                    }
-                }
-                id if i64::from(id) == layout::NO_STACK => {}
-                id => {
-                    missed += 1;
-                    collisions |= i64::from(id) == layout::STACK_COLLISION;
-                    frames.push(RawFrame::Marker(MISSED_KERNEL));
-                }
-            }
-        }
-        let mut end = UserEnd::NoStack;
-        if config.user {
-            match key.user_stack_id {
-                id if id >= 0 => {
-                    let stack = user_stacks
-                        .entry(id)
-                        .or_insert_with(|| program::user_stack(skel, id));
-                    match stack {
-                        Some(stack) => {
-                            end = user_frames(&mut table, processes, key, stack, &mut frames)
-                        }
-                        None => frames.push(RawFrame::Marker(MISSED_USER)),
-                    }
-                }
-                layout::NO_STACK => {}
-                id => {
-                    missed += 1;
-                    collisions |= id == layout::STACK_COLLISION || id == layout::STACK_STORAGE_FULL;
-                    frames.push(RawFrame::Marker(MISSED_USER));
-                }
-            }
-        }
-        table.add_count(key.pid, key.tid, 0, &frames, end, *count);
-    }
-
-    meta.lost_samples = dropped;
-    let thread = |pid: u32, tid: u32| {
-        let comm = comms
-            .get(&(pid, tid))
-            .cloned()
-            .unwrap_or_else(|| format!("[pid {tid}]"));
-        let process_name = comms
-            .get(&(pid, pid))
-            .cloned()
-            .or_else(|| target::thread_comm(pid, pid))
-            .unwrap_or_else(|| comm.clone());
-        Thread {
-            pid,
-            tid,
-            comm,
-            process_name,
-        }
-    };
-    let mut symbolizer = Symbolizer::new();
-    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
-    // Counts in the kernel carry no CPU.
-    for sample in &mut profile.samples {
-        sample.cpu = None;
-    }
-    let mut hints = Vec::new();
-    if dropped > 0 {
-        hints.push(format!(
-            "{dropped} samples were not counted because the count map was full: raise --hash-storage-size (it is {})",
-            config.hash_storage_size
-        ));
-    }
-    if missed > 0 || user_full > 0 {
-        hints.push(format!(
-            "{missed} stack traces could not be stored: raise --stack-storage-size (it is {})",
-            config.stack_storage_size
-        ));
-    }
-    let broken: u64 = tally.broken_in.values().sum();
-    let stats = &tally.stats;
-    if stats.user_stacks > 0 && broken * 100 >= stats.user_stacks {
-        let mut worst: Vec<_> = tally.broken_in.iter().collect();
-        worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        hints.push(format!(
-            "{:.1}% of user stacks broke off, most in {}: it may lack unwind info (.eh_frame), or run JIT code",
-            broken as f64 * 100.0 / stats.user_stacks as f64,
-            worst[0].0
-        ));
-    }
-    if let Some(e) = &processes.load_error {
-        hints.push(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers"));
-    }
-    if let Some(e) = &processes.loader_error {
-        hints.push(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples"));
-    }
-    profile.meta.hints = hints;
-    BpfRecording {
-        profile,
-        exit_status: None,
-        child_pid: None,
-        interrupted: false,
-        missed_stacks: missed,
-        stack_collisions: collisions,
-        hash_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
-        dropped_samples: dropped,
-        verified_insns: Vec::new(),
-        sampler_cost: None,
-    }
-}
-
-const MISSED_USER: &str = "[Missed User Stack]";
-const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
-
-/// Appends a user stack's frames (leaf first) and says how its walk ended.
-fn user_frames(
-    table: &mut StackTable,
-    processes: &mut Processes,
-    key: &CountKey,
-    stack: &layout::UserStack,
-    frames: &mut Vec<RawFrame>,
-) -> UserEnd {
-    let maps = processes.maps(key.pid);
-    let mut last_module = None;
-    for addr in lookup_addresses(&stack.ips) {
-        let mapping = maps.and_then(|m| m.find(addr));
-        last_module = mapping.map(|m| m.path.clone());
-        frames.push(table.user_frame(key.pid, addr, mapping));
-    }
-    match stack.end {
-        layout::UserEnd::Complete => UserEnd::Complete,
-        layout::UserEnd::Truncated => {
-            frames.push(RawFrame::Truncated);
-            UserEnd::Truncated
-        }
-        layout::UserEnd::Broken => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
-        }
-        layout::UserEnd::FramePointer => UserEnd::Unjudged,
     }
 }

@@ -1,0 +1,229 @@
+//! The end of a recording: the counted stacks read back from the BPF maps into the stack table,
+//! named into a [`Profile`] as the perf_event source names its own, with hints for what the
+//! maps could not hold.
+
+use std::collections::HashMap;
+
+use stackscope_linux::record::lookup_addresses;
+use stackscope_linux::target;
+use stackscope_profile::{Metadata, Thread};
+use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
+use stackscope_symbols::Symbolizer;
+
+use super::{BpfConfig, BpfRecording};
+use crate::layout::{self, CountKey};
+use crate::processes::Processes;
+use crate::program::{self, ProfileSkel};
+
+/// Reads the counted stacks and symbolizes them.
+pub(super) fn collect(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    processes: &mut Processes,
+    mut meta: Metadata,
+) -> BpfRecording {
+    let counts = program::counts(skel);
+    let (dropped, user_full) = program::drops(skel);
+    let Counted {
+        table,
+        comms,
+        missed,
+        collisions,
+    } = count_stacks(skel, config, processes, &counts);
+
+    meta.lost_samples = dropped;
+    let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
+    let mut symbolizer = Symbolizer::new();
+    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
+    // Counts in the kernel carry no CPU.
+    for sample in &mut profile.samples {
+        sample.cpu = None;
+    }
+    profile.meta.hints = hints(config, processes, &tally, dropped, missed, user_full);
+    BpfRecording {
+        profile,
+        exit_status: None,
+        child_pid: None,
+        interrupted: false,
+        missed_stacks: missed,
+        stack_collisions: collisions,
+        hash_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
+        dropped_samples: dropped,
+        verified_insns: Vec::new(),
+        sampler_cost: None,
+    }
+}
+
+/// The count map read into a stack table.
+struct Counted {
+    table: StackTable,
+    /// Each (pid, tid)'s command name as the kernel saw it.
+    comms: HashMap<(u32, u32), String>,
+    missed: u64,
+    collisions: bool,
+}
+
+/// Turns each counted key's stack ids into frames, reading every stack once.
+fn count_stacks(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    processes: &mut Processes,
+    counts: &[(CountKey, u64)],
+) -> Counted {
+    let mut table = StackTable::default();
+    let mut comms: HashMap<(u32, u32), String> = HashMap::new();
+    let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
+    let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
+    let mut missed = 0;
+    let mut collisions = false;
+    let mut frames = Vec::new();
+    for (key, count) in counts {
+        frames.clear();
+        comms
+            .entry((key.pid, key.tid))
+            .or_insert_with(|| key.comm.clone());
+        if config.kernel {
+            match key.kernel_stack_id {
+                id if id >= 0 => {
+                    let stack = kernel_stacks
+                        .entry(id)
+                        .or_insert_with(|| program::kernel_stack(skel, id));
+                    match stack {
+                        Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
+                        None => frames.push(RawFrame::Marker(MISSED_KERNEL)),
+                    }
+                }
+                id if i64::from(id) == layout::NO_STACK => {}
+                id => {
+                    missed += 1;
+                    collisions |= i64::from(id) == layout::STACK_COLLISION;
+                    frames.push(RawFrame::Marker(MISSED_KERNEL));
+                }
+            }
+        }
+        let mut end = UserEnd::NoStack;
+        if config.user {
+            match key.user_stack_id {
+                id if id >= 0 => {
+                    let stack = user_stacks
+                        .entry(id)
+                        .or_insert_with(|| program::user_stack(skel, id));
+                    match stack {
+                        Some(stack) => {
+                            end = user_frames(&mut table, processes, key, stack, &mut frames)
+                        }
+                        None => frames.push(RawFrame::Marker(MISSED_USER)),
+                    }
+                }
+                layout::NO_STACK => {}
+                id => {
+                    missed += 1;
+                    collisions |= id == layout::STACK_COLLISION || id == layout::STACK_STORAGE_FULL;
+                    frames.push(RawFrame::Marker(MISSED_USER));
+                }
+            }
+        }
+        table.add_count(key.pid, key.tid, 0, &frames, end, *count);
+    }
+
+    Counted {
+        table,
+        comms,
+        missed,
+        collisions,
+    }
+}
+
+/// A sampled thread, named by the command names the kernel recorded (for the process, its main
+/// thread's; else the one the process has now).
+fn thread_of(comms: &HashMap<(u32, u32), String>, pid: u32, tid: u32) -> Thread {
+    let comm = comms
+        .get(&(pid, tid))
+        .cloned()
+        .unwrap_or_else(|| format!("[pid {tid}]"));
+    let process_name = comms
+        .get(&(pid, pid))
+        .cloned()
+        .or_else(|| target::thread_comm(pid, pid))
+        .unwrap_or_else(|| comm.clone());
+    Thread {
+        pid,
+        tid,
+        comm,
+        process_name,
+    }
+}
+
+/// What the user can do about stacks and samples the maps could not hold, and about stacks
+/// that broke off.
+fn hints(
+    config: &BpfConfig,
+    processes: &Processes,
+    tally: &Tally,
+    dropped: u64,
+    missed: u64,
+    user_full: u64,
+) -> Vec<String> {
+    let mut hints = Vec::new();
+    if dropped > 0 {
+        hints.push(format!(
+            "{dropped} samples were not counted because the count map was full: raise --hash-storage-size (it is {})",
+            config.hash_storage_size
+        ));
+    }
+    if missed > 0 || user_full > 0 {
+        hints.push(format!(
+            "{missed} stack traces could not be stored: raise --stack-storage-size (it is {})",
+            config.stack_storage_size
+        ));
+    }
+    let broken: u64 = tally.broken_in.values().sum();
+    let stats = &tally.stats;
+    if stats.user_stacks > 0 && broken * 100 >= stats.user_stacks {
+        let mut worst: Vec<_> = tally.broken_in.iter().collect();
+        worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        hints.push(format!(
+            "{:.1}% of user stacks broke off, most in {}: it may lack unwind info (.eh_frame), or run JIT code",
+            broken as f64 * 100.0 / stats.user_stacks as f64,
+            worst[0].0
+        ));
+    }
+    if let Some(e) = &processes.load_error {
+        hints.push(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers"));
+    }
+    if let Some(e) = &processes.loader_error {
+        hints.push(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples"));
+    }
+    hints
+}
+
+const MISSED_USER: &str = "[Missed User Stack]";
+const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
+
+/// Appends a user stack's frames (leaf first) and says how its walk ended.
+fn user_frames(
+    table: &mut StackTable,
+    processes: &mut Processes,
+    key: &CountKey,
+    stack: &layout::UserStack,
+    frames: &mut Vec<RawFrame>,
+) -> UserEnd {
+    let maps = processes.maps(key.pid);
+    let mut last_module = None;
+    for addr in lookup_addresses(&stack.ips) {
+        let mapping = maps.and_then(|m| m.find(addr));
+        last_module = mapping.map(|m| m.path.clone());
+        frames.push(table.user_frame(key.pid, addr, mapping));
+    }
+    match stack.end {
+        layout::UserEnd::Complete => UserEnd::Complete,
+        layout::UserEnd::Truncated => {
+            frames.push(RawFrame::Truncated);
+            UserEnd::Truncated
+        }
+        layout::UserEnd::Broken => {
+            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
+        }
+        layout::UserEnd::FramePointer => UserEnd::Unjudged,
+    }
+}

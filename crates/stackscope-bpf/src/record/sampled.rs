@@ -1,0 +1,110 @@
+//! What the kernel is asked to sample, checked before anything is loaded: the rate, the CPUs,
+//! the ids the program filters for and the processes whose tables it follows, and the caller's
+//! pid namespace the program reports pids in.
+
+use stackscope_linux::sampler::SampleError;
+use stackscope_linux::target::{self, Target};
+
+use crate::error::BpfError;
+use crate::program::Filter;
+
+/// Refuses a frequency and a period given together, or either of them zero.
+pub(super) fn check_rate(frequency: Option<u64>, period: Option<u64>) -> Result<(), SampleError> {
+    if frequency.is_some() && period.is_some() {
+        return Err(SampleError::InvalidConfig(
+            "give a frequency or a period, not both".into(),
+        ));
+    }
+    if period == Some(0) || frequency == Some(0) {
+        return Err(SampleError::InvalidConfig(
+            "the frequency or period must be above 0".into(),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn check_frequency(hz: u64) -> Result<(), SampleError> {
+    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    match max {
+        Some(max) if hz > max => Err(SampleError::FrequencyTooHigh { requested: hz, max }),
+        _ => Ok(()),
+    }
+}
+
+pub(super) fn cpus_to_sample(cpu: Option<u32>) -> Result<Vec<u32>, BpfError> {
+    let online = target::online_cpus().map_err(|source| BpfError::Io {
+        what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
+        source,
+    })?;
+    match cpu {
+        None => Ok(online),
+        Some(c) if online.contains(&c) => Ok(vec![c]),
+        Some(c) => Err(SampleError::InvalidCpu {
+            cpu: c,
+            online: std::fs::read_to_string("/sys/devices/system/cpu/online")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+        }
+        .into()),
+    }
+}
+
+/// The ids the program keeps samples of, and the processes whose execs, loads and tables it
+/// follows from the start (a launched command is added once spawned).
+pub(super) struct Targets {
+    pub filter: Filter,
+    pub filter_ids: Vec<u32>,
+    pub followed_procs: Vec<u32>,
+}
+
+/// Checks the targets exist before anything is loaded.
+pub(super) fn resolve(target: &Target) -> Result<Targets, SampleError> {
+    let (filter, filter_ids, followed_procs) = match target {
+        Target::Command(_) => (Filter::Pids, Vec::new(), Vec::new()),
+        Target::Pids(pids) => {
+            for &pid in pids {
+                if !target::is_alive(pid) {
+                    return Err(SampleError::NoSuchProcess(pid));
+                }
+            }
+            (Filter::Pids, pids.clone(), pids.clone())
+        }
+        Target::Tids(tids) => {
+            let mut owners = Vec::new();
+            for &tid in tids {
+                match target::process_of(tid) {
+                    Ok(pid) if target::is_alive(tid) => owners.push(pid),
+                    _ => return Err(SampleError::NoSuchThread(tid)),
+                }
+            }
+            owners.sort_unstable();
+            owners.dedup();
+            (Filter::Tids, tids.clone(), owners)
+        }
+        Target::System => (Filter::None, Vec::new(), Vec::new()),
+    };
+    Ok(Targets {
+        filter,
+        filter_ids,
+        followed_procs,
+    })
+}
+
+/// The caller's pid namespace as the kernel's pid helper wants it, unless it is the initial
+/// one (where every pid is already what the caller sees, and no translation is needed).
+pub(super) fn caller_pid_namespace() -> Option<(u64, u64)> {
+    /// PROC_PID_INIT_INO: the inode number of the initial pid namespace.
+    const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+    let meta = std::fs::metadata("/proc/self/ns/pid").ok()?;
+    use std::os::unix::fs::MetadataExt;
+    if meta.ino() == INIT_PID_NS {
+        return None;
+    }
+    // The kernel compares against its own dev_t encoding: major << 20 | minor.
+    let dev = meta.dev();
+    let kernel_dev = (u64::from(libc::major(dev)) << 20) | u64::from(libc::minor(dev));
+    Some((kernel_dev, meta.ino()))
+}
