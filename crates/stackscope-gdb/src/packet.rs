@@ -2,12 +2,16 @@
 //! checksums, `+`/`-` acknowledgements with retransmission, run-length decoding of replies,
 //! binary escapes, `%` notifications (skipped), and a deadline on every reply.
 
+mod encoding;
+mod read;
+mod token;
+
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use crate::error::{shown, shown_part, Error, SHOWN_MAX};
+use crate::error::{shown, Error};
 
 /// A byte stream whose reads can time out: a socket, or recorded bytes in tests.
 pub trait Stream: Read + Write {
@@ -43,102 +47,10 @@ pub const MIN_MAX_PACKET: usize = 16 << 10;
 /// The most a stub's `PacketSize` can raise the limit to: what one reply may make us hold.
 pub const MAX_PACKET_CEILING: usize = 1 << 20;
 
-/// One unit of what a stub sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Token<'a> {
-    /// `+`: the last packet arrived.
-    Ack,
-    /// `-`: the last packet arrived garbled; send it again.
-    Nak,
-    /// `$body#cs`, or `%body#cs` for a notification; `body` is still run-length encoded and
-    /// escaped.
-    Packet {
-        notification: bool,
-        body: &'a [u8],
-        checksum_ok: bool,
-    },
-    /// Any other byte outside a packet.
-    Noise(u8),
-}
-
-/// What [`scan`] found at the start of its input.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scan<'a> {
-    /// A token, and how many input bytes it took.
-    Token(Token<'a>, usize),
-    /// The input ends before the token does (or is empty).
-    Incomplete,
-    /// A packet body runs past the maximum without its `#`.
-    TooLong,
-}
-
-/// Splits the first token off bytes received from a stub, accepting packet bodies of at most
-/// `max_body` bytes. A pure function over the bytes: the connection, tests and fuzzing share it.
-pub fn scan(input: &[u8], max_body: usize) -> Scan<'_> {
-    let Some(&first) = input.first() else {
-        return Scan::Incomplete;
-    };
-    let notification = match first {
-        b'+' => return Scan::Token(Token::Ack, 1),
-        b'-' => return Scan::Token(Token::Nak, 1),
-        b'$' => false,
-        b'%' => true,
-        other => return Scan::Token(Token::Noise(other), 1),
-    };
-    let rest = &input[1..];
-    let Some(hash) = rest
-        .iter()
-        .take(max_body.saturating_add(1))
-        .position(|&b| b == b'#')
-    else {
-        return if rest.len() > max_body {
-            Scan::TooLong
-        } else {
-            Scan::Incomplete
-        };
-    };
-    let Some(&[c1, c2]) = rest.get(hash + 1..hash + 3) else {
-        return Scan::Incomplete;
-    };
-    let body = &rest[..hash];
-    let stated = hex_digit(c1).zip(hex_digit(c2)).map(|(h, l)| (h << 4) | l);
-    Scan::Token(
-        Token::Packet {
-            notification,
-            body,
-            checksum_ok: stated == Some(checksum(body)),
-        },
-        hash + 4,
-    )
-}
-
-/// What [`Connection::next`] found, owned so the connection can act on it.
-enum Next {
-    Ack,
-    Nak,
-    Packet {
-        notification: bool,
-        checksum_ok: bool,
-        len: usize,
-    },
-    Noise(u8),
-}
-
-/// Bytes skipped outside packets while waiting, kept in part for error messages.
-#[derive(Default)]
-struct Noise {
-    kept: Vec<u8>,
-    total: usize,
-}
-
-impl Noise {
-    fn push(&mut self, b: u8) {
-        if self.kept.len() < SHOWN_MAX {
-            self.kept.push(b);
-        }
-        self.total += 1;
-    }
-}
+pub(crate) use encoding::hex_digit;
+pub use encoding::{checksum, decode_hex, error_code, expand_runs, frame, unescape};
+use read::{Next, Noise};
+pub use token::{scan, Scan, Token};
 
 /// A point in time `after` from now, far in the future when that is past what the clock holds.
 pub fn later(after: Duration) -> Instant {
@@ -422,43 +334,6 @@ impl<S: Stream> Connection<S> {
         self.write_last()
     }
 
-    /// The next token of what the stub sent, reading until `deadline` when it is incomplete;
-    /// the token stays unread (at `pos`) for the caller to take.
-    fn next(&mut self, deadline: Instant, noise: &Noise) -> Result<Next, Error> {
-        loop {
-            match scan(&self.buf[self.pos..], self.max_packet) {
-                Scan::Token(token, len) => {
-                    return Ok(match token {
-                        Token::Ack => Next::Ack,
-                        Token::Nak => Next::Nak,
-                        Token::Noise(b) => Next::Noise(b),
-                        Token::Packet {
-                            notification,
-                            checksum_ok,
-                            ..
-                        } => Next::Packet {
-                            notification,
-                            checksum_ok,
-                            len,
-                        },
-                    })
-                }
-                Scan::TooLong => {
-                    let got = shown(&self.buf[self.pos..]);
-                    self.buf.clear();
-                    self.pos = 0;
-                    return Err(Error::TooLong {
-                        peer: self.peer.clone(),
-                        sent: self.sent(),
-                        max: self.max_packet,
-                        got,
-                    });
-                }
-                Scan::Incomplete => self.fill(deadline, noise)?,
-            }
-        }
-    }
-
     fn write_last(&mut self) -> Result<(), Error> {
         let last = std::mem::take(&mut self.last);
         let result = self.write(&last);
@@ -471,74 +346,6 @@ impl<S: Stream> Connection<S> {
             .write_all(bytes)
             .and_then(|()| self.stream.flush())
             .map_err(|source| io_error(&self.peer, &self.last, b"", source))
-    }
-
-    /// Reads more bytes before `deadline`, after those not taken yet.
-    fn fill(&mut self, deadline: Instant, noise: &Noise) -> Result<(), Error> {
-        self.buf.drain(..self.pos);
-        self.pos = 0;
-        let mut chunk = [0u8; 4096];
-        loop {
-            let got = || {
-                if self.buf.is_empty() {
-                    shown_part(&noise.kept, noise.total)
-                } else {
-                    shown(&self.buf)
-                }
-            };
-            let now = Instant::now();
-            let timeout = || {
-                if self.end.is_some_and(|end| end <= Instant::now()) {
-                    Error::Cut {
-                        peer: self.peer.clone(),
-                        sent: shown(&self.last),
-                        got: got(),
-                    }
-                } else {
-                    Error::Timeout {
-                        peer: self.peer.clone(),
-                        sent: shown(&self.last),
-                        got: got(),
-                        secs: self.timeout.as_secs_f64(),
-                    }
-                }
-            };
-            if now >= deadline {
-                return Err(timeout());
-            }
-            // A zero timeout means "block forever" to sockets.
-            let wait = (deadline - now).max(Duration::from_millis(1));
-            let result = self
-                .stream
-                .set_read_timeout(wait)
-                .and_then(|()| self.stream.read(&mut chunk));
-            match result {
-                Ok(0) => {
-                    return Err(Error::Closed {
-                        peer: self.peer.clone(),
-                        sent: shown(&self.last),
-                        got: got(),
-                    });
-                }
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    return Ok(());
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    return Err(timeout());
-                }
-                Err(source) => {
-                    let got = self.buf.clone();
-                    return Err(io_error(&self.peer, &self.last, &got, source));
-                }
-            }
-        }
     }
 }
 
@@ -558,96 +365,4 @@ fn io_error(peer: &str, sent: &[u8], got: &[u8], source: io::Error) -> Error {
             error: source,
         },
     }
-}
-
-/// `$data#cs`, with the bytes that would end or confuse the framing escaped.
-pub fn frame(data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(data.len() + 4);
-    out.push(b'$');
-    for &b in data {
-        if matches!(b, b'$' | b'#' | b'}' | b'*') {
-            out.push(b'}');
-            out.push(b ^ 0x20);
-        } else {
-            out.push(b);
-        }
-    }
-    let cs = checksum(&out[1..]);
-    out.push(b'#');
-    out.extend_from_slice(format!("{cs:02x}").as_bytes());
-    out
-}
-
-/// The modulo-256 sum of a packet's bytes between `$` and `#`.
-pub fn checksum(body: &[u8]) -> u8 {
-    body.iter().fold(0u8, |sum, &b| sum.wrapping_add(b))
-}
-
-/// Expands run-length encoding: `X*N` stands for `X` followed by `N - 29` more `X`s.
-/// `None` when a `*` has no character before it, a count is out of range, or the result
-/// would be longer than `max` bytes.
-pub fn expand_runs(body: &[u8], max: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(body.len().min(max));
-    let mut i = 0;
-    while i < body.len() {
-        let b = body[i];
-        if b == b'*' {
-            let count = *body.get(i + 1)?;
-            let &last = out.last()?;
-            let repeat = usize::from(count).checked_sub(29).filter(|&n| n > 0)?;
-            if out.len() + repeat > max {
-                return None;
-            }
-            out.extend(std::iter::repeat_n(last, repeat));
-            i += 2;
-        } else {
-            if out.len() >= max {
-                return None;
-            }
-            out.push(b);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
-/// Undoes the binary escape (`}` then the byte xor 0x20) of binary replies (`x`, `qXfer`).
-/// `None` when the data ends in a lone `}`.
-pub fn unescape(data: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(data.len());
-    let mut bytes = data.iter();
-    while let Some(&b) = bytes.next() {
-        if b == b'}' {
-            out.push(bytes.next()? ^ 0x20);
-        } else {
-            out.push(b);
-        }
-    }
-    Some(out)
-}
-
-/// `Some("NN")` for an `E NN` error reply.
-pub fn error_code(reply: &[u8]) -> Option<String> {
-    match reply {
-        [b'E', a, b] if a.is_ascii_hexdigit() && b.is_ascii_hexdigit() => {
-            Some(String::from_utf8_lossy(&reply[1..]).into_owned())
-        }
-        // Textual errors (`E.message`), from stubs that support them.
-        [b'E', b'.', ..] => Some(String::from_utf8_lossy(&reply[2..]).into_owned()),
-        _ => None,
-    }
-}
-
-pub(crate) fn hex_digit(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
-}
-
-/// Decodes hex text into bytes; `None` on an odd length or a non-hex digit.
-pub fn decode_hex(text: &[u8]) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    text.chunks_exact(2)
-        .map(|p| Some((hex_digit(p[0])? << 4) | hex_digit(p[1])?))
-        .collect()
 }
