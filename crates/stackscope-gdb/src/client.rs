@@ -2,6 +2,10 @@
 //! list, registers, memory, stopping and resuming, the target's auxiliary vector and load
 //! offsets, and detaching.
 
+mod loaded;
+mod memory;
+mod registers;
+
 use std::fmt;
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -9,7 +13,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::error::{shown, Error};
-use crate::packet::{decode_hex, error_code, frame, unescape, Connection, Stream};
+use crate::packet::{decode_hex, error_code, frame, Connection, Stream};
+
+pub use loaded::parse_svr4;
+pub use registers::Registers;
 
 /// Where the stub listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,14 +48,6 @@ impl fmt::Display for Remote {
             Remote::Unix(p) => write!(f, "{}", p.display()),
         }
     }
-}
-
-/// x86-64 registers an unwinder needs, from the `g` packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Registers {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
 }
 
 /// Why the target stopped, from a stop reply.
@@ -217,140 +216,11 @@ impl<S: Stream> Client<S> {
         Ok(threads)
     }
 
-    /// Registers of one thread; see [`Client::registers_of`].
-    pub fn registers(&mut self, thread: u64) -> Result<Registers, Error> {
-        Ok(self.registers_of(&[thread])?[0])
-    }
-
-    /// Registers of each thread (`Hg` + `g`, all sent at once without acks), in the x86-64
-    /// order both QEMU and gdbserver use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes
-    /// each, little-endian.
-    pub fn registers_of(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
-        let result = self.registers_of_inner(threads);
-        if result.is_err() {
-            // Which `Hg` took effect is unknown.
-            self.selected = None;
-        }
-        result
-    }
-
-    fn registers_of_inner(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
-        let mut packets = Vec::with_capacity(threads.len() * 2);
-        for &thread in threads {
-            self.select_packet(thread, &mut packets);
-            packets.push(b"g".to_vec());
-        }
-        let replies = self.conn.exchange(&packets)?;
-        let mut out = Vec::with_capacity(threads.len());
-        for (packet, reply) in packets.iter().zip(&replies) {
-            if packet.starts_with(b"Hg") {
-                self.expect_ok(packet, reply)?;
-                continue;
-            }
-            if let Some(code) = error_code(reply) {
-                return Err(self.stub_error(packet, code));
-            }
-            let reg = |i: usize| -> Option<u64> {
-                let hex = reply.get(i * 16..(i + 1) * 16)?;
-                // `xx` marks a register the stub cannot read.
-                let bytes = decode_hex(hex)?;
-                Some(u64::from_le_bytes(bytes.try_into().ok()?))
-            };
-            match (reg(16), reg(7), reg(6)) {
-                (Some(ip), Some(sp), Some(bp)) => out.push(Registers { ip, sp, bp }),
-                _ => {
-                    return Err(self.malformed(
-                        packet,
-                        reply,
-                        "expected at least 17 x86-64 registers in hex",
-                    ))
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Reads up to `len` bytes at `addr` as the selected thread sees memory; `None` where the
-    /// stub cannot read it (`E NN`). A stub may return fewer bytes than asked.
-    pub fn read_memory(&mut self, addr: u64, len: usize) -> Result<Option<Vec<u8>>, Error> {
-        let packet = self.memory_packet(addr, len);
-        let reply = self.conn.exchange(std::slice::from_ref(&packet))?;
-        self.memory_reply(&packet, &reply[0], len)
-    }
-
-    /// Reads `(thread, addr, len)` each as its thread sees memory (QEMU reads through that
-    /// vCPU's page tables), all sent at once without acks; see [`Client::read_memory`].
-    pub fn read_memory_of(
-        &mut self,
-        reads: &[(u64, u64, usize)],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let result = self.read_memory_of_inner(reads);
-        if result.is_err() {
-            self.selected = None;
-        }
-        result
-    }
-
-    fn read_memory_of_inner(
-        &mut self,
-        reads: &[(u64, u64, usize)],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let mut packets = Vec::with_capacity(reads.len() * 2);
-        for &(thread, addr, len) in reads {
-            self.select_packet(thread, &mut packets);
-            packets.push(self.memory_packet(addr, len));
-        }
-        let replies = self.conn.exchange(&packets)?;
-        let mut out = Vec::with_capacity(reads.len());
-        let mut lens = reads.iter().map(|r| r.2);
-        for (packet, reply) in packets.iter().zip(&replies) {
-            if packet.starts_with(b"Hg") {
-                self.expect_ok(packet, reply)?;
-            } else {
-                out.push(self.memory_reply(packet, reply, lens.next().unwrap_or(0))?);
-            }
-        }
-        Ok(out)
-    }
-
     /// Queues `Hg` when `thread` is not the selected one (0: the only one, never selected).
     fn select_packet(&mut self, thread: u64, packets: &mut Vec<Vec<u8>>) {
         if thread != 0 && self.selected != Some(thread) {
             packets.push(format!("Hg{thread:x}").into_bytes());
             self.selected = Some(thread);
-        }
-    }
-
-    fn memory_packet(&self, addr: u64, len: usize) -> Vec<u8> {
-        let kind = if self.features.binary_upload {
-            'x'
-        } else {
-            'm'
-        };
-        format!("{kind}{addr:x},{len:x}").into_bytes()
-    }
-
-    fn memory_reply(
-        &self,
-        packet: &[u8],
-        reply: &[u8],
-        len: usize,
-    ) -> Result<Option<Vec<u8>>, Error> {
-        if error_code(reply).is_some() {
-            return Ok(None);
-        }
-        if self.features.binary_upload {
-            return match reply.split_first() {
-                Some((b'b', data)) => match unescape(data) {
-                    Some(bytes) if bytes.len() <= len => Ok(Some(bytes)),
-                    _ => Err(self.malformed(packet, reply, "bad binary data")),
-                },
-                _ => Err(self.malformed(packet, reply, "expected b followed by binary data")),
-            };
-        }
-        match decode_hex(reply) {
-            Some(bytes) if bytes.len() <= len && !bytes.is_empty() => Ok(Some(bytes)),
-            _ => Err(self.malformed(packet, reply, "expected memory contents in hex")),
         }
     }
 
@@ -378,87 +248,6 @@ impl<S: Stream> Client<S> {
             return Err(self.conn.malformed(&reply, "expected OK"));
         }
         Ok(())
-    }
-
-    /// The target's auxiliary vector (Linux programs under gdbserver), when the stub has one.
-    pub fn auxv(&mut self) -> Result<Option<Vec<(u64, u64)>>, Error> {
-        if !self.features.auxv {
-            return Ok(None);
-        }
-        let data = self.read_object("auxv")?;
-        Ok(Some(
-            data.chunks_exact(16)
-                .map(|p| {
-                    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
-                    (word(&p[..8]), word(&p[8..]))
-                })
-                .collect(),
-        ))
-    }
-
-    /// The text offset from `qOffsets` (`Text=xxx;Data=xxx`), when the stub gives one.
-    pub fn text_offset(&mut self) -> Result<Option<u64>, Error> {
-        self.conn.send(b"qOffsets")?;
-        let reply = self.conn.receive()?;
-        if reply.is_empty() || reply.starts_with(b"E") {
-            return Ok(None);
-        }
-        let text = String::from_utf8_lossy(&reply).into_owned();
-        let offset = text
-            .split(';')
-            .find_map(|f| {
-                f.strip_prefix("Text=")
-                    .or_else(|| f.strip_prefix("TextSeg="))
-            })
-            .and_then(|v| u64::from_str_radix(v, 16).ok());
-        match offset {
-            Some(o) => Ok(Some(o)),
-            None => Err(self.conn.malformed(&reply, "expected Text=...")),
-        }
-    }
-
-    /// The shared libraries the target has loaded, as (path, load bias), from the svr4 list;
-    /// `None` when the stub does not give one (QEMU).
-    pub fn libraries(&mut self) -> Result<Option<Vec<(PathBuf, u64)>>, Error> {
-        if !self.features.libraries_svr4 {
-            return Ok(None);
-        }
-        let data = self.read_object("libraries-svr4")?;
-        Ok(Some(parse_svr4(&String::from_utf8_lossy(&data))))
-    }
-
-    /// Reads a whole `qXfer` object in packet-sized pieces, all due within one reply timeout;
-    /// at most [`MAX_OBJECT`] bytes.
-    fn read_object(&mut self, object: &str) -> Result<Vec<u8>, Error> {
-        let piece = self.features.packet_size.unwrap_or(4096).clamp(64, 65536) - 8;
-        let deadline = self.conn.deadline();
-        let mut data = Vec::new();
-        loop {
-            let request = format!("qXfer:{object}:read::{:x},{piece:x}", data.len());
-            let reply = self.conn.request_by(request.as_bytes(), deadline)?;
-            let (last, body) = match reply.split_first() {
-                Some((b'l', body)) => (true, body),
-                Some((b'm', body)) => (false, body),
-                _ => {
-                    return Err(self
-                        .conn
-                        .malformed(&reply, "expected m or l followed by data"))
-                }
-            };
-            let bytes = unescape(body).ok_or_else(|| self.conn.malformed(&reply, "bad escape"))?;
-            let empty = bytes.is_empty();
-            data.extend_from_slice(&bytes);
-            if data.len() > MAX_OBJECT {
-                return Err(self.conn.excess(format!(
-                    "sent a {object} object of more than {} MiB",
-                    MAX_OBJECT >> 20
-                )));
-            }
-            // An empty `m` would loop forever.
-            if last || empty {
-                return Ok(data);
-            }
-        }
     }
 
     /// Waits for a stop reply, skipping console output (`O`) packets: all within one reply
@@ -558,32 +347,4 @@ fn parse_features(reply: &[u8]) -> Features {
         }
     }
     features
-}
-
-/// `<library name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x..." l_addr="0x7ffff7dd5000" .../>`
-/// elements of a `library-list-svr4` document, as (name, l_addr).
-pub fn parse_svr4(xml: &str) -> Vec<(PathBuf, u64)> {
-    let attr = |element: &str, name: &str| -> Option<String> {
-        let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
-        let len = element[start..].find('"')?;
-        Some(
-            element[start..start + len]
-                .replace("&quot;", "\"")
-                .replace("&apos;", "'")
-                .replace("&lt;", "<")
-                .replace("&gt;", ">")
-                .replace("&amp;", "&"),
-        )
-    };
-    xml.split("<library ")
-        .skip(1)
-        .filter_map(|element| {
-            let element = &element[..element.find('>').unwrap_or(element.len())];
-            let element = format!(" {element}");
-            let name = attr(&element, "name").filter(|n| !n.is_empty())?;
-            let l_addr = attr(&element, "l_addr")?;
-            let l_addr = u64::from_str_radix(l_addr.trim_start_matches("0x"), 16).ok()?;
-            Some((PathBuf::from(name), l_addr))
-        })
-        .collect()
 }
