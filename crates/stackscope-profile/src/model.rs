@@ -64,6 +64,15 @@ impl Frame {
     pub fn is_kernel(&self) -> bool {
         self.kind == FrameKind::Kernel
     }
+
+    /// The name a writer shows: an empty name, which would vanish, is [`UNKNOWN`].
+    pub fn shown_name(&self) -> &str {
+        if self.name.is_empty() {
+            UNKNOWN
+        } else {
+            &self.name
+        }
+    }
 }
 
 /// A call stack: frame indices, root (outermost caller) first, leaf last.
@@ -146,6 +155,18 @@ pub struct Metadata {
     /// the source knew them; pprof mappings carry them.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub build_ids: BTreeMap<String, String>,
+}
+
+impl Metadata {
+    /// What formats that name a profile call it when not given a title: the profiled command
+    /// line, else `stackscope`.
+    pub fn title(&self) -> String {
+        if self.command.is_empty() {
+            "stackscope".to_string()
+        } else {
+            self.command.join(" ")
+        }
+    }
 }
 
 /// The profile: everything a writer needs, nothing a source needs.

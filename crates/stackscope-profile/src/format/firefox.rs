@@ -26,28 +26,8 @@ const MAX_SAMPLES_PER_COUNT: u64 = 1024;
 /// Builds the Firefox Profiler profile for `profile`. Fails with
 /// [`io::ErrorKind::InvalidData`] on a count too large for [`MAX_SAMPLES_PER_COUNT`] samples.
 pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile> {
-    let weight_max = i32::MAX as u64;
-    if let Some((i, s)) = profile
-        .samples
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.count.div_ceil(weight_max) > MAX_SAMPLES_PER_COUNT)
-    {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "sample {i} counts {}, more than the firefox format shows in one stack ({MAX_SAMPLES_PER_COUNT} samples of weight at most {weight_max})",
-                s.count
-            ),
-        ));
-    }
-    let product = opts.title.clone().unwrap_or_else(|| {
-        if profile.meta.command.is_empty() {
-            "stackscope".to_string()
-        } else {
-            profile.meta.command.join(" ")
-        }
-    });
+    check_counts(profile)?;
+    let product = opts.title.clone().unwrap_or_else(|| profile.meta.title());
     let interval = sample_nanos(profile).unwrap_or(DEFAULT_INTERVAL_NANOS);
     // The model has no start time; a fixed one keeps the output reproducible.
     let mut fx = FxProfile::new(
@@ -55,58 +35,30 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile
         ReferenceTimestamp::from_millis_since_unix_epoch(0.0),
         SamplingInterval::from_nanos(interval),
     );
-    let user: CategoryPairHandle = fx.add_category("User", CategoryColor::Yellow).into();
-    let kernel: CategoryPairHandle = fx.add_category("Kernel", CategoryColor::Orange).into();
-    let other: CategoryPairHandle = CategoryHandle::OTHER.into();
-
-    let start = Timestamp::from_nanos_since_reference(0);
-    let mut processes: HashMap<u32, ProcessHandle> = HashMap::new();
-    let threads: Vec<ThreadHandle> = profile
-        .threads
-        .iter()
-        .map(|t| {
-            let process = *processes.entry(t.pid).or_insert_with(|| {
-                let name = if t.process_name.is_empty() {
-                    &t.comm
-                } else {
-                    &t.process_name
-                };
-                fx.add_process(name, t.pid, start)
-            });
-            let thread = fx.add_thread(process, t.tid, start, t.tid == t.pid);
-            fx.set_thread_name(thread, &t.comm);
-            thread
-        })
-        .collect();
-
+    let categories = Categories {
+        user: fx.add_category("User", CategoryColor::Yellow).into(),
+        kernel: fx.add_category("Kernel", CategoryColor::Orange).into(),
+        other: CategoryHandle::OTHER.into(),
+    };
+    let threads = add_threads(&mut fx, profile);
     let names: Vec<_> = profile
         .frames
         .iter()
-        .map(|f| {
-            let name = if f.name.is_empty() {
-                crate::UNKNOWN
-            } else {
-                &f.name
-            };
-            fx.intern_string(name)
-        })
+        .map(|f| fx.intern_string(f.shown_name()))
         .collect();
 
     let mut clock = vec![0u64; threads.len()];
     for sample in &profile.samples {
         let thread = threads[sample.thread as usize];
-        let frames = profile.stack(sample.stack).frames.iter().map(|&f| {
-            let category_pair = match profile.frame(f).kind {
-                FrameKind::User => user,
-                FrameKind::Kernel => kernel,
-                FrameKind::Marker => other,
-            };
-            FrameInfo {
+        let frames = profile
+            .stack(sample.stack)
+            .frames
+            .iter()
+            .map(|&f| FrameInfo {
                 frame: Frame::Label(names[f as usize]),
-                category_pair,
+                category_pair: categories.of(profile.frame(f).kind),
                 flags: FrameFlags::empty(),
-            }
-        });
+            });
         let stack = fx.intern_stack_frames(thread, frames);
         // A weight is an i32: larger counts take several samples.
         let mut left = sample.count;
@@ -127,6 +79,66 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile
         }
     }
     Ok(fx)
+}
+
+/// Refuses a sample whose count needs more than [`MAX_SAMPLES_PER_COUNT`] samples.
+fn check_counts(profile: &Profile) -> io::Result<()> {
+    let weight_max = i32::MAX as u64;
+    if let Some((i, s)) = profile
+        .samples
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.count.div_ceil(weight_max) > MAX_SAMPLES_PER_COUNT)
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "sample {i} counts {}, more than the firefox format shows in one stack ({MAX_SAMPLES_PER_COUNT} samples of weight at most {weight_max})",
+                s.count
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The category each kind of frame is shown in.
+struct Categories {
+    user: CategoryPairHandle,
+    kernel: CategoryPairHandle,
+    other: CategoryPairHandle,
+}
+
+impl Categories {
+    fn of(&self, kind: FrameKind) -> CategoryPairHandle {
+        match kind {
+            FrameKind::User => self.user,
+            FrameKind::Kernel => self.kernel,
+            FrameKind::Marker => self.other,
+        }
+    }
+}
+
+/// Adds a process per pid and a thread per profiled thread, in the profile's thread order.
+fn add_threads(fx: &mut FxProfile, profile: &Profile) -> Vec<ThreadHandle> {
+    let start = Timestamp::from_nanos_since_reference(0);
+    let mut processes: HashMap<u32, ProcessHandle> = HashMap::new();
+    profile
+        .threads
+        .iter()
+        .map(|t| {
+            let process = *processes.entry(t.pid).or_insert_with(|| {
+                let name = if t.process_name.is_empty() {
+                    &t.comm
+                } else {
+                    &t.process_name
+                };
+                fx.add_process(name, t.pid, start)
+            });
+            let thread = fx.add_thread(process, t.tid, start, t.tid == t.pid);
+            fx.set_thread_name(thread, &t.comm);
+            thread
+        })
+        .collect()
 }
 
 /// Writes `profile` as a Firefox Profiler processed profile (JSON).

@@ -53,21 +53,39 @@ struct SampledProfile {
 /// Writes `profile` as speedscope JSON. The file is named after the title option, else the
 /// profiled command.
 pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
-    let nanos = sample_nanos(profile);
+    let (frames, shared_of) = shared_frames(profile);
+    let mut profiles = thread_profiles(profile, &shared_of)?;
+    // Threads with no samples would only be empty tabs.
+    profiles.retain(|p| !p.samples.is_empty());
+    let active_profile_index = profiles
+        .iter()
+        .enumerate()
+        .max_by_key(|(i, p)| (p.end_value, std::cmp::Reverse(*i)))
+        .map_or(0, |(i, _)| i);
+
+    let file = File {
+        schema: SCHEMA,
+        shared: Shared { frames },
+        profiles,
+        name: opts.title.clone().unwrap_or_else(|| profile.meta.title()),
+        active_profile_index,
+        exporter: format!("stackscope {}", env!("CARGO_PKG_VERSION")),
+    };
+    serde_json::to_writer(&mut *out, &file)?;
+    out.write_all(b"\n")
+}
+
+/// The shared frames, and the index among them of each model frame. speedscope tells frames
+/// apart by name, file and line only, so frames that differ in nothing else share one entry.
+fn shared_frames(profile: &Profile) -> (Vec<SharedFrame<'_>>, Vec<usize>) {
     let mut frames: Vec<SharedFrame> = Vec::new();
     let mut frame_index: HashMap<SharedFrame, usize> = HashMap::new();
-    // Model frame id -> shared frame index; speedscope tells frames apart by name, file and
-    // line only, so frames that differ in nothing else share one entry.
     let shared_of: Vec<usize> = profile
         .frames
         .iter()
         .map(|f| {
             let frame = SharedFrame {
-                name: if f.name.is_empty() {
-                    crate::UNKNOWN
-                } else {
-                    &f.name
-                },
+                name: f.shown_name(),
                 // Without a source file, the module is the best place speedscope can show.
                 file: f.file.as_deref().or(f.module.as_deref()),
                 line: f.line,
@@ -78,7 +96,13 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
             })
         })
         .collect();
+    (frames, shared_of)
+}
 
+/// One sampled profile per thread, in the profile's thread order, each sample weighted by its
+/// count (times the sampling period in nanoseconds, when known).
+fn thread_profiles(profile: &Profile, shared_of: &[usize]) -> io::Result<Vec<SampledProfile>> {
+    let nanos = sample_nanos(profile);
     let mut profiles: Vec<SampledProfile> = profile
         .threads
         .iter()
@@ -122,29 +146,5 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
         p.weights.push(weight);
         p.end_value = p.end_value.checked_add(weight).ok_or_else(too_large)?;
     }
-    // Threads with no samples would only be empty tabs.
-    profiles.retain(|p| !p.samples.is_empty());
-    let active_profile_index = profiles
-        .iter()
-        .enumerate()
-        .max_by_key(|(i, p)| (p.end_value, std::cmp::Reverse(*i)))
-        .map_or(0, |(i, _)| i);
-
-    let name = opts.title.clone().unwrap_or_else(|| {
-        if profile.meta.command.is_empty() {
-            "stackscope".to_string()
-        } else {
-            profile.meta.command.join(" ")
-        }
-    });
-    let file = File {
-        schema: SCHEMA,
-        shared: Shared { frames },
-        profiles,
-        name,
-        active_profile_index,
-        exporter: format!("stackscope {}", env!("CARGO_PKG_VERSION")),
-    };
-    serde_json::to_writer(&mut *out, &file)?;
-    out.write_all(b"\n")
+    Ok(profiles)
 }
