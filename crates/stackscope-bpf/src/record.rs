@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
+use stackscope_linux::sampler;
 use stackscope_linux::target::{self, HeldChild, Target};
 use stackscope_profile::{Metadata, Profile};
 
@@ -119,7 +120,7 @@ pub fn record(
     if config.period.is_none() {
         sampled::check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
     }
-    let cpus = sampled::cpus_to_sample(config.cpu)?;
+    let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
 
     // A launched command waits before exec until it is filtered for and traced; spawning it

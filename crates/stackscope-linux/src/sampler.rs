@@ -783,7 +783,8 @@ fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
     pages.clamp(512, 2048).next_power_of_two()
 }
 
-fn choose_cpus(only: Option<u32>) -> Result<Vec<u32>, SampleError> {
+/// The CPUs to sample: every online one, or `only` when it is online.
+pub fn choose_cpus(only: Option<u32>) -> Result<Vec<u32>, SampleError> {
     let online = target::online_cpus().map_err(|source| SampleError::Io {
         what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
         source,

@@ -1,11 +1,11 @@
-//! What the kernel is asked to sample, checked before anything is loaded: the rate, the CPUs,
-//! the ids the program filters for and the processes whose tables it follows, and the caller's
-//! pid namespace the program reports pids in.
+//! What the kernel is asked to sample, checked before anything is loaded: the rate, the ids
+//! the program filters for and the processes whose tables it follows, and the caller's pid
+//! namespace the program reports pids in. (The CPUs are chosen as the perf_event source
+//! chooses them.)
 
 use stackscope_linux::sampler::SampleError;
 use stackscope_linux::target::{self, Target};
 
-use crate::error::BpfError;
 use crate::program::Filter;
 
 /// Refuses a frequency and a period given together, or either of them zero.
@@ -30,25 +30,6 @@ pub(super) fn check_frequency(hz: u64) -> Result<(), SampleError> {
     match max {
         Some(max) if hz > max => Err(SampleError::FrequencyTooHigh { requested: hz, max }),
         _ => Ok(()),
-    }
-}
-
-pub(super) fn cpus_to_sample(cpu: Option<u32>) -> Result<Vec<u32>, BpfError> {
-    let online = target::online_cpus().map_err(|source| BpfError::Io {
-        what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
-        source,
-    })?;
-    match cpu {
-        None => Ok(online),
-        Some(c) if online.contains(&c) => Ok(vec![c]),
-        Some(c) => Err(SampleError::InvalidCpu {
-            cpu: c,
-            online: std::fs::read_to_string("/sys/devices/system/cpu/online")
-                .unwrap_or_default()
-                .trim()
-                .to_string(),
-        }
-        .into()),
     }
 }
 
