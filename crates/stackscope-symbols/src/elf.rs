@@ -301,3 +301,6 @@ fn gnu_build_id<'data, Elf: FileHeader>(
     }
     None
 }
+
+#[cfg(test)]
+mod tests;
