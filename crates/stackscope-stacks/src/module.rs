@@ -1,8 +1,8 @@
 //! The unwind data of one ELF file (executable, shared library or vDSO image): its loadable
-//! segments, to place it in a process, and its CFI sections, read through one read-only
-//! mapping of the file that every process mapping the file shares. Mapped, not copied: the
-//! pages are the page cache's, only those an unwind touches are resident, and the kernel may
-//! drop them again under pressure.
+//! segments, to place it in a process, and its CFI sections, read by the one ELF reader
+//! ([`stackscope_symbols::elf`]) as ranges of one read-only mapping of the file that every
+//! process mapping the file shares. Mapped, not copied: the pages are the page cache's, only
+//! those an unwind touches are resident, and the kernel may drop them again under pressure.
 
 use std::fs::File;
 use std::io;
@@ -154,6 +154,7 @@ impl ModuleFile {
     }
 }
 
+/// `.debug_frame`, where unwinders look when there is no `.eh_frame`.
 fn debug_frame(elf: &ElfFile) -> Option<SectionData> {
     elf.section(".debug_frame")?.shared()
 }
