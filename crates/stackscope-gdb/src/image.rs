@@ -2,24 +2,13 @@
 //! loaded, its unwind tables as a framehop module, and how its addresses map to file offsets
 //! for the symbolizer.
 
-use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use framehop::Module;
-use object::elf::{self, FileHeader64};
-use object::read::elf::{FileHeader, ProgramHeader};
-use object::Endianness;
+use object::elf;
 use stackscope_stacks::module::{ModuleFile, SectionData};
-
-/// One `PT_LOAD` segment.
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    vaddr: u64,
-    memsz: u64,
-    offset: u64,
-    filesz: u64,
-}
+use stackscope_symbols::elf::{ElfError, ElfFile, Segment, SymbolTable};
 
 /// The target's ELF file.
 #[derive(Debug)]
@@ -27,7 +16,7 @@ pub struct Image {
     path: PathBuf,
     entry: u64,
     position_independent: bool,
-    loads: Vec<Load>,
+    loads: Vec<Segment>,
     unwind: Option<ModuleFile>,
     /// Functions (start..end, sorted) whose start has no entry in `.eh_frame_hdr`, when the
     /// file has one: framehop takes code without CFI for a frameless leaf, which is wrong
@@ -52,44 +41,33 @@ impl Image {
             path: path.display().to_string(),
             why,
         };
-        let data = std::fs::read(path).map_err(|e| err(e.to_string()))?;
-        if !data.starts_with(b"\x7fELF") {
-            return Err(err("not an ELF file".into()));
+        let elf = ElfFile::open(path).map_err(|e| {
+            err(match e {
+                ElfError::Header(e) => format!("not a 64-bit ELF file ({e})"),
+                e => e.to_string(),
+            })
+        })?;
+        if !elf.is_64() {
+            return Err(err("not a 64-bit ELF file (it is 32-bit)".into()));
         }
-        let header = FileHeader64::<Endianness>::parse(&*data)
-            .map_err(|e| err(format!("not a 64-bit ELF file ({e})")))?;
-        let endian = header.endian().map_err(|e| err(e.to_string()))?;
-        if header.e_machine(endian) != elf::EM_X86_64 {
+        if elf.machine() != elf::EM_X86_64 {
             return Err(err("not an x86-64 ELF file".into()));
         }
-        let loads: Vec<Load> = header
-            .program_headers(endian, &*data)
-            .map_err(|e| err(e.to_string()))?
-            .iter()
-            .filter(|ph| ph.p_type(endian) == elf::PT_LOAD)
-            .map(|ph| Load {
-                vaddr: ph.p_vaddr(endian),
-                memsz: ph.p_memsz(endian),
-                offset: ph.p_offset(endian),
-                filesz: ph.p_filesz(endian),
-            })
-            .collect();
-        if loads.is_empty() {
+        if elf.segments().is_empty() {
             return Err(err("it has no loadable segments".into()));
         }
-        let file = File::open(path).map_err(|e| err(e.to_string()))?;
-        let unwind = ModuleFile::open(file, path)
+        let unwind = ModuleFile::new(&elf)
             .ok()
             .filter(ModuleFile::has_unwind_info);
         let without_cfi = match unwind {
-            Some(_) => functions_without_cfi(&data),
+            Some(_) => functions_without_cfi(&elf),
             None => Vec::new(),
         };
         Ok(Image {
             path: path.to_path_buf(),
-            entry: header.e_entry(endian),
-            position_independent: header.e_type(endian) == elf::ET_DYN,
-            loads,
+            entry: elf.entry(),
+            position_independent: elf.kind() == elf::ET_DYN,
+            loads: elf.segments().to_vec(),
             unwind,
             without_cfi,
             bias: 0,
@@ -139,10 +117,7 @@ impl Image {
     /// The file offset of the code at target address `addr`, if the file holds it.
     pub fn file_offset(&self, addr: u64) -> Option<u64> {
         let vaddr = addr.wrapping_sub(self.bias);
-        self.loads.iter().find_map(|l| {
-            let delta = vaddr.checked_sub(l.vaddr)?;
-            (delta < l.filesz).then(|| l.offset + delta)
-        })
+        self.loads.iter().find_map(|l| l.offset_of(vaddr))
     }
 
     /// True when `addr` lies in a function of this file that its CFI does not describe.
@@ -174,54 +149,19 @@ impl Image {
 
 /// Functions (from the symbol table) whose start address has no `.eh_frame_hdr` entry.
 /// Empty when the file has no `.eh_frame_hdr` in the usual encoding: then nothing is known.
-fn functions_without_cfi(data: &[u8]) -> Vec<Range<u64>> {
-    use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
-    let Ok(file) = object::File::parse(data) else {
+fn functions_without_cfi(elf: &ElfFile) -> Vec<Range<u64>> {
+    let Some(starts) = elf.fde_starts() else {
         return Vec::new();
     };
-    let Some(hdr) = file.section_by_name(".eh_frame_hdr") else {
-        return Vec::new();
-    };
-    let Some(starts) = hdr
-        .data()
-        .ok()
-        .and_then(|bytes| fde_starts(bytes, hdr.address()))
-    else {
-        return Vec::new();
-    };
-    let mut functions: Vec<Range<u64>> = file
-        .symbols()
-        .filter(|s| s.kind() == SymbolKind::Text && s.size() > 0)
-        .filter(|s| starts.binary_search(&s.address()).is_err())
-        .map(|s| s.address()..s.address() + s.size())
+    let mut functions: Vec<Range<u64>> = elf
+        .functions(SymbolTable::Static)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|f| f.size > 0)
+        .filter(|f| starts.binary_search(&f.address).is_err())
+        .map(|f| f.address..f.address + f.size)
         .collect();
     functions.sort_by_key(|f| f.start);
     functions.dedup();
     functions
-}
-
-/// The sorted start addresses of the binary search table of `.eh_frame_hdr` (version 1,
-/// pc-relative 4-byte `eh_frame_ptr`, 4-byte count, section-relative 4-byte table entries, as
-/// GNU ld and lld write it).
-fn fde_starts(hdr: &[u8], hdr_address: u64) -> Option<Vec<u64>> {
-    const PCREL_SDATA4: u8 = 0x1b;
-    const UDATA4: u8 = 0x03;
-    const DATAREL_SDATA4: u8 = 0x3b;
-    if hdr.len() < 12 || hdr[0] != 1 || hdr[1] != PCREL_SDATA4 || hdr[2] != UDATA4 {
-        return None;
-    }
-    if hdr[3] != DATAREL_SDATA4 {
-        return None;
-    }
-    let count = u32::from_le_bytes(hdr[8..12].try_into().ok()?) as usize;
-    let table = hdr.get(12..12 + count.checked_mul(8)?)?;
-    let mut starts: Vec<u64> = table
-        .chunks_exact(8)
-        .map(|e| {
-            let rel = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
-            hdr_address.wrapping_add_signed(i64::from(rel))
-        })
-        .collect();
-    starts.sort_unstable();
-    Some(starts)
 }

@@ -512,13 +512,8 @@ fn cached_copy(dir: &Path, id: &[u8]) -> Option<PathBuf> {
 
 /// The GNU build-id note of an ELF file.
 fn file_build_id(path: &Path) -> Option<Vec<u8>> {
-    use object::Object;
-    let file = File::open(path).ok()?;
-    // SAFETY: the map is read-only and dropped before returning; a binary changed under us
-    // gives a wrong answer at worst, as reading it would.
-    let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
-    let elf = object::File::parse(&*map).ok()?;
-    elf.build_id().ok().flatten().map(<[u8]>::to_vec)
+    let elf = stackscope_symbols::elf::ElfFile::open(path).ok()?;
+    elf.build_id().map(<[u8]>::to_vec)
 }
 
 /// Checks that the header's sections lie inside the file and that the counts in the

@@ -12,7 +12,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -21,6 +21,7 @@ use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
 
 use crate::maps::{Mapping, ProcessMaps};
 use stackscope_stacks::module::{ModuleFile, SectionData};
+use stackscope_symbols::FileId;
 
 /// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;
@@ -44,28 +45,6 @@ pub enum UnwindEnd {
     /// Could not go on: no mapping for the pc, no unwind info and no usable frame pointer,
     /// a bad return address, or a cycle. `module` names the module of the last frame when known.
     Broken { module: Option<Arc<str>> },
-}
-
-/// Identity of a file on disk: a rebuilt binary at the same path gets a new entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct FileKey {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
-
-impl FileKey {
-    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
-        FileKey {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: meta.mtime(),
-            mtime_nsec: meta.mtime_nsec(),
-        }
-    }
 }
 
 /// What a process's unwinder was built from; `generation` alone could repeat for a
@@ -118,7 +97,7 @@ pub struct Unwinder {
     cache: CacheX86_64,
     processes: HashMap<u32, ProcessUnwinder>,
     /// Parsed files, bounded by [`Unwinder::trim`].
-    files: HashMap<FileKey, CachedFile>,
+    files: HashMap<FileId, CachedFile>,
     /// Counts file look-ups, to order idle files by last use.
     clock: u64,
     without_unwind_info: BTreeSet<Arc<str>>,
@@ -201,7 +180,7 @@ impl Unwinder {
 
     /// Drops the least recently used idle files beyond [`IDLE_FILES`].
     fn trim(&mut self) {
-        let mut idle: Vec<(u64, FileKey)> = self
+        let mut idle: Vec<(u64, FileId)> = self
             .files
             .iter()
             .filter(|(_, f)| f.idle())
@@ -270,8 +249,7 @@ impl Unwinder {
     /// The parsed file behind a mapping, read once per file identity.
     fn file(&mut self, pid: u32, m: &Mapping) -> Option<Arc<ModuleFile>> {
         let file = open_mapped_file(pid, m)?;
-        let meta = file.metadata().ok()?;
-        let key = FileKey::of(&meta);
+        let key = FileId::of_file(&file).ok()?;
         self.clock += 1;
         let entry = self.files.entry(key).or_insert_with(|| CachedFile {
             file: ModuleFile::open(file, Path::new(&*m.path))

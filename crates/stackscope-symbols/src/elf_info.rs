@@ -3,106 +3,58 @@
 //! virtual addresses a separate debug file is indexed by).
 
 use std::fs::File;
-use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use object::{Object, ObjectSegment};
-
-use crate::SymbolError;
-
-/// One `PT_LOAD` segment.
-#[derive(Debug, Clone, Copy)]
-struct Load {
-    file_offset: u64,
-    file_size: u64,
-    vaddr: u64,
-}
-
-/// Identity of a file's content as far as the file system tells; a change means re-inspect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp {
-    dev: u64,
-    ino: u64,
-    len: u64,
-    mtime: i64,
-    mtime_nsec: i64,
-}
+use crate::elf::{ElfError, ElfFile, Segment, SymbolTable};
+use crate::{FileId, SymbolError};
 
 #[derive(Debug)]
 pub(crate) struct ElfInfo {
-    pub(crate) stamp: FileStamp,
+    pub(crate) id: FileId,
     pub(crate) has_dwarf: bool,
     pub(crate) build_id: Option<Vec<u8>>,
-    loads: Vec<Load>,
+    loads: Vec<Segment>,
 }
 
 impl ElfInfo {
     /// Inspects the ELF file at `path`; fails when it is missing, unreadable or not ELF.
     pub(crate) fn inspect(path: &Path) -> Result<Self, SymbolError> {
-        let (stamp, map) = map_elf(path)?;
-        let parsed = parse(path, &map)?;
-        let loads = parsed
-            .segments()
-            .map(|segment| {
-                let (file_offset, file_size) = segment.file_range();
-                Load {
-                    file_offset,
-                    file_size,
-                    vaddr: segment.address(),
-                }
-            })
-            .collect();
+        let read_err = |error| SymbolError::Read {
+            path: path.to_path_buf(),
+            error,
+        };
+        let file = File::open(path).map_err(read_err)?;
+        let id = FileId::of_file(&file).map_err(read_err)?;
+        let elf = map_elf(path, &file)?;
         Ok(Self {
-            stamp,
-            has_dwarf: parsed.has_debug_symbols(),
-            // A malformed note only costs the build-id lookup, not the whole file.
-            build_id: parsed.build_id().ok().flatten().map(<[u8]>::to_vec),
-            loads,
+            id,
+            has_dwarf: elf.section(".debug_info").is_some()
+                || elf.section(".zdebug_info").is_some(),
+            build_id: elf.build_id().map(<[u8]>::to_vec),
+            loads: elf.segments().to_vec(),
         })
     }
 
     /// The ELF virtual address that file offset `offset` is loaded at, if any segment holds it.
     pub(crate) fn file_offset_to_vaddr(&self, offset: u64) -> Option<u64> {
-        self.loads.iter().find_map(|load| {
-            let delta = offset.checked_sub(load.file_offset)?;
-            (delta < load.file_size).then(|| load.vaddr.wrapping_add(delta))
-        })
+        self.loads.iter().find_map(|load| load.vaddr_of(offset))
     }
 }
 
-/// Maps the ELF file at `path` (checking its magic first) with its stamp.
-fn map_elf(path: &Path) -> Result<(FileStamp, memmap2::Mmap), SymbolError> {
-    let read_err = |error| SymbolError::Read {
-        path: path.to_path_buf(),
-        error,
-    };
-    let mut file = File::open(path).map_err(read_err)?;
-    let stamp = stamp_of(&file).map_err(read_err)?;
-    let mut magic = [0u8; 4];
-    if let Err(error) = file.read_exact(&mut magic) {
-        if error.kind() == std::io::ErrorKind::UnexpectedEof {
-            return Err(SymbolError::NotElf {
-                path: path.to_path_buf(),
-            });
-        }
-        return Err(read_err(error));
-    }
-    if magic != *b"\x7fELF" {
-        return Err(SymbolError::NotElf {
+/// Maps the ELF file `file` (at `path`), in the symbolizer's terms when it cannot.
+fn map_elf(path: &Path, file: &File) -> Result<ElfFile, SymbolError> {
+    ElfFile::map(file).map_err(|e| match e {
+        ElfError::Io(error) => SymbolError::Read {
             path: path.to_path_buf(),
-        });
-    }
-    // SAFETY: the map is read-only and dropped before its caller returns; a binary truncated
-    // while we parse it is the same hazard every profiler (and blazesym itself) accepts.
-    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(read_err)?;
-    Ok((stamp, map))
-}
-
-fn parse<'a>(path: &Path, map: &'a [u8]) -> Result<object::File<'a>, SymbolError> {
-    object::File::parse(map).map_err(|e| SymbolError::Parse {
-        path: path.to_path_buf(),
-        message: e.to_string(),
+            error,
+        },
+        ElfError::NotElf => SymbolError::NotElf {
+            path: path.to_path_buf(),
+        },
+        e => SymbolError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        },
     })
 }
 
@@ -143,70 +95,50 @@ const PROLOGUES_CHECKED: usize = 4000;
 /// Reads what the binary at `path` offers for unwinding; fails when it is missing, unreadable
 /// or not ELF.
 pub fn unwind_sources(path: &Path) -> Result<UnwindSources, SymbolError> {
-    use object::{ObjectSection, ObjectSymbol, SymbolKind};
-    let (_, map) = map_elf(path)?;
-    let parsed = parse(path, &map)?;
-    let has = |name: &str| parsed.section_by_name(name).is_some_and(|s| s.size() > 0);
-    let mut frame_pointers = FramePointers::Unknown;
-    if parsed.architecture() == object::Architecture::X86_64 {
-        let symbols: Vec<_> = if parsed.symbols().next().is_some() {
-            parsed.symbols().collect()
-        } else {
-            parsed.dynamic_symbols().collect()
-        };
-        let (mut with, mut checked) = (0, 0);
-        for symbol in symbols
-            .iter()
-            .filter(|s| s.kind() == SymbolKind::Text && s.size() >= 16)
-            .take(PROLOGUES_CHECKED)
-        {
-            let Some(section) = symbol
-                .section_index()
-                .and_then(|i| parsed.section_by_index(i).ok())
-            else {
-                continue;
-            };
-            let Ok(Some(code)) = section.data_range(symbol.address(), 8) else {
-                continue;
-            };
-            let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
-            checked += 1;
-            if code.starts_with(&[0x55, 0x48, 0x89, 0xe5]) {
-                with += 1;
-            }
-        }
-        if checked > 0 {
-            frame_pointers = if with * 2 > checked {
-                FramePointers::Kept { with, checked }
-            } else {
-                FramePointers::Omitted { with, checked }
-            };
-        }
-    }
+    let file = File::open(path).map_err(|error| SymbolError::Read {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    let elf = map_elf(path, &file)?;
+    let has = |name: &str| elf.section(name).is_some_and(|s| s.size() > 0);
     Ok(UnwindSources {
         debug_info: has(".debug_info"),
         eh_frame: has(".eh_frame"),
         debug_frame: has(".debug_frame"),
-        frame_pointers,
+        frame_pointers: frame_pointers(&elf),
     })
 }
 
-/// The current stamp of the file at `path`.
-pub(crate) fn stamp(path: &Path) -> std::io::Result<FileStamp> {
-    stamp_of(&File::open(path)?)
+/// [`FramePointers`] of `elf`, from the prologues of its first [`PROLOGUES_CHECKED`] functions.
+fn frame_pointers(elf: &ElfFile) -> FramePointers {
+    if !elf.is_64() || elf.machine() != object::elf::EM_X86_64 {
+        return FramePointers::Unknown;
+    }
+    let functions = elf
+        .functions(SymbolTable::Static)
+        .or_else(|| elf.functions(SymbolTable::Dynamic))
+        .unwrap_or_default();
+    let (mut with, mut checked) = (0, 0);
+    for function in functions
+        .iter()
+        .filter(|f| f.size >= 16)
+        .take(PROLOGUES_CHECKED)
+    {
+        let Some(code) = elf.code(function, 8) else {
+            continue;
+        };
+        let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa]).unwrap_or(code);
+        checked += 1;
+        if code.starts_with(&[0x55, 0x48, 0x89, 0xe5]) {
+            with += 1;
+        }
+    }
+    match checked {
+        0 => FramePointers::Unknown,
+        _ if with * 2 > checked => FramePointers::Kept { with, checked },
+        _ => FramePointers::Omitted { with, checked },
+    }
 }
-
-fn stamp_of(file: &File) -> std::io::Result<FileStamp> {
-    let meta = file.metadata()?;
-    Ok(FileStamp {
-        dev: meta.dev(),
-        ino: meta.ino(),
-        len: meta.len(),
-        mtime: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec(),
-    })
-}
-
 /// The separate debug file for `build_id` in the first of `debug_dirs` that has one, at the
 /// conventional `.build-id/xx/yyyy.debug` location.
 pub fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {

@@ -2,14 +2,20 @@
 //! demangled names, separate debug files found by build-id), kernel functions from
 //! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, and the vDSO. Addresses are resolved in
 //! batches, each unique address once.
+//!
+//! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
+//! rest of stackscope reads binaries through, as the lowest crate that reads them.
 
+pub mod elf;
 mod elf_info;
 mod error;
+mod file_id;
 mod perf_map;
 mod symbolizer;
 
 pub use elf_info::{find_debug_file, unwind_sources, FramePointers, UnwindSources};
 pub use error::SymbolError;
+pub use file_id::FileId;
 pub use symbolizer::Symbolizer;
 pub use symbolizer::DEFAULT_DEBUG_DIR;
 

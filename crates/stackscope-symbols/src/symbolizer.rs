@@ -13,7 +13,7 @@ use blazesym::{MaybeDefault, Pid};
 
 use crate::elf_info::{self, ElfInfo};
 use crate::perf_map::PerfMap;
-use crate::{SymFrame, SymbolError};
+use crate::{FileId, SymFrame, SymbolError};
 
 /// Where distributions install separate debug files.
 pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
@@ -235,7 +235,7 @@ impl Symbolizer {
 
     fn elf_info(&mut self, path: &Path) -> Result<Rc<ElfInfo>, SymbolError> {
         if let Some(info) = self.elf_infos.get(path) {
-            if elf_info::stamp(path).ok() == Some(info.stamp) {
+            if FileId::of_path(path).ok() == Some(info.id) {
                 return Ok(Rc::clone(info));
             }
         }

@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use super::UnwindTable;
 use crate::maps::{Mapping, ProcessMaps};
-use crate::unwind::{open_mapped_file, own_vdso, FileKey};
+use crate::unwind::{open_mapped_file, own_vdso};
 use stackscope_stacks::module::ModuleFile;
+use stackscope_symbols::FileId;
 
 /// Identifies a table for as long as the [`TableCache`] that built it lives; a rebuilt file
 /// gets a new id.
@@ -39,7 +40,7 @@ pub struct ProcessTables {
 #[derive(Debug, Default)]
 pub struct TableCache {
     /// `None` for files that are not readable ELF or have no CFI.
-    files: HashMap<FileKey, Option<Arc<ModuleTable>>>,
+    files: HashMap<FileId, Option<Arc<ModuleTable>>>,
     vdso: Option<Option<Arc<ModuleTable>>>,
     next_id: TableId,
 }
@@ -103,7 +104,7 @@ impl TableCache {
             return None;
         }
         let file = open_mapped_file(pid, m)?;
-        let key = FileKey::of(&file.metadata().ok()?);
+        let key = FileId::of_file(&file).ok()?;
         if let Some(t) = self.files.get(&key) {
             return t.clone();
         }

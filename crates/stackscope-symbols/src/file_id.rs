@@ -1,0 +1,39 @@
+//! The identity of a file's content as the file system tells it: caches of parsed files are
+//! keyed by it, so a binary rebuilt or replaced at the same path is read again.
+
+use std::fs::{File, Metadata};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// Device, inode, size and modification time of a file: a change in any means new content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: i64,
+    mtime_nsec: i64,
+}
+
+impl FileId {
+    pub fn of(meta: &Metadata) -> Self {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: meta.mtime(),
+            mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+
+    /// The identity of an open file.
+    pub fn of_file(file: &File) -> io::Result<Self> {
+        Ok(Self::of(&file.metadata()?))
+    }
+
+    /// The current identity of the file at `path`; fails where opening it would.
+    pub fn of_path(path: &Path) -> io::Result<Self> {
+        Self::of_file(&File::open(path)?)
+    }
+}
