@@ -5,6 +5,8 @@
 //!
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
 
+mod error;
+pub mod event;
 pub mod maps;
 mod perf;
 pub mod perf_data;

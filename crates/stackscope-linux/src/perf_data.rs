@@ -27,10 +27,11 @@ use linux_perf_data::linux_perf_event_reader::{
 use linux_perf_data::{DsoKey, PerfFileReader, PerfFileRecord};
 use stackscope_profile::{Metadata, Profile};
 
+use crate::event::{Event, SampleEvent, UserRegs};
 use crate::maps::Mapping;
 use crate::perf::split_callchain;
 use crate::record::Collector;
-use crate::sampler::{Event, SampleEvent, SamplerConfig, StackMode, UserRegs};
+use crate::sampler::{SamplerConfig, StackMode};
 
 /// The first bytes of a perf.data file (`2ELIFREP` when written big-endian).
 pub const MAGIC: &[u8; 8] = b"PERFILE2";

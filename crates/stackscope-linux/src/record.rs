@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use stackscope_profile::{Metadata, Profile, Thread};
 use stackscope_symbols::Symbolizer;
 
+use crate::event::{Event, SampleEvent};
 use crate::maps::ProcessMaps;
-use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, StackMode};
+use crate::sampler::{SampleError, Sampler, SamplerConfig, StackMode};
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
 use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
@@ -86,7 +87,7 @@ pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recordi
     }
     let elapsed = started.elapsed();
     if sampler.child_pid().is_some() && sampler.exit_status().is_none() {
-        end_child(&mut sampler, interrupted);
+        sampler.end_child(interrupted);
     }
     let meta = Metadata {
         source: "perf_event".into(),
@@ -105,27 +106,6 @@ pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recordi
         interrupted,
         failure,
     })
-}
-
-/// Ends a launched command that is still running when recording stops: SIGINT after Ctrl-C
-/// (when the terminal did not already deliver it), SIGTERM after the duration, SIGKILL if it
-/// has not gone two seconds later. Reaps it so its exit status is known.
-fn end_child(sampler: &mut Sampler, interrupted: bool) {
-    let first = if interrupted {
-        libc::SIGINT
-    } else {
-        libc::SIGTERM
-    };
-    for (signal, grace) in [(first, 2000), (libc::SIGKILL, 1000)] {
-        sampler.kill_child(signal);
-        let until = Instant::now() + Duration::from_millis(grace);
-        while Instant::now() < until {
-            if sampler.target_finished() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
 }
 
 /// What is known about one process.

@@ -15,15 +15,13 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::error::SampleError;
+pub use crate::event::{Event, SampleEvent, UserRegs};
 use crate::maps::{Mapping, ProcessMaps};
-use crate::perf::{self, EventSpec, Record, Ring, SampleFormat};
+use crate::perf::{self, EventSpec, Ring, SampleFormat};
 use crate::target::{self, HeldChild, Target};
-
-mod error;
-pub use error::SampleError;
 
 /// How user stacks are captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,71 +53,6 @@ pub struct SamplerConfig {
     /// Ring buffer data pages per CPU (rounded up to a power of two); 0 = a default that fits
     /// the stack mode.
     pub buffer_pages: usize,
-}
-
-/// User registers at the time of a sample (DWARF mode). On aarch64 `bp` is x29 and `ip` is pc.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
-
-/// One sample.
-#[derive(Debug, Clone, Copy)]
-pub struct SampleEvent<'a> {
-    pub pid: u32,
-    pub tid: u32,
-    pub cpu: u32,
-    /// Kernel perf clock, in nanoseconds.
-    pub time: u64,
-    /// CPU time this sample stands for, in nanoseconds.
-    pub period: u64,
-    /// Kernel frames, leaf first, PERF_CONTEXT_* markers removed. Empty when none.
-    pub kernel_stack: &'a [u64],
-    /// FramePointer mode: user frames from the kernel callchain, leaf first. Empty in Dwarf mode.
-    pub user_callchain: &'a [u64],
-    /// Dwarf mode: sampled user registers, None when the sample hit a kernel thread.
-    pub user_regs: Option<UserRegs>,
-    /// Dwarf mode: the copied user stack, starting at regs.sp (dyn_size bytes, may be empty).
-    pub user_stack: &'a [u8],
-    /// True if the sample was taken while the CPU was in user mode (PERF_RECORD_MISC_USER).
-    pub in_user: bool,
-}
-
-/// Something the kernel told us, in time order within one `poll` batch.
-#[derive(Debug, Clone)]
-pub enum Event<'a> {
-    Sample(SampleEvent<'a>),
-    /// A new executable mapping (PERF_RECORD_MMAP2 with PROT_EXEC, or synthesized from
-    /// /proc/PID/maps for processes that existed before sampling began).
-    Mmap {
-        pid: u32,
-        tid: u32,
-        mapping: Mapping,
-    },
-    /// A thread got a (new) name; `exec` is true when it came from exec (the process's maps are
-    /// then replaced: the consumer clears them). Also synthesized for pre-existing processes.
-    Comm {
-        pid: u32,
-        tid: u32,
-        comm: &'a str,
-        exec: bool,
-    },
-    Fork {
-        pid: u32,
-        ppid: u32,
-        tid: u32,
-        ptid: u32,
-    },
-    Exit {
-        pid: u32,
-        tid: u32,
-    },
-    /// PERF_RECORD_LOST: this many samples were dropped by the kernel.
-    Lost {
-        count: u64,
-    },
 }
 
 /// Opens, then closes, a cpu-clock sampling event on this process (its kernel side too when
@@ -565,8 +498,8 @@ impl Sampler {
 
     /// Copies every ring's pending records, orders them by time and hands them out.
     fn drain(&mut self, f: &mut dyn FnMut(Event<'_>)) {
+        self.order_records();
         let Sampler {
-            rings,
             buffers,
             order,
             format,
@@ -575,10 +508,36 @@ impl Sampler {
             kind,
             ..
         } = self;
+        for &(_, ring, at) in order.iter() {
+            let words = &buffers[ring as usize];
+            let at = at as usize;
+            let Some(h) = perf::header(perf::words_as_bytes(words), at) else {
+                continue;
+            };
+            let Some(event) = perf::parse(words, at, h, *format) else {
+                continue;
+            };
+            match event {
+                Event::Sample(s) if s.pid == 0 && !*include_idle => continue,
+                Event::Fork { pid, ppid, .. } if *kind == Kind::Command && pid != ppid => {
+                    descendants.insert(pid);
+                }
+                Event::Exit { pid, tid } if pid == tid => {
+                    descendants.remove(&pid);
+                }
+                _ => {}
+            }
+            f(event);
+        }
+    }
+
+    /// Copies every ring's pending records into its buffer and lists them by time.
+    fn order_records(&mut self) {
+        let order = &mut self.order;
         order.clear();
-        for (i, (_, ring)) in rings.iter_mut().enumerate() {
-            let len = ring.drain_into(&mut buffers[i]);
-            let bytes = perf::words_as_bytes(&buffers[i]);
+        for (i, (_, ring)) in self.rings.iter_mut().enumerate() {
+            let len = ring.drain_into(&mut self.buffers[i]);
+            let bytes = perf::words_as_bytes(&self.buffers[i]);
             let mut at = 0;
             while at + 8 <= len {
                 let Some(h) = perf::header(bytes, at) else {
@@ -594,102 +553,6 @@ impl Sampler {
         }
         // Stable: records of one ring with equal times keep their order.
         order.sort_by_key(|&(time, _, _)| time);
-        for &(_, ring, at) in order.iter() {
-            let words = &buffers[ring as usize];
-            let at = at as usize;
-            let Some(h) = perf::header(perf::words_as_bytes(words), at) else {
-                continue;
-            };
-            let Some(record) = perf::parse(words, at, h, *format) else {
-                continue;
-            };
-            match record {
-                Record::Sample(s) => {
-                    if s.pid == 0 && !*include_idle {
-                        continue;
-                    }
-                    let (kernel_stack, user_callchain) = perf::split_callchain(s.callchain);
-                    f(Event::Sample(SampleEvent {
-                        pid: s.pid,
-                        tid: s.tid,
-                        cpu: s.cpu,
-                        time: s.time,
-                        period: s.period,
-                        kernel_stack,
-                        user_callchain,
-                        user_regs: s.regs.and_then(|r| {
-                            Some(UserRegs {
-                                bp: *r.first()?,
-                                sp: *r.get(1)?,
-                                ip: *r.get(2)?,
-                            })
-                        }),
-                        user_stack: s.stack,
-                        in_user: perf::misc_is_user(s.misc),
-                    }));
-                }
-                Record::Mmap {
-                    pid,
-                    tid,
-                    start,
-                    len,
-                    pgoff,
-                    exec,
-                    build_id,
-                    path,
-                } => {
-                    if !exec {
-                        continue;
-                    }
-                    f(Event::Mmap {
-                        pid,
-                        tid,
-                        mapping: Mapping {
-                            start,
-                            end: start.saturating_add(len),
-                            offset: pgoff,
-                            path: Arc::from(String::from_utf8_lossy(path).as_ref()),
-                            build_id: build_id.map(Arc::from),
-                        },
-                    });
-                }
-                Record::Comm {
-                    pid,
-                    tid,
-                    comm,
-                    exec,
-                } => f(Event::Comm {
-                    pid,
-                    tid,
-                    comm: utf8_prefix(comm),
-                    exec,
-                }),
-                Record::Fork {
-                    pid,
-                    ppid,
-                    tid,
-                    ptid,
-                } => {
-                    if *kind == Kind::Command && pid != ppid {
-                        descendants.insert(pid);
-                    }
-                    f(Event::Fork {
-                        pid,
-                        ppid,
-                        tid,
-                        ptid,
-                    });
-                }
-                Record::Exit { pid, tid } => {
-                    if pid == tid {
-                        descendants.remove(&pid);
-                    }
-                    f(Event::Exit { pid, tid });
-                }
-                Record::Lost { count } => f(Event::Lost { count }),
-                Record::Other => {}
-            }
-        }
     }
 
     /// True once the target is gone: the launched child exited (reaped, status kept) and all
@@ -705,13 +568,24 @@ impl Sampler {
                 if !child.wait(false) {
                     return false;
                 }
-                // Fork records still in the rings may name descendants we do not know yet.
-                if self.rings.iter().any(|(_, r)| r.has_data()) {
-                    return false;
-                }
-                self.descendants.retain(|&pid| target::is_alive(pid));
-                self.descendants.is_empty()
+                descendants_gone(&self.rings, &mut self.descendants)
             }
+        }
+    }
+
+    /// Ends a launched command still running when recording stops (see [`HeldChild::end`]),
+    /// waiting for its descendants too, as `target_finished` does.
+    pub fn end_child(&mut self, interrupted: bool) {
+        let Sampler {
+            child,
+            rings,
+            descendants,
+            ..
+        } = self;
+        if let Some(child) = child {
+            child.end(interrupted, |child| {
+                child.wait(false) && descendants_gone(rings, descendants)
+            });
         }
     }
 
@@ -754,12 +628,14 @@ impl Sampler {
     }
 }
 
-/// The longest valid UTF-8 prefix (thread names are bytes and may be cut mid-character).
-fn utf8_prefix(bytes: &[u8]) -> &str {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+/// True once every known descendant of a launched command has exited.
+fn descendants_gone(rings: &[(u32, Ring)], descendants: &mut HashSet<u32>) -> bool {
+    // Fork records still in the rings may name descendants we do not know yet.
+    if rings.iter().any(|(_, r)| r.has_data()) {
+        return false;
     }
+    descendants.retain(|&pid| target::is_alive(pid));
+    descendants.is_empty()
 }
 
 fn task_name(kind: Kind, task: Task) -> String {
