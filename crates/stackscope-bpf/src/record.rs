@@ -166,7 +166,7 @@ pub fn record(
     processes.release_all();
     if let Some(child) = child.as_mut() {
         if !child.wait(false) {
-            end_child(child, interrupted);
+            child.end(interrupted, |child| child.wait(false));
         }
     }
 
@@ -374,26 +374,5 @@ fn target_finished(target: &Target, child: Option<&mut HeldChild>) -> bool {
             !ids.iter().any(|&id| target::is_alive(id))
         }
         _ => false,
-    }
-}
-
-/// Ends a launched command still running when recording stops: SIGINT after Ctrl-C (when the
-/// terminal did not already deliver it), SIGTERM after the duration, SIGKILL if it has not
-/// gone two seconds later.
-fn end_child(child: &mut HeldChild, interrupted: bool) {
-    let first = if interrupted {
-        libc::SIGINT
-    } else {
-        libc::SIGTERM
-    };
-    for (signal, grace) in [(first, 2000), (libc::SIGKILL, 1000)] {
-        child.kill(signal);
-        let until = Instant::now() + Duration::from_millis(grace);
-        while Instant::now() < until {
-            if child.wait(false) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The sampler: opens software `cpu-clock` perf events for a [`Target`], one ring buffer per
+//! The sampler: opens software `cpu-clock` perf events for a [`Target`](crate::target::Target), one ring buffer per
 //! CPU, and turns what the kernel writes into [`Event`]s — samples with their kernel callchain
 //! and user registers/stack (or user callchain), plus the mmap, comm, fork and exit records
 //! needed to know what each process had mapped.
@@ -12,18 +12,21 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::maps::{Mapping, ProcessMaps};
-use crate::perf::{self, EventSpec, Record, Ring, SampleFormat};
-use crate::target::{self, HeldChild, Target};
+pub use crate::error::SampleError;
+pub use crate::event::{Event, SampleEvent, UserRegs};
+use crate::perf::{self, EventSpec, Ring, SampleFormat};
+use crate::target::{self, HeldChild};
 
-mod error;
-pub use error::SampleError;
+mod open;
+mod synthetic;
+pub use open::choose_cpus;
+
+use synthetic::Synthetic;
 
 /// How user stacks are captured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,71 +60,6 @@ pub struct SamplerConfig {
     pub buffer_pages: usize,
 }
 
-/// User registers at the time of a sample (DWARF mode). On aarch64 `bp` is x29 and `ip` is pc.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
-
-/// One sample.
-#[derive(Debug, Clone, Copy)]
-pub struct SampleEvent<'a> {
-    pub pid: u32,
-    pub tid: u32,
-    pub cpu: u32,
-    /// Kernel perf clock, in nanoseconds.
-    pub time: u64,
-    /// CPU time this sample stands for, in nanoseconds.
-    pub period: u64,
-    /// Kernel frames, leaf first, PERF_CONTEXT_* markers removed. Empty when none.
-    pub kernel_stack: &'a [u64],
-    /// FramePointer mode: user frames from the kernel callchain, leaf first. Empty in Dwarf mode.
-    pub user_callchain: &'a [u64],
-    /// Dwarf mode: sampled user registers, None when the sample hit a kernel thread.
-    pub user_regs: Option<UserRegs>,
-    /// Dwarf mode: the copied user stack, starting at regs.sp (dyn_size bytes, may be empty).
-    pub user_stack: &'a [u8],
-    /// True if the sample was taken while the CPU was in user mode (PERF_RECORD_MISC_USER).
-    pub in_user: bool,
-}
-
-/// Something the kernel told us, in time order within one `poll` batch.
-#[derive(Debug, Clone)]
-pub enum Event<'a> {
-    Sample(SampleEvent<'a>),
-    /// A new executable mapping (PERF_RECORD_MMAP2 with PROT_EXEC, or synthesized from
-    /// /proc/PID/maps for processes that existed before sampling began).
-    Mmap {
-        pid: u32,
-        tid: u32,
-        mapping: Mapping,
-    },
-    /// A thread got a (new) name; `exec` is true when it came from exec (the process's maps are
-    /// then replaced: the consumer clears them). Also synthesized for pre-existing processes.
-    Comm {
-        pid: u32,
-        tid: u32,
-        comm: &'a str,
-        exec: bool,
-    },
-    Fork {
-        pid: u32,
-        ppid: u32,
-        tid: u32,
-        ptid: u32,
-    },
-    Exit {
-        pid: u32,
-        tid: u32,
-    },
-    /// PERF_RECORD_LOST: this many samples were dropped by the kernel.
-    Lost {
-        count: u64,
-    },
-}
-
 /// Opens, then closes, a cpu-clock sampling event on this process (its kernel side too when
 /// `kernel`), asking what recording asks: whether recording can start on this machine, and
 /// the kernel's errno when it cannot.
@@ -151,23 +89,12 @@ pub fn read_sysctl(name: &str) -> Option<i64> {
         .ok()
 }
 
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Command,
     Pids,
     Tids,
     System,
-}
-
-/// Pre-existing state read from `/proc`, delivered before any ring record.
-enum Synthetic {
-    Comm { pid: u32, tid: u32, comm: String },
-    Mmap { pid: u32, mapping: Mapping },
 }
 
 /// A running perf_event sampling session for one target.
@@ -197,224 +124,7 @@ pub struct Sampler {
     started: bool,
 }
 
-/// A task to open events on: the pid argument of perf_event_open (-1 = every task).
-#[derive(Debug, Clone, Copy)]
-struct Task {
-    tid: i32,
-    /// The pid or tid the user named, for errors.
-    named: u32,
-}
-
 impl Sampler {
-    /// Opens the events (disabled) for the target. For Command, forks the child (stopped before
-    /// exec, waiting on a pipe) and opens events with enable_on_exec; an exec failure is
-    /// reported as a SampleError from `start`, not as a child exit code. A command that cannot
-    /// be found in PATH is reported here already.
-    pub fn open(target: &Target, config: &SamplerConfig) -> Result<Sampler, SampleError> {
-        let spec = event_spec(target, config)?;
-        let cpus = choose_cpus(config.cpu)?;
-        let data_pages = match (config.buffer_pages, config.stack_mode) {
-            (0, StackMode::Dwarf { stack_bytes }) if config.user => dwarf_ring_pages(
-                config
-                    .frequency
-                    .or(config.period.map(|ns| 1_000_000_000 / ns.max(1))),
-                stack_bytes,
-            ),
-            (0, _) => 128,
-            (n, _) => n.next_power_of_two(),
-        };
-        let mut sampler = Sampler {
-            kind: match target {
-                Target::Command(_) => Kind::Command,
-                Target::Pids(_) => Kind::Pids,
-                Target::Tids(_) => Kind::Tids,
-                Target::System => Kind::System,
-            },
-            format: spec.format(),
-            spec: EventSpec {
-                wakeup_bytes: (data_pages * perf::page_size() / 4) as u32,
-                ..spec
-            },
-            rings: Vec::new(),
-            others: Vec::new(),
-            polled: Vec::new(),
-            buffers: Vec::new(),
-            order: Vec::new(),
-            child: None,
-            watched: Vec::new(),
-            descendants: HashSet::new(),
-            synthetic: Vec::new(),
-            data_pages,
-            include_idle: config.include_idle,
-            kernel_excluded: false,
-            started: false,
-        };
-        match target {
-            Target::Command(argv) => {
-                if let Some(path) = argv.first().and_then(|a| target::resolve_command(a).ok()) {
-                    if let Some(why) = target::privileged_exec(&path) {
-                        return Err(SampleError::PrivilegedExec {
-                            command: path.display().to_string(),
-                            why,
-                        });
-                    }
-                }
-                let child = HeldChild::spawn(argv)?;
-                let task = Task {
-                    tid: child.pid as i32,
-                    named: child.pid,
-                };
-                sampler.child = Some(child);
-                for &cpu in &cpus {
-                    sampler.open_event(task, cpu)?;
-                }
-            }
-            Target::Pids(pids) => {
-                for &pid in pids {
-                    // A thread id names its whole process, as with `perf record -p`.
-                    let pid =
-                        target::process_of(pid).map_err(|_| SampleError::NoSuchProcess(pid))?;
-                    if !sampler.watched.contains(&pid) {
-                        sampler.attach_process(pid, &cpus)?;
-                        sampler.watched.push(pid);
-                    }
-                }
-            }
-            Target::Tids(tids) => {
-                for &tid in tids {
-                    target::process_of(tid).map_err(|_| SampleError::NoSuchThread(tid))?;
-                    let task = Task {
-                        tid: tid as i32,
-                        named: tid,
-                    };
-                    for &cpu in &cpus {
-                        sampler.open_event(task, cpu)?;
-                    }
-                }
-                sampler.watched = tids.clone();
-            }
-            Target::System => {
-                let task = Task { tid: -1, named: 0 };
-                for &cpu in &cpus {
-                    sampler.open_event(task, cpu)?;
-                }
-            }
-        }
-        sampler.buffers = vec![Vec::new(); sampler.rings.len()];
-        Ok(sampler)
-    }
-
-    /// Opens events on every thread of `pid`. Threads started while we open are picked up by
-    /// listing the threads again until no new one shows up; later ones are inherited.
-    fn attach_process(&mut self, pid: u32, cpus: &[u32]) -> Result<(), SampleError> {
-        let mut done: HashSet<u32> = HashSet::new();
-        for _ in 0..8 {
-            let tids = target::threads_of(pid).map_err(|_| SampleError::NoSuchProcess(pid))?;
-            let new: Vec<u32> = tids.into_iter().filter(|t| !done.contains(t)).collect();
-            if new.is_empty() {
-                break;
-            }
-            for tid in new {
-                done.insert(tid);
-                let task = Task {
-                    tid: tid as i32,
-                    named: pid,
-                };
-                for &cpu in cpus {
-                    match self.open_event(task, cpu) {
-                        // The thread exited meanwhile; the process may live on.
-                        Err(SampleError::NoSuchProcess(_)) if tid != pid => break,
-                        r => r?,
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Opens one event for `task` on `cpu` and attaches it to the CPU's ring (mapping the ring
-    /// if it is the first event there). Falls back to user-only sampling when an unprivileged
-    /// user may not sample the kernel, and to no build-ids on kernels that lack them.
-    fn open_event(&mut self, task: Task, cpu: u32) -> Result<(), SampleError> {
-        let fd = loop {
-            match perf::open(&self.spec.attr(), task.tid, cpu as i32) {
-                Ok(fd) => break fd,
-                Err(e) => {
-                    let errno = e.raw_os_error().unwrap_or(0);
-                    if (errno == libc::EACCES || errno == libc::EPERM)
-                        && self.kind != Kind::System
-                        && !self.spec.exclude_kernel
-                        && euid() != 0
-                    {
-                        self.spec.exclude_kernel = true;
-                        self.kernel_excluded = true;
-                        continue;
-                    }
-                    if (errno == libc::EINVAL || errno == libc::E2BIG) && self.spec.build_id {
-                        self.spec.build_id = false;
-                        continue;
-                    }
-                    return Err(self.open_error(task, cpu, e));
-                }
-            }
-        };
-        self.polled.push((fd.as_raw_fd(), false));
-        if let Some((_, ring)) = self.rings.iter().find(|(c, _)| *c == cpu) {
-            perf::set_output(&fd, ring.fd().as_raw_fd()).map_err(|source| SampleError::Perf {
-                what: format!(
-                    "{} on CPU {cpu} (redirecting to the CPU's buffer)",
-                    task_name(self.kind, task)
-                ),
-                source,
-            })?;
-            self.others.push(fd);
-            return Ok(());
-        }
-        let mut fd = fd;
-        loop {
-            match Ring::map(fd, self.data_pages) {
-                Ok(ring) => {
-                    self.rings.push((cpu, ring));
-                    return Ok(());
-                }
-                Err((back, source)) => {
-                    let errno = source.raw_os_error();
-                    // Locked-memory limits: retry smaller before giving up.
-                    if matches!(errno, Some(libc::EPERM) | Some(libc::ENOMEM))
-                        && self.data_pages > 1
-                    {
-                        self.data_pages /= 2;
-                        fd = back;
-                        continue;
-                    }
-                    return Err(SampleError::Mmap {
-                        kib: (self.data_pages + 1) * perf::page_size() / 1024,
-                        source,
-                    });
-                }
-            }
-        }
-    }
-
-    fn open_error(&self, task: Task, cpu: u32, source: io::Error) -> SampleError {
-        match source.raw_os_error() {
-            Some(libc::ESRCH) => match self.kind {
-                Kind::Tids => SampleError::NoSuchThread(task.named),
-                _ => SampleError::NoSuchProcess(task.named),
-            },
-            Some(libc::EACCES) | Some(libc::EPERM) => SampleError::PermissionDenied {
-                what: task_name(self.kind, task),
-                system: self.kind == Kind::System,
-                paranoid: read_sysctl("perf_event_paranoid").map(|p| p as i32),
-                euid: euid(),
-            },
-            _ => SampleError::Perf {
-                what: format!("{} on CPU {cpu}", task_name(self.kind, task)),
-                source,
-            },
-        }
-    }
-
     /// Enables sampling (and lets a launched command exec). Synthesized Comm/Mmap events for
     /// pre-existing processes are delivered by the first `poll` call, before any sample.
     pub fn start(&mut self) -> Result<(), SampleError> {
@@ -442,51 +152,6 @@ impl Sampler {
         SampleError::Io {
             what: "cannot enable the perf events".into(),
             source,
-        }
-    }
-
-    fn synthesize(&mut self) {
-        let processes: Vec<(u32, Vec<u32>)> = match self.kind {
-            Kind::Command => Vec::new(),
-            Kind::Pids => self
-                .watched
-                .iter()
-                .map(|&pid| (pid, target::threads_of(pid).unwrap_or_default()))
-                .collect(),
-            Kind::Tids => {
-                let mut by_pid: Vec<(u32, Vec<u32>)> = Vec::new();
-                for &tid in &self.watched {
-                    let Ok(pid) = target::process_of(tid) else {
-                        continue;
-                    };
-                    match by_pid.iter_mut().find(|(p, _)| *p == pid) {
-                        Some((_, tids)) => tids.push(tid),
-                        None => by_pid.push((pid, vec![tid])),
-                    }
-                }
-                by_pid
-            }
-            Kind::System => target::all_pids()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|pid| (pid, target::threads_of(pid).unwrap_or_default()))
-                .collect(),
-        };
-        for (pid, tids) in processes {
-            for tid in tids {
-                if let Some(comm) = target::thread_comm(pid, tid) {
-                    self.synthetic.push(Synthetic::Comm { pid, tid, comm });
-                }
-            }
-            // Unreadable maps (a process that just exited, or kernel threads) simply add nothing.
-            if let Ok(maps) = ProcessMaps::from_proc(pid) {
-                for mapping in maps.iter() {
-                    self.synthetic.push(Synthetic::Mmap {
-                        pid,
-                        mapping: mapping.clone(),
-                    });
-                }
-            }
         }
     }
 
@@ -565,8 +230,8 @@ impl Sampler {
 
     /// Copies every ring's pending records, orders them by time and hands them out.
     fn drain(&mut self, f: &mut dyn FnMut(Event<'_>)) {
+        self.order_records();
         let Sampler {
-            rings,
             buffers,
             order,
             format,
@@ -575,10 +240,36 @@ impl Sampler {
             kind,
             ..
         } = self;
+        for &(_, ring, at) in order.iter() {
+            let words = &buffers[ring as usize];
+            let at = at as usize;
+            let Some(h) = perf::header(perf::words_as_bytes(words), at) else {
+                continue;
+            };
+            let Some(event) = perf::parse(words, at, h, *format) else {
+                continue;
+            };
+            match event {
+                Event::Sample(s) if s.pid == 0 && !*include_idle => continue,
+                Event::Fork { pid, ppid, .. } if *kind == Kind::Command && pid != ppid => {
+                    descendants.insert(pid);
+                }
+                Event::Exit { pid, tid } if pid == tid => {
+                    descendants.remove(&pid);
+                }
+                _ => {}
+            }
+            f(event);
+        }
+    }
+
+    /// Copies every ring's pending records into its buffer and lists them by time.
+    fn order_records(&mut self) {
+        let order = &mut self.order;
         order.clear();
-        for (i, (_, ring)) in rings.iter_mut().enumerate() {
-            let len = ring.drain_into(&mut buffers[i]);
-            let bytes = perf::words_as_bytes(&buffers[i]);
+        for (i, (_, ring)) in self.rings.iter_mut().enumerate() {
+            let len = ring.drain_into(&mut self.buffers[i]);
+            let bytes = perf::words_as_bytes(&self.buffers[i]);
             let mut at = 0;
             while at + 8 <= len {
                 let Some(h) = perf::header(bytes, at) else {
@@ -594,102 +285,6 @@ impl Sampler {
         }
         // Stable: records of one ring with equal times keep their order.
         order.sort_by_key(|&(time, _, _)| time);
-        for &(_, ring, at) in order.iter() {
-            let words = &buffers[ring as usize];
-            let at = at as usize;
-            let Some(h) = perf::header(perf::words_as_bytes(words), at) else {
-                continue;
-            };
-            let Some(record) = perf::parse(words, at, h, *format) else {
-                continue;
-            };
-            match record {
-                Record::Sample(s) => {
-                    if s.pid == 0 && !*include_idle {
-                        continue;
-                    }
-                    let (kernel_stack, user_callchain) = perf::split_callchain(s.callchain);
-                    f(Event::Sample(SampleEvent {
-                        pid: s.pid,
-                        tid: s.tid,
-                        cpu: s.cpu,
-                        time: s.time,
-                        period: s.period,
-                        kernel_stack,
-                        user_callchain,
-                        user_regs: s.regs.and_then(|r| {
-                            Some(UserRegs {
-                                bp: *r.first()?,
-                                sp: *r.get(1)?,
-                                ip: *r.get(2)?,
-                            })
-                        }),
-                        user_stack: s.stack,
-                        in_user: perf::misc_is_user(s.misc),
-                    }));
-                }
-                Record::Mmap {
-                    pid,
-                    tid,
-                    start,
-                    len,
-                    pgoff,
-                    exec,
-                    build_id,
-                    path,
-                } => {
-                    if !exec {
-                        continue;
-                    }
-                    f(Event::Mmap {
-                        pid,
-                        tid,
-                        mapping: Mapping {
-                            start,
-                            end: start.saturating_add(len),
-                            offset: pgoff,
-                            path: Arc::from(String::from_utf8_lossy(path).as_ref()),
-                            build_id: build_id.map(Arc::from),
-                        },
-                    });
-                }
-                Record::Comm {
-                    pid,
-                    tid,
-                    comm,
-                    exec,
-                } => f(Event::Comm {
-                    pid,
-                    tid,
-                    comm: utf8_prefix(comm),
-                    exec,
-                }),
-                Record::Fork {
-                    pid,
-                    ppid,
-                    tid,
-                    ptid,
-                } => {
-                    if *kind == Kind::Command && pid != ppid {
-                        descendants.insert(pid);
-                    }
-                    f(Event::Fork {
-                        pid,
-                        ppid,
-                        tid,
-                        ptid,
-                    });
-                }
-                Record::Exit { pid, tid } => {
-                    if pid == tid {
-                        descendants.remove(&pid);
-                    }
-                    f(Event::Exit { pid, tid });
-                }
-                Record::Lost { count } => f(Event::Lost { count }),
-                Record::Other => {}
-            }
-        }
     }
 
     /// True once the target is gone: the launched child exited (reaped, status kept) and all
@@ -705,13 +300,24 @@ impl Sampler {
                 if !child.wait(false) {
                     return false;
                 }
-                // Fork records still in the rings may name descendants we do not know yet.
-                if self.rings.iter().any(|(_, r)| r.has_data()) {
-                    return false;
-                }
-                self.descendants.retain(|&pid| target::is_alive(pid));
-                self.descendants.is_empty()
+                descendants_gone(&self.rings, &mut self.descendants)
             }
+        }
+    }
+
+    /// Ends a launched command still running when recording stops (see [`HeldChild::end`]),
+    /// waiting for its descendants too, as `target_finished` does.
+    pub fn end_child(&mut self, interrupted: bool) {
+        let Sampler {
+            child,
+            rings,
+            descendants,
+            ..
+        } = self;
+        if let Some(child) = child {
+            child.end(interrupted, |child| {
+                child.wait(false) && descendants_gone(rings, descendants)
+            });
         }
     }
 
@@ -754,107 +360,14 @@ impl Sampler {
     }
 }
 
-/// The longest valid UTF-8 prefix (thread names are bytes and may be cut mid-character).
-fn utf8_prefix(bytes: &[u8]) -> &str {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s,
-        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+/// True once every known descendant of a launched command has exited.
+fn descendants_gone(rings: &[(u32, Ring)], descendants: &mut HashSet<u32>) -> bool {
+    // Fork records still in the rings may name descendants we do not know yet.
+    if rings.iter().any(|(_, r)| r.has_data()) {
+        return false;
     }
-}
-
-fn task_name(kind: Kind, task: Task) -> String {
-    match kind {
-        Kind::System => "all processes".into(),
-        Kind::Tids => format!("tid {}", task.named),
-        Kind::Command => format!("the launched command (pid {})", task.named),
-        Kind::Pids => format!("pid {}", task.named),
-    }
-}
-
-/// Default ring size per CPU with stack copies: an eighth of a second of one CPU's samples at
-/// `frequency` (each about `stack_bytes` long), so that a recorder kept off the CPU for a
-/// while by a busy system loses nothing; at least 2 MiB, at most 8 MiB (4 KiB pages).
-fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
-    const SAMPLE_HEADER_BYTES: u64 = 256;
-    let per_second = frequency
-        .unwrap_or(99)
-        .saturating_mul(u64::from(stack_bytes) + SAMPLE_HEADER_BYTES);
-    let pages = usize::try_from(per_second / 8 / 4096).unwrap_or(usize::MAX);
-    pages.clamp(512, 2048).next_power_of_two()
-}
-
-/// The CPUs to sample: every online one, or `only` when it is online.
-pub fn choose_cpus(only: Option<u32>) -> Result<Vec<u32>, SampleError> {
-    let online = target::online_cpus().map_err(|source| SampleError::Io {
-        what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
-        source,
-    })?;
-    match only {
-        None => Ok(online),
-        Some(cpu) if online.contains(&cpu) => Ok(vec![cpu]),
-        Some(cpu) => Err(SampleError::InvalidCpu {
-            cpu,
-            online: std::fs::read_to_string("/sys/devices/system/cpu/online")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-        }),
-    }
-}
-
-fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, SampleError> {
-    match (config.frequency, config.period) {
-        (Some(_), Some(_)) => {
-            return Err(SampleError::InvalidConfig(
-                "both a frequency (-F) and a period (-c) were given; use one".into(),
-            ))
-        }
-        (Some(0), _) => {
-            return Err(SampleError::InvalidConfig(
-                "the sampling frequency must be at least 1 Hz".into(),
-            ))
-        }
-        (_, Some(0)) => {
-            return Err(SampleError::InvalidConfig(
-                "the sampling period must be at least 1 ns".into(),
-            ))
-        }
-        (Some(hz), None) => {
-            if let Some(max) = read_sysctl("perf_event_max_sample_rate") {
-                if max > 0 && hz > max as u64 {
-                    return Err(SampleError::FrequencyTooHigh {
-                        requested: hz,
-                        max: max as u64,
-                    });
-                }
-            }
-        }
-        _ => {}
-    }
-    let (user_regs, stack_bytes, user_callchain) = match config.stack_mode {
-        StackMode::Dwarf { stack_bytes } => (
-            config.user,
-            stack_bytes
-                .div_ceil(8)
-                .saturating_mul(8)
-                .min(perf::MAX_STACK_BYTES),
-            false,
-        ),
-        StackMode::FramePointer => (false, 0, config.user),
-    };
-    let launching = matches!(target, Target::Command(_));
-    Ok(EventSpec {
-        frequency: config.frequency,
-        period: config.period,
-        inherit: matches!(target, Target::Command(_) | Target::Pids(_)),
-        enable_on_exec: launching,
-        kernel_callchain: config.kernel,
-        user_callchain,
-        user_regs,
-        stack_bytes,
-        exclude_kernel: false,
-        build_id: true,
-        wakeup_bytes: 0,
-    })
+    descendants.retain(|&pid| target::is_alive(pid));
+    descendants.is_empty()
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
-use crate::sampler::SampleError;
+use crate::error::SampleError;
 
 /// What to sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -396,6 +397,28 @@ impl HeldChild {
                 return true;
             }
             return false;
+        }
+    }
+
+    /// Ends the command when recording stops while it still runs: SIGINT after Ctrl-C (when
+    /// the terminal did not already deliver it), SIGTERM after the duration, SIGKILL if it has
+    /// not gone two seconds later. `gone` tells when to stop waiting: once the child is reaped
+    /// (`wait(false)`), and whatever else the caller waits for.
+    pub fn end(&mut self, interrupted: bool, mut gone: impl FnMut(&mut HeldChild) -> bool) {
+        let first = if interrupted {
+            libc::SIGINT
+        } else {
+            libc::SIGTERM
+        };
+        for (signal, grace) in [(first, 2000), (libc::SIGKILL, 1000)] {
+            self.kill(signal);
+            let until = Instant::now() + Duration::from_millis(grace);
+            while Instant::now() < until {
+                if gone(self) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
     }
 

@@ -1,6 +1,11 @@
-//! Decoding the records our `perf_event_attr` asks for, from an 8-byte aligned copy.
+//! Decoding the records our `perf_event_attr` asks for, from an 8-byte aligned copy, into the
+//! collector's [`Event`]s.
+
+use std::sync::Arc;
 
 use super::b;
+use crate::event::{Event, SampleEvent, UserRegs};
+use crate::maps::Mapping;
 
 pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
     // SAFETY: u8 has no alignment or validity requirements.
@@ -45,58 +50,6 @@ pub(crate) fn record_time(rec: &[u8], h: Header) -> Option<u64> {
         rec.len().checked_sub(ID_TRAILER)? + 8
     };
     Some(u64::from_ne_bytes(rec.get(at..at + 8)?.try_into().ok()?))
-}
-
-/// A decoded record. Borrowed slices point into the aligned copy of the ring.
-#[derive(Debug)]
-pub(crate) enum Record<'a> {
-    Sample(RawSample<'a>),
-    Mmap {
-        pid: u32,
-        tid: u32,
-        start: u64,
-        len: u64,
-        pgoff: u64,
-        exec: bool,
-        build_id: Option<&'a [u8]>,
-        path: &'a [u8],
-    },
-    Comm {
-        pid: u32,
-        tid: u32,
-        comm: &'a [u8],
-        exec: bool,
-    },
-    Fork {
-        pid: u32,
-        ppid: u32,
-        tid: u32,
-        ptid: u32,
-    },
-    Exit {
-        pid: u32,
-        tid: u32,
-    },
-    Lost {
-        count: u64,
-    },
-    /// Throttling and other records we do not use.
-    Other,
-}
-
-#[derive(Debug)]
-pub(crate) struct RawSample<'a> {
-    pub misc: u16,
-    pub pid: u32,
-    pub tid: u32,
-    pub time: u64,
-    pub cpu: u32,
-    pub period: u64,
-    /// The callchain as the kernel wrote it, with PERF_CONTEXT_* markers.
-    pub callchain: &'a [u64],
-    /// Registers in `USER_REGS_MASK` bit order; None when the kernel had no user registers.
-    pub regs: Option<&'a [u64]>,
-    pub stack: &'a [u8],
 }
 
 /// Reads a record at an 8-aligned offset of an aligned buffer.
@@ -146,117 +99,143 @@ impl<'a> Cursor<'a> {
     }
 }
 
-/// Decodes the record at byte `at` of `words` (which must start 8-aligned). None when the
-/// record is cut short or malformed.
-pub(crate) fn parse(words: &[u64], at: usize, h: Header, fmt: SampleFormat) -> Option<Record<'_>> {
+/// Decodes the record at byte `at` of `words` (which must start 8-aligned) into what the
+/// collector is told. None when the record is cut short or malformed, and for records nobody
+/// uses (data mappings, throttling).
+pub(crate) fn parse(words: &[u64], at: usize, h: Header, fmt: SampleFormat) -> Option<Event<'_>> {
     if !at.is_multiple_of(8) || h.size < 8 {
         return None;
     }
     let all = words_as_bytes(words);
     let end = at.checked_add(h.size)?;
-    let rec_words = words.get(at / 8..end.div_ceil(8))?;
-    let rec_bytes = all.get(at..end)?;
     let mut c = Cursor {
-        words: rec_words,
-        bytes: rec_bytes,
+        words: words.get(at / 8..end.div_ceil(8))?,
+        bytes: all.get(at..end)?,
         pos: 8,
     };
+    // Where the `sample_id_all` trailer of a non-sample record starts.
     let trailer = h.size.checked_sub(ID_TRAILER);
-    Some(match h.kind {
-        b::PERF_RECORD_SAMPLE => {
-            let _ip = c.u64()?;
-            let (pid, tid) = c.u32_pair()?;
-            let time = c.u64()?;
-            let (cpu, _) = c.u32_pair()?;
-            let period = c.u64()?;
-            let nr = c.u64()? as usize;
-            let callchain = c.words(nr)?;
-            let mut regs = None;
-            if fmt.regs > 0 {
-                let abi = c.u64()?;
-                if abi != b::PERF_SAMPLE_REGS_ABI_NONE as u64 {
-                    regs = Some(c.words(fmt.regs)?);
-                }
-            }
-            let mut stack: &[u8] = &[];
-            if fmt.stack {
-                let size = c.u64()? as usize;
-                if size > 0 {
-                    let data = c.bytes(size)?;
-                    let dyn_size = c.u64()? as usize;
-                    stack = &data[..dyn_size.min(size)];
-                }
-            }
-            Record::Sample(RawSample {
-                misc: h.misc,
-                pid,
-                tid,
-                time,
-                cpu,
-                period,
-                callchain,
-                regs,
-                stack,
-            })
-        }
-        b::PERF_RECORD_MMAP2 | b::PERF_RECORD_MMAP => {
-            let (pid, tid) = c.u32_pair()?;
-            let start = c.u64()?;
-            let len = c.u64()?;
-            let pgoff = c.u64()?;
-            let mut exec = h.misc as u32 & b::PERF_RECORD_MISC_MMAP_DATA == 0;
-            let mut build_id = None;
-            if h.kind == b::PERF_RECORD_MMAP2 {
-                let ids = c.bytes(24)?;
-                if h.misc as u32 & b::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
-                    let n = (ids[0] as usize).min(20);
-                    build_id = Some(&ids[4..4 + n]);
-                }
-                let (prot, _flags) = c.u32_pair()?;
-                exec = prot & libc::PROT_EXEC as u32 != 0;
-            }
-            let path = c.c_string(trailer?)?;
-            Record::Mmap {
-                pid,
-                tid,
-                start,
-                len,
-                pgoff,
-                exec,
-                build_id,
-                path,
-            }
-        }
+    match h.kind {
+        b::PERF_RECORD_SAMPLE => sample(&mut c, h, fmt).map(Event::Sample),
+        b::PERF_RECORD_MMAP2 | b::PERF_RECORD_MMAP => mmap(&mut c, h, trailer?),
         b::PERF_RECORD_COMM => {
             let (pid, tid) = c.u32_pair()?;
             let comm = c.c_string(trailer?)?;
-            Record::Comm {
+            Some(Event::Comm {
                 pid,
                 tid,
-                comm,
+                comm: utf8_prefix(comm),
                 exec: h.misc as u32 & b::PERF_RECORD_MISC_COMM_EXEC != 0,
-            }
+            })
         }
         b::PERF_RECORD_FORK | b::PERF_RECORD_EXIT => {
             let (pid, ppid) = c.u32_pair()?;
             let (tid, ptid) = c.u32_pair()?;
-            if h.kind == b::PERF_RECORD_FORK {
-                Record::Fork {
+            Some(if h.kind == b::PERF_RECORD_FORK {
+                Event::Fork {
                     pid,
                     ppid,
                     tid,
                     ptid,
                 }
             } else {
-                Record::Exit { pid, tid }
-            }
+                Event::Exit { pid, tid }
+            })
         }
         b::PERF_RECORD_LOST => {
             let _id = c.u64()?;
-            Record::Lost { count: c.u64()? }
+            Some(Event::Lost { count: c.u64()? })
         }
-        _ => Record::Other,
+        _ => None,
+    }
+}
+
+/// A sample record laid out as `EventSpec::sample_type` asks: ip, pid/tid, time, cpu,
+/// period, callchain, then the user registers and stack copy when `fmt` has them.
+fn sample<'a>(c: &mut Cursor<'a>, h: Header, fmt: SampleFormat) -> Option<SampleEvent<'a>> {
+    let _ip = c.u64()?;
+    let (pid, tid) = c.u32_pair()?;
+    let time = c.u64()?;
+    let (cpu, _) = c.u32_pair()?;
+    let period = c.u64()?;
+    let nr = c.u64()? as usize;
+    let (kernel_stack, user_callchain) = split_callchain(c.words(nr)?);
+    let mut user_regs = None;
+    if fmt.regs > 0 {
+        let abi = c.u64()?;
+        if abi != b::PERF_SAMPLE_REGS_ABI_NONE as u64 {
+            // In `USER_REGS_MASK` bit order: frame pointer, stack pointer, instruction pointer.
+            let r = c.words(fmt.regs)?;
+            user_regs = Some(UserRegs {
+                bp: *r.first()?,
+                sp: *r.get(1)?,
+                ip: *r.get(2)?,
+            });
+        }
+    }
+    let mut user_stack: &[u8] = &[];
+    if fmt.stack {
+        let size = c.u64()? as usize;
+        if size > 0 {
+            let data = c.bytes(size)?;
+            let dyn_size = c.u64()? as usize;
+            user_stack = &data[..dyn_size.min(size)];
+        }
+    }
+    Some(SampleEvent {
+        pid,
+        tid,
+        cpu,
+        time,
+        period,
+        kernel_stack,
+        user_callchain,
+        user_regs,
+        user_stack,
+        in_user: h.misc as u32 & b::PERF_RECORD_MISC_CPUMODE_MASK == b::PERF_RECORD_MISC_USER,
     })
+}
+
+/// An MMAP or MMAP2 record of an executable mapping; None for data mappings.
+fn mmap<'a>(c: &mut Cursor<'a>, h: Header, trailer: usize) -> Option<Event<'a>> {
+    let (pid, tid) = c.u32_pair()?;
+    let start = c.u64()?;
+    let len = c.u64()?;
+    let pgoff = c.u64()?;
+    let mut exec = h.misc as u32 & b::PERF_RECORD_MISC_MMAP_DATA == 0;
+    let mut build_id = None;
+    if h.kind == b::PERF_RECORD_MMAP2 {
+        let ids = c.bytes(24)?;
+        if h.misc as u32 & b::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
+            let n = (ids[0] as usize).min(20);
+            build_id = Some(&ids[4..4 + n]);
+        }
+        let (prot, _flags) = c.u32_pair()?;
+        exec = prot & libc::PROT_EXEC as u32 != 0;
+    }
+    let path = c.c_string(trailer)?;
+    if !exec {
+        return None;
+    }
+    Some(Event::Mmap {
+        pid,
+        tid,
+        mapping: Mapping {
+            start,
+            end: start.saturating_add(len),
+            offset: pgoff,
+            path: Arc::from(String::from_utf8_lossy(path).as_ref()),
+            build_id: build_id.map(Arc::from),
+        },
+    })
+}
+
+/// The longest valid UTF-8 prefix (thread names are bytes and may be cut mid-character).
+fn utf8_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+    }
 }
 
 /// Splits a kernel callchain into its kernel and user parts, markers removed.
@@ -284,10 +263,6 @@ pub(crate) fn split_callchain(chain: &[u64]) -> (&[u64], &[u64]) {
         i = end;
     }
     (kernel, user)
-}
-
-pub(crate) fn misc_is_user(misc: u16) -> bool {
-    misc as u32 & b::PERF_RECORD_MISC_CPUMODE_MASK == b::PERF_RECORD_MISC_USER
 }
 
 #[cfg(test)]
@@ -350,13 +325,13 @@ mod tests {
             stack: false,
         };
         match parse(&words, 0, h, fmt).unwrap() {
-            Record::Comm {
+            Event::Comm {
                 pid,
                 tid,
                 comm,
                 exec,
             } => {
-                assert_eq!((pid, tid, comm, exec), (42, 43, &b"busy-loop"[..], true));
+                assert_eq!((pid, tid, comm, exec), (42, 43, "busy-loop", true));
             }
             other => panic!("not a comm record: {other:?}"),
         }

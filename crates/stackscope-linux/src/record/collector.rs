@@ -1,0 +1,375 @@
+//! Turning a source's events into counted raw stacks: each process's comm and mappings are
+//! tracked from the events, every sample's user stack is unwound (or taken from its
+//! frame-pointer callchain), and the stacks are counted, then named into a [`Profile`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use stackscope_profile::{Metadata, Profile, Thread};
+use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
+use stackscope_symbols::Symbolizer;
+
+use super::{hints, lookup_addresses};
+use crate::event::{Event, SampleEvent};
+use crate::maps::ProcessMaps;
+use crate::sampler::{SamplerConfig, StackMode};
+use crate::unwind::{UnwindEnd, Unwinder};
+
+/// Unique frames a stack table holds before it is named and merged by function: a few MiB of
+/// table.
+const FOLD_AT_NODES: usize = 1 << 16;
+
+/// What is known about one process.
+#[derive(Default)]
+struct Process {
+    maps: ProcessMaps,
+    /// The maps of the program it ran before its last exec: until execve returns, its thread
+    /// still holds that program's registers.
+    before_exec: Option<ProcessMaps>,
+    /// True once the maps were read or built from events, so an unknown pid is looked up once.
+    known: bool,
+}
+
+/// Turns sampler events into counted raw stacks; shared by live recording and the replay of a
+/// perf.data file.
+///
+/// Only live tasks are tracked: a process's maps and a thread's name are dropped at its exit,
+/// so memory follows what runs at once, not how many processes came and went.
+pub(crate) struct Collector {
+    processes: HashMap<u32, Process>,
+    /// Thread names, by tid.
+    comms: HashMap<u32, Arc<str>>,
+    unwinder: Unwinder,
+    table: StackTable,
+    /// Names and merges full tables while sampling goes on; started at the first full table.
+    fold: Option<BackgroundFold>,
+    lost: u64,
+    user: bool,
+    kernel: bool,
+    stack_bytes: Option<u32>,
+    addrs: Vec<u64>,
+    frames: Vec<RawFrame>,
+    /// False when replaying a saved file: its pids are no longer the live ones, so /proc must
+    /// not fill in what the file lacks, and the hints speak of perf record's options.
+    live: bool,
+}
+
+impl Collector {
+    pub(crate) fn new(config: &SamplerConfig) -> Self {
+        Collector {
+            processes: HashMap::new(),
+            comms: HashMap::new(),
+            unwinder: Unwinder::new(),
+            table: StackTable::default(),
+            fold: None,
+            lost: 0,
+            user: config.user,
+            kernel: config.kernel,
+            stack_bytes: match config.stack_mode {
+                StackMode::Dwarf { stack_bytes } => Some(stack_bytes),
+                StackMode::FramePointer => None,
+            },
+            addrs: Vec::new(),
+            frames: Vec::new(),
+            live: true,
+        }
+    }
+
+    /// A collector for events read back from a file rather than from live processes.
+    pub(crate) fn replaying(mut self) -> Self {
+        self.live = false;
+        self
+    }
+
+    pub(crate) fn handle(&mut self, event: Event<'_>) {
+        match event {
+            Event::Sample(sample) => self.sample(&sample),
+            Event::Mmap { pid, mapping, .. } => {
+                let process = self.processes.entry(pid).or_default();
+                process.maps.insert(mapping);
+                process.known = true;
+            }
+            Event::Comm {
+                pid,
+                tid,
+                comm,
+                exec,
+            } => {
+                if exec {
+                    let process = self.processes.entry(pid).or_default();
+                    process.before_exec = Some(std::mem::take(&mut process.maps));
+                    process.known = true;
+                    self.unwinder.forget(pid);
+                }
+                self.comms.insert(tid, comm.into());
+            }
+            Event::Fork {
+                pid,
+                ppid,
+                tid,
+                ptid,
+            } => {
+                if let Some(comm) = self.comms.get(&ptid).cloned() {
+                    self.comms.insert(tid, comm);
+                }
+                if pid != ppid {
+                    // A new process starts with a copy of its parent's address space.
+                    let maps = self
+                        .processes
+                        .get(&ppid)
+                        .map(|p| p.maps.clone())
+                        .unwrap_or_default();
+                    self.processes.insert(
+                        pid,
+                        Process {
+                            maps,
+                            before_exec: None,
+                            known: true,
+                        },
+                    );
+                }
+            }
+            Event::Exit { pid, tid } => {
+                self.comms.remove(&tid);
+                if pid == tid {
+                    self.processes.remove(&pid);
+                    self.unwinder.forget(pid);
+                }
+            }
+            Event::Lost { count } => self.lost += count,
+        }
+    }
+
+    fn sample(&mut self, sample: &SampleEvent<'_>) {
+        self.frames.clear();
+        if self.kernel {
+            let addrs = lookup_addresses(sample.kernel_stack);
+            self.frames.extend(addrs.map(RawFrame::Kernel));
+        }
+        let end = if self.user && sample.pid != 0 {
+            self.user_stack(sample)
+        } else {
+            UserEnd::NoStack
+        };
+        if self.frames.is_empty() {
+            return;
+        }
+        let comm = self.comm(sample.pid, sample.tid);
+        let process = self.comm(sample.pid, sample.pid);
+        self.table.add_named(
+            (sample.pid, sample.tid),
+            (&comm, &process),
+            sample.cpu,
+            &self.frames,
+            end,
+        );
+        if self.table.nodes() >= FOLD_AT_NODES {
+            self.fold_table();
+        }
+    }
+
+    /// Hands the table over to be named and merged by function, and starts a new one: the
+    /// addresses of a long whole-system recording would otherwise grow without end.
+    fn fold_table(&mut self) {
+        if self.fold.is_none() {
+            // Without a thread, the table grows on and is named at the end.
+            self.fold = BackgroundFold::start(thread_names(self.live)).ok();
+        }
+        if let Some(fold) = &self.fold {
+            fold.fold(std::mem::take(&mut self.table));
+        }
+    }
+
+    /// A thread's name now; looked up in /proc once when no event named it.
+    fn comm(&mut self, pid: u32, tid: u32) -> Arc<str> {
+        if let Some(comm) = self.comms.get(&tid) {
+            return comm.clone();
+        }
+        let comm: Arc<str> = thread_comm(pid, tid, self.live).into();
+        self.comms.insert(tid, comm.clone());
+        comm
+    }
+
+    /// Unwinds the sample's user stack onto `self.frames`; says how the unwinding ended.
+    fn user_stack(&mut self, sample: &SampleEvent<'_>) -> UserEnd {
+        let pid = sample.pid;
+        let process = self.processes.entry(pid).or_default();
+        if !process.known {
+            // A process we have no events for (it raced our start): read its maps once.
+            if self.live {
+                process.maps = ProcessMaps::from_proc(pid).unwrap_or_default();
+            }
+            process.known = true;
+        }
+        let end = match (self.stack_bytes, sample.user_regs) {
+            (Some(_), Some(regs)) if sample.user_stack.is_empty() => {
+                // Nothing to unwind; the sampled instruction is still known, in the program
+                // the thread runs or, inside execve, in the one it is leaving.
+                let maps = match &process.before_exec {
+                    Some(old) if process.maps.find(regs.ip).is_none() => old,
+                    _ => &process.maps,
+                };
+                let frame = self.table.user_frame(pid, regs.ip, maps.find(regs.ip));
+                self.frames.push(frame);
+                self.frames.push(RawFrame::Marker(UNREADABLE));
+                return UserEnd::Unreadable;
+            }
+            (Some(_), Some(regs)) => match self.unwinder.unwind(
+                pid,
+                &process.maps,
+                regs,
+                sample.user_stack,
+                &mut self.addrs,
+            ) {
+                UnwindEnd::Complete => UserEnd::Complete,
+                UnwindEnd::Truncated => UserEnd::Truncated,
+                UnwindEnd::Broken { module } => {
+                    UserEnd::Broken(module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
+                }
+            },
+            (None, _) if !sample.user_callchain.is_empty() => {
+                self.addrs.clear();
+                self.addrs.extend(lookup_addresses(sample.user_callchain));
+                UserEnd::Unjudged
+            }
+            // A kernel thread, or a sample without user state.
+            _ => return UserEnd::NoStack,
+        };
+        if self.addrs.is_empty() {
+            return UserEnd::NoStack;
+        }
+        for &addr in &self.addrs {
+            let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
+            self.frames.push(frame);
+        }
+        if end == UserEnd::Truncated {
+            self.frames.push(RawFrame::Truncated);
+        }
+        end
+    }
+
+    pub(crate) fn finish(
+        self,
+        mut meta: Metadata,
+        config: &SamplerConfig,
+        kernel_excluded: bool,
+    ) -> Profile {
+        meta.lost_samples = self.lost;
+        let missing = self.unwinder.modules_without_unwind_info();
+        // What unwinding needed (parsed unwind tables, mapped sections, the live processes'
+        // maps) is let go before naming, the recording's peak of memory.
+        let Collector {
+            processes,
+            comms,
+            unwinder,
+            table,
+            fold,
+            ..
+        } = self;
+        drop((processes, comms, unwinder));
+        let (mut profile, tally) = match fold {
+            Some(fold) => {
+                fold.fold(table);
+                fold.finish().finish(meta)
+            }
+            None => {
+                let mut symbolizer = Symbolizer::new();
+                table.into_profile(&mut symbolizer, meta, &thread_names(self.live))
+            }
+        };
+        profile.meta.hints = hints::hints(&hints::Outcome {
+            missing: &missing,
+            stack_bytes: self.stack_bytes,
+            live: self.live,
+            tally: &tally,
+            lost: self.lost,
+            kernel_excluded: kernel_excluded && config.kernel,
+        });
+        profile
+    }
+}
+
+/// Names for a (pid, tid) pair counted without them. Every sample here is counted with its
+/// thread's names, so this is never asked; the table wants an answer all the same.
+fn thread_names(live: bool) -> impl Fn(u32, u32) -> Thread + Send + 'static {
+    move |pid, tid| Thread {
+        pid,
+        tid,
+        comm: thread_comm(pid, tid, live),
+        process_name: thread_comm(pid, pid, live),
+    }
+}
+
+/// The name of a thread no event named: read from /proc while it lives.
+fn thread_comm(pid: u32, tid: u32, live: bool) -> String {
+    if pid == u32::MAX {
+        // The kernel reports pid -1 for a task sampled after its pid was released, at the
+        // very end of its exit.
+        return "[exited]".to_string();
+    }
+    if !live {
+        // perf names the idle task as the kernel does.
+        return if tid == 0 {
+            "swapper".to_string()
+        } else {
+            format!("[pid {tid}]")
+        };
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| format!("[pid {tid}]"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Samples at ever new addresses, as a long whole-system recording gives, must not keep
+    /// a table entry per address: the table is named and merged by function once full.
+    #[test]
+    fn a_table_of_ever_new_addresses_is_folded_as_it_fills() {
+        let config = SamplerConfig {
+            cpu: None,
+            frequency: Some(999),
+            period: None,
+            user: false,
+            kernel: true,
+            stack_mode: StackMode::FramePointer,
+            include_idle: false,
+            buffer_pages: 0,
+        };
+        let mut collector = Collector::new(&config);
+        let function = stackscope_testkit::big_kernel_function();
+        let samples = 3 * FOLD_AT_NODES as u64;
+        let mut largest = 0;
+        for i in 0..samples {
+            // Two frames in one function, each pair of addresses new: leaf first. A caller's
+            // address is looked up one byte back, so it is never the function's first.
+            let stack = [function + i % 4096, function + 1 + (i / 4096) % 4095];
+            collector.handle(Event::Sample(SampleEvent {
+                pid: 1 + (i % 3) as u32,
+                tid: 1 + (i % 3) as u32,
+                cpu: (i % 2) as u32,
+                time: i,
+                period: 1_000_000,
+                kernel_stack: &stack,
+                user_callchain: &[],
+                user_regs: None,
+                user_stack: &[],
+                in_user: false,
+            }));
+            largest = largest.max(collector.table.nodes());
+        }
+        assert!(
+            largest <= FOLD_AT_NODES,
+            "the table grew to {largest} frames (bound {FOLD_AT_NODES})"
+        );
+        assert!(collector.fold.is_some(), "no table was folded");
+        let profile = collector.finish(Metadata::default(), &config, false);
+        assert_eq!(profile.total_samples(), samples);
+        // Every address lies in one function: one frame, one stack per (thread, cpu).
+        assert_eq!(profile.frames.len(), 1, "{:?}", profile.frames);
+        assert_eq!(profile.stacks.len(), 1);
+        assert_eq!(profile.samples.len(), 3 * 2);
+    }
+}

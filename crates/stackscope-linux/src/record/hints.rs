@@ -1,0 +1,115 @@
+//! The hints a recording's profile carries: what made its stacks less than whole or its
+//! samples fewer, each with what to do about it.
+
+use std::sync::Arc;
+
+use stackscope_stacks::table::{Tally, UNREADABLE};
+
+use super::MAX_STACK_COPY;
+
+/// What the hints are drawn from.
+pub(super) struct Outcome<'a> {
+    /// Binaries that had no unwind info.
+    pub missing: &'a [Arc<str>],
+    /// The stack copy's size, when stacks were copied (DWARF mode).
+    pub stack_bytes: Option<u32>,
+    /// False when a saved file was replayed: the hints then speak of perf record's options.
+    pub live: bool,
+    pub tally: &'a Tally,
+    pub lost: u64,
+    /// Kernel stacks were asked for, but the kernel refused kernel-mode sampling.
+    pub kernel_excluded: bool,
+}
+
+pub(super) fn hints(o: &Outcome<'_>) -> Vec<String> {
+    let mut hints = Vec::new();
+    stack_hints(o, &mut hints);
+    sample_hints(o, &mut hints);
+    hints
+}
+
+/// Hints about stacks that are not whole.
+fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<String>) {
+    let stats = &o.tally.stats;
+    if !o.missing.is_empty() {
+        let names: Vec<&str> = o.missing.iter().map(|p| &**p).take(3).collect();
+        hints.push(format!(
+            "{} binaries have no unwind info ({}{}): build with debug info or -C force-frame-pointers=yes",
+            o.missing.len(),
+            names.join(", "),
+            if o.missing.len() > 3 { ", ..." } else { "" }
+        ));
+    }
+    if let Some(bytes) = o.stack_bytes {
+        let share = percent(stats.truncated, stats.user_stacks);
+        if share >= 1.0 && !o.live {
+            hints.push(format!(
+                "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: record with a larger perf record --call-graph dwarf,SIZE"
+            ));
+        } else if share >= 1.0 && bytes < MAX_STACK_COPY {
+            hints.push(format!(
+                "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most {MAX_STACK_COPY})"
+            ));
+        } else if share >= 1.0 {
+            hints.push(format!(
+                "{share:.1}% of stacks were deeper than the largest stack copy perf_event allows ({MAX_STACK_COPY} bytes): their outermost frames are cut and marked [truncated]"
+            ));
+        }
+    }
+    let unreadable = percent(stats.unreadable, stats.user_stacks);
+    if unreadable >= 1.0 {
+        let rest = if o.tally.unreadable_in_exec == stats.unreadable {
+            ""
+        } else {
+            "; the others mostly in a page fault on the stack itself"
+        };
+        hints.push(format!(
+            "{unreadable:.1}% of user stacks could not be read when sampled ({} inside execve, where the kernel has already replaced the old program's memory while the thread still holds its registers{rest}): they show only the sampled instruction, above {UNREADABLE}, and are not counted as truncated",
+            o.tally.unreadable_in_exec
+        ));
+    }
+    let broken: u64 = o.tally.broken_in.values().sum();
+    if percent(broken, stats.user_stacks) >= 1.0 {
+        let mut worst: Vec<(&Arc<str>, &u64)> = o.tally.broken_in.iter().collect();
+        worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        hints.push(format!(
+            "{:.1}% of stacks broke off, most in {}: it may lack unwind info, or run JIT code without a /tmp/perf-PID.map",
+            percent(broken, stats.user_stacks),
+            worst[0].0
+        ));
+    }
+    let short = percent(o.tally.short_chains, stats.user_stacks);
+    if short >= 10.0 {
+        hints.push(format!(
+            "{short:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
+        ));
+    }
+}
+
+/// Hints about samples that are missing.
+fn sample_hints(o: &Outcome<'_>, hints: &mut Vec<String>) {
+    if o.lost > 0 && !o.live {
+        hints.push(format!(
+            "{} samples were lost while recording: record with a lower perf record -F or a larger -m",
+            o.lost
+        ));
+    } else if o.lost > 0 {
+        hints.push(format!(
+            "{} samples were lost because the ring buffer was full: lower -F or --stack-size",
+            o.lost
+        ));
+    }
+    if o.kernel_excluded {
+        hints.push(
+            "kernel stacks were not sampled: kernel.perf_event_paranoid forbids it for this user; run as root, grant CAP_PERFMON, or set kernel.perf_event_paranoid=1".into(),
+        );
+    }
+}
+
+fn percent(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 * 100.0 / whole as f64
+    }
+}
