@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::RingBufferBuilder;
-use stackscope_linux::record::lookup_addresses;
 use stackscope_linux::sampler::SampleError;
 use stackscope_linux::target::{self, HeldChild, Target};
 use stackscope_profile::{Metadata, Profile, Thread};
 use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
+use stackscope_stacks::walk::lookup_addresses;
 use stackscope_symbols::Symbolizer;
 
 use crate::error::BpfError;

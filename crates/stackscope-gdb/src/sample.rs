@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64};
-use framehop::{FrameAddress, Unwinder as _};
+use framehop::x86_64::CacheX86_64;
 use stackscope_profile::{
     Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
 };
+use stackscope_stacks::walk::{walk, Leaf, RegsX86_64, Unread, WalkEnd};
 use stackscope_symbols::Symbolizer;
 
 use crate::client::{Client, Registers, Stop};
@@ -24,8 +24,6 @@ use crate::space::Space;
 /// How often at most the library list is read again when code outside the known files shows
 /// up in stacks.
 const LIBRARY_REFRESH: Duration = Duration::from_millis(100);
-/// Deepest stack followed.
-pub const MAX_FRAMES: usize = 256;
 /// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
 const AT_ENTRY: u64 = 9;
 /// Where x86-64 kernels live (the upper half of the address space).
@@ -429,64 +427,23 @@ fn unwind<S: Stream>(
     regs: Registers,
     out: &mut Vec<u64>,
 ) -> Result<bool, Error> {
-    out.clear();
-    out.push(regs.ip);
-    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
-    let unwinder = space.unwinder();
-    if space.lacks_cfi(regs.ip) {
-        // framehop would take this function for a frameless leaf; its frame pointer is the
-        // better guess in a file whose CFI covers only part of the code.
-        if regs.bp == 0 || regs.bp < regs.sp {
-            return Ok(regs.bp == 0);
-        }
-        let (Some(caller_bp), Some(return_address)) = (
-            memory.word(client, regs.bp)?,
-            memory.word(client, regs.bp.wrapping_add(8))?,
-        ) else {
-            return Ok(false);
-        };
-        let Some(next) = FrameAddress::from_return_address(return_address) else {
-            return Ok(true);
-        };
-        out.push(return_address - 1);
-        uregs = UnwindRegsX86_64::new(return_address, regs.bp + 16, caller_bp);
-        address = next;
-    }
-    let mut failed = None;
-    while out.len() < MAX_FRAMES {
-        let sp_before = uregs.sp();
-        let mut read = |addr: u64| -> Result<u64, ()> {
-            match memory.word(client, addr) {
-                Ok(Some(w)) => Ok(w),
-                Ok(None) => Err(()),
-                Err(e) => {
-                    failed = Some(e);
-                    Err(())
-                }
-            }
-        };
-        let result = unwinder.unwind_frame(address, &mut uregs, cache, &mut read);
-        if let Some(e) = failed {
-            return Err(e);
-        }
-        match result {
-            Ok(None) | Ok(Some(0)) => return Ok(true),
-            Ok(Some(return_address)) => {
-                // Every real frame pops at least its return address; anything else loops.
-                if uregs.sp() <= sp_before {
-                    return Ok(false);
-                }
-                let Some(next) = FrameAddress::from_return_address(return_address) else {
-                    return Ok(true);
-                };
-                out.push(return_address - 1);
-                address = next;
-            }
-            Err(_) => return Ok(false),
-        }
-    }
-    Ok(false)
+    let leaf = if space.lacks_cfi(regs.ip) {
+        Leaf::FramePointer
+    } else {
+        Leaf::Rules
+    };
+    let regs = RegsX86_64 {
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: regs.bp,
+    };
+    let read = |addr| match memory.word(client, addr) {
+        Ok(Some(word)) => Ok(word),
+        Ok(None) => Err(Unread::Unreadable),
+        Err(e) => Err(Unread::Failed(e)),
+    };
+    let end = walk(space.unwinder(), cache, regs, leaf, |_| true, read, out)?;
+    Ok(end == WalkEnd::Complete)
 }
 
 /// Address stacks counted per vCPU.

@@ -15,6 +15,7 @@ use crate::sampler::{Event, SampleError, SampleEvent, Sampler, SamplerConfig, St
 use crate::target::Target;
 use crate::unwind::{UnwindEnd, Unwinder};
 use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
+use stackscope_stacks::walk::lookup_addresses;
 
 /// What to record and when to stop.
 pub struct RecordOptions {
@@ -460,16 +461,6 @@ impl Collector {
         profile.meta.hints = hints;
         profile
     }
-}
-
-/// The addresses to symbolize for a callchain, leaf first: the sampled instruction itself, then
-/// each return address stepped back into its call instruction (it points after the call, which
-/// may already be the next function or the next inlined range).
-pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    chain
-        .iter()
-        .enumerate()
-        .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
 }
 
 /// Names for a (pid, tid) pair counted without them. Every sample here is counted with its
