@@ -14,7 +14,6 @@
 pub mod client;
 mod error;
 pub mod image;
-mod names;
 pub mod packet;
 pub mod sample;
 pub mod space;
@@ -22,6 +21,6 @@ pub mod space;
 pub use client::{Client, Remote, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use image::{Image, ImageError};
-pub use names::rust_clean;
 pub use packet::Stream;
 pub use sample::{prepare, record, Progress, Recording, SamplerOptions, Stats};
+pub use stackscope_stacks::table::rust_clean;

@@ -11,13 +11,13 @@ use framehop::x86_64::CacheX86_64;
 use stackscope_profile::{
     Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
 };
+use stackscope_stacks::table::rust_clean;
 use stackscope_stacks::walk::{walk, Leaf, RegsX86_64, Unread, WalkEnd};
 use stackscope_symbols::Symbolizer;
 
 use crate::client::{Client, Registers, Stop};
 use crate::error::Error;
 use crate::image::Image;
-use crate::names::rust_clean;
 use crate::packet::{later, Stream};
 use crate::space::Space;
 
