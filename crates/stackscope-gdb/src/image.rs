@@ -5,12 +5,14 @@
 use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use framehop::Module;
 use object::elf::{self, FileHeader64};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::Endianness;
 use stackscope_stacks::module::{ModuleFile, SectionData};
+use stackscope_stacks::Mapping;
 
 /// One `PT_LOAD` segment.
 #[derive(Debug, Clone, Copy)]
@@ -161,6 +163,30 @@ impl Image {
             self.bias,
             unwind.section_info(),
         ))
+    }
+
+    /// Where the file's loadable segments sit in the target, one mapping each, as the stack
+    /// table places and names addresses.
+    pub fn mappings(&self) -> Vec<Mapping> {
+        let path: Arc<str> = std::path::absolute(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
+            .into();
+        self.loads
+            .iter()
+            .filter(|l| l.filesz > 0)
+            .map(|l| {
+                let start = l.vaddr.wrapping_add(self.bias);
+                Mapping {
+                    start,
+                    end: start.wrapping_add(l.filesz),
+                    offset: l.offset,
+                    path: path.clone(),
+                    build_id: None,
+                }
+            })
+            .collect()
     }
 
     /// The file name, as frames name their module.

@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use stackscope_profile::FrameKind;
+
 use crate::Mapping;
 
 mod fold;
@@ -28,6 +30,9 @@ pub enum RawFrame {
     Jit { pid: u32, addr: u64 },
     /// A user address that no mapping covers.
     Unmapped(u64),
+    /// A kernel address outside every module given: a guest kernel's code that the file
+    /// the stub runs does not hold.
+    UnmappedKernel(u64),
     /// The user stack went on, but the copied stack memory ended.
     Truncated,
     /// A marker a source puts in place of a stack it could not take, e.g. `[Missed User Stack]`.
@@ -40,6 +45,8 @@ enum ModuleKey {
     File {
         path: Arc<str>,
         build_id: Option<Arc<[u8]>>,
+        /// A guest kernel's file is kernel code.
+        kind: FrameKind,
     },
     Vdso,
 }
@@ -101,13 +108,39 @@ pub struct StackTable {
     module_ids: HashMap<ModuleKey, ModuleId>,
     names: Vec<Arc<str>>,
     name_ids: HashMap<Arc<str>, NameId>,
+    naming: Naming,
+}
+
+/// How the naming step names what a source found, where sources differ.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Naming {
+    /// Shorten Rust names as the Asterinas OSDK does ([`rust_clean`]).
+    pub short_rust_names: bool,
+    /// Leave an address of a module that no symbol covers without the module's name, as
+    /// `gdb` has always written it.
+    pub unknown_without_module: bool,
 }
 
 impl StackTable {
     /// The raw frame for a user address, given the mapping that holds it (if any).
     pub fn user_frame(&mut self, pid: u32, addr: u64, mapping: Option<&Mapping>) -> RawFrame {
+        self.frame_in(pid, addr, mapping, FrameKind::User)
+    }
+
+    /// The raw frame for an address of `kind` in a module the source placed itself (a
+    /// guest's kernel or program), given the mapping that holds it (if any).
+    pub fn frame_in(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        mapping: Option<&Mapping>,
+        kind: FrameKind,
+    ) -> RawFrame {
         let Some(m) = mapping else {
-            return RawFrame::Unmapped(addr);
+            return match kind {
+                FrameKind::Kernel => RawFrame::UnmappedKernel(addr),
+                _ => RawFrame::Unmapped(addr),
+            };
         };
         let key = if &*m.path == "[vdso]" {
             ModuleKey::Vdso
@@ -115,6 +148,7 @@ impl StackTable {
             ModuleKey::File {
                 path: m.path.clone(),
                 build_id: m.build_id.clone(),
+                kind,
             }
         } else {
             return RawFrame::Jit { pid, addr };
@@ -132,6 +166,11 @@ impl StackTable {
             module,
             offset: m.file_offset(addr),
         }
+    }
+
+    /// Sets how the stacks' frames are named.
+    pub fn set_naming(&mut self, naming: Naming) {
+        self.naming = naming;
     }
 
     /// Counts one sample of `frames` (leaf first) whose user stack ended as `end`.

@@ -100,6 +100,7 @@ impl StackTable {
             if let ModuleKey::File {
                 path,
                 build_id: Some(id),
+                ..
             } = key
             {
                 let hex = id.iter().map(|b| format!("{b:02x}")).collect();

@@ -7,7 +7,7 @@ use std::path::Path;
 use stackscope_profile::{Frame, FrameId, FrameKind, ProfileBuilder, UNKNOWN};
 use stackscope_symbols::{SymFrame, Symbolizer};
 
-use super::{ModuleId, ModuleKey, RawFrame, StackTable};
+use super::{rust_clean, ModuleId, ModuleKey, RawFrame, StackTable};
 
 /// The frames each unique raw frame stands for, interned in the profile being built: a raw
 /// frame costs two words here however long its names are.
@@ -16,6 +16,14 @@ pub(super) struct Names {
     /// several).
     spans: HashMap<RawFrame, (u32, u32)>,
     ids: Vec<FrameId>,
+}
+
+/// Addresses waiting for their symbolizer.
+#[derive(Default)]
+struct Queued {
+    kernel: Vec<u64>,
+    by_module: HashMap<ModuleId, Vec<u64>>,
+    jit: HashMap<u32, Vec<u64>>,
 }
 
 impl Names {
@@ -28,88 +36,130 @@ impl Names {
             spans: HashMap::new(),
             ids: Vec::new(),
         };
-        let mut by_module: HashMap<ModuleId, Vec<u64>> = HashMap::new();
-        let mut kernel = Vec::new();
-        let mut jit: HashMap<u32, Vec<u64>> = HashMap::new();
+        let queued = names.queue(table, builder);
+        names.name_kernel(&queued.kernel, symbolizer, builder);
+        for (module, offsets) in queued.by_module {
+            names.name_module(table, module, &offsets, symbolizer, builder);
+        }
+        for (pid, addrs) in queued.jit {
+            names.name_jit(pid, &addrs, symbolizer, builder);
+        }
+        names
+    }
+
+    /// Queues each unique address for its symbolizer, and names the raw frames that need no
+    /// symbols.
+    fn queue(&mut self, table: &StackTable, builder: &mut ProfileBuilder) -> Queued {
+        let mut queued = Queued::default();
         for (_, raw) in &table.nodes {
-            if names.spans.contains_key(raw) {
+            if self.spans.contains_key(raw) {
                 continue;
             }
-            // Addresses are queued for their symbolizer and named below; the rest need no
-            // symbols.
             let known = match *raw {
                 RawFrame::Kernel(addr) => {
-                    kernel.push(addr);
+                    queued.kernel.push(addr);
                     None
                 }
                 RawFrame::User { module, offset } => {
-                    by_module.entry(module).or_default().push(offset);
+                    queued.by_module.entry(module).or_default().push(offset);
                     None
                 }
                 RawFrame::Jit { pid, addr } => {
-                    jit.entry(pid).or_default().push(addr);
+                    queued.jit.entry(pid).or_default().push(addr);
                     None
                 }
                 RawFrame::Unmapped(_) => Some(unknown(FrameKind::User, None)),
+                RawFrame::UnmappedKernel(_) => Some(unknown(FrameKind::Kernel, None)),
                 RawFrame::Truncated => Some(Frame::marker("[truncated]")),
                 RawFrame::Marker(name) => Some(Frame::marker(name)),
             };
             // A placeholder keeps each address queued once.
-            names.spans.insert(*raw, (0, 0));
+            self.spans.insert(*raw, (0, 0));
             if let Some(frame) = known {
-                names.insert(builder, *raw, [frame]);
+                self.insert(builder, *raw, [frame]);
             }
         }
+        queued
+    }
 
-        let kernel_names = symbolizer.symbolize_kernel(&kernel);
+    fn name_kernel(
+        &mut self,
+        kernel: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let kernel_names = symbolizer.symbolize_kernel(kernel);
         for (addr, sym) in kernel.iter().zip(kernel_names) {
             let frame = match sym {
                 Some(sym) => frame_from(sym, FrameKind::Kernel, Some("[kernel.kallsyms]")),
                 None => unknown(FrameKind::Kernel, Some("[kernel.kallsyms]")),
             };
-            names.insert(builder, RawFrame::Kernel(*addr), [frame]);
+            self.insert(builder, RawFrame::Kernel(*addr), [frame]);
         }
+    }
 
-        for (module, offsets) in by_module {
-            let key = &table.modules[module as usize];
-            let (module_name, resolved) = match key {
-                ModuleKey::Vdso => ("[vdso]".to_string(), symbolizer.symbolize_vdso(&offsets)),
-                ModuleKey::File { path, build_id } => {
-                    let name = file_name(path);
-                    let resolved = symbolizer
-                        .symbolize_file(Path::new(&**path), build_id.as_deref(), &offsets)
-                        .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
-                    (name, resolved)
-                }
+    /// Names the addresses of one module, as offsets in its file, in one batch.
+    fn name_module(
+        &mut self,
+        table: &StackTable,
+        module: ModuleId,
+        offsets: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let (module_name, kind, resolved) = match &table.modules[module as usize] {
+            ModuleKey::Vdso => (
+                "[vdso]".to_string(),
+                FrameKind::User,
+                symbolizer.symbolize_vdso(offsets),
+            ),
+            ModuleKey::File {
+                path,
+                build_id,
+                kind,
+            } => {
+                let resolved = symbolizer
+                    .symbolize_file(Path::new(&**path), build_id.as_deref(), offsets)
+                    .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
+                (file_name(path), *kind, resolved)
+            }
+        };
+        let naming = table.naming;
+        for (offset, syms) in offsets.iter().zip(resolved) {
+            let raw = RawFrame::User {
+                module,
+                offset: *offset,
             };
-            for (offset, syms) in offsets.iter().zip(resolved) {
-                let raw = RawFrame::User {
-                    module,
-                    offset: *offset,
-                };
-                if syms.is_empty() {
-                    names.insert(builder, raw, [unknown(FrameKind::User, Some(&module_name))]);
-                } else {
-                    let frames = syms
-                        .into_iter()
-                        .map(|s| frame_from(s, FrameKind::User, Some(&module_name)));
-                    names.insert(builder, raw, frames);
-                }
+            if syms.is_empty() {
+                let module = (!naming.unknown_without_module).then_some(module_name.as_str());
+                self.insert(builder, raw, [unknown(kind, module)]);
+            } else {
+                let frames = syms.into_iter().map(|mut s| {
+                    if naming.short_rust_names {
+                        s.name = rust_clean(&s.name);
+                    }
+                    frame_from(s, kind, Some(&module_name))
+                });
+                self.insert(builder, raw, frames);
             }
         }
+    }
 
-        for (pid, addrs) in jit {
-            let resolved = symbolizer.symbolize_perf_map(pid, &addrs);
-            for (addr, sym) in addrs.iter().zip(resolved) {
-                let frame = match sym {
-                    Some(sym) => frame_from(sym, FrameKind::User, Some("[jit]")),
-                    None => unknown(FrameKind::User, None),
-                };
-                names.insert(builder, RawFrame::Jit { pid, addr: *addr }, [frame]);
-            }
+    fn name_jit(
+        &mut self,
+        pid: u32,
+        addrs: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let resolved = symbolizer.symbolize_perf_map(pid, addrs);
+        for (addr, sym) in addrs.iter().zip(resolved) {
+            let frame = match sym {
+                Some(sym) => frame_from(sym, FrameKind::User, Some("[jit]")),
+                None => unknown(FrameKind::User, None),
+            };
+            self.insert(builder, RawFrame::Jit { pid, addr: *addr }, [frame]);
         }
-
-        names
     }
 
     /// Interns `frames` (outermost first) as what `raw` stands for.
