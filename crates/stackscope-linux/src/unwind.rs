@@ -1,6 +1,7 @@
 //! User-stack unwinding: turns a sample's registers and copied stack memory into the code
 //! addresses of its call stack, leaf first, with DWARF CFI (`.eh_frame`, `.debug_frame`) from
-//! the mapped files and a frame-pointer fallback where there is none.
+//! the mapped files and a frame-pointer fallback where there is none. The walk itself is
+//! `stackscope_stacks::walk`; this module reads its words from the copied stack bytes.
 //!
 //! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
 //! parsed unwind sections of the files they map, shared between processes. A file no live
