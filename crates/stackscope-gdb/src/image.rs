@@ -4,10 +4,12 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use framehop::Module;
 use object::elf;
 use stackscope_stacks::module::{ModuleFile, SectionData};
+use stackscope_stacks::Mapping;
 use stackscope_symbols::elf::{ElfError, ElfFile, Segment, SymbolTable};
 
 /// The target's ELF file.
@@ -136,6 +138,30 @@ impl Image {
             self.bias,
             unwind.section_info(),
         ))
+    }
+
+    /// Where the file's loadable segments sit in the target, one mapping each, as the stack
+    /// table places and names addresses.
+    pub fn mappings(&self) -> Vec<Mapping> {
+        let path: Arc<str> = std::path::absolute(&self.path)
+            .unwrap_or_else(|_| self.path.clone())
+            .display()
+            .to_string()
+            .into();
+        self.loads
+            .iter()
+            .filter(|l| l.filesz > 0)
+            .map(|l| {
+                let start = l.vaddr.wrapping_add(self.bias);
+                Mapping {
+                    start,
+                    end: start.wrapping_add(l.filesz),
+                    offset: l.offset,
+                    path: path.clone(),
+                    build_id: None,
+                }
+            })
+            .collect()
     }
 
     /// The file name, as frames name their module.

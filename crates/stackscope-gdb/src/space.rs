@@ -9,11 +9,14 @@ use framehop::Unwinder as _;
 
 use crate::image::Image;
 use stackscope_stacks::module::SectionData;
+use stackscope_stacks::Mapping;
 
 /// The target's files, the main one first.
 pub struct Space {
     images: Vec<Image>,
     unwinder: UnwinderX86_64<SectionData>,
+    /// The images' loadable segments, sorted by address.
+    mappings: Vec<Mapping>,
 }
 
 impl Space {
@@ -21,6 +24,7 @@ impl Space {
         let mut space = Space {
             images: vec![main],
             unwinder: UnwinderX86_64::new(),
+            mappings: Vec::new(),
         };
         space.rebuild();
         space
@@ -40,6 +44,14 @@ impl Space {
         self.images
             .iter()
             .find(|image| image.address_range().contains(&addr))
+    }
+
+    /// The loadable segment that holds `addr`, for the stack table.
+    pub fn mapping_of(&self, addr: u64) -> Option<&Mapping> {
+        let i = self.mappings.partition_point(|m| m.start <= addr);
+        i.checked_sub(1)
+            .map(|i| &self.mappings[i])
+            .filter(|m| m.contains(addr))
     }
 
     /// True when `addr` lies in a function of a file whose CFI does not describe it.
@@ -95,5 +107,7 @@ impl Space {
             }
         }
         self.unwinder = unwinder;
+        self.mappings = self.images.iter().flat_map(Image::mappings).collect();
+        self.mappings.sort_by_key(|m| m.start);
     }
 }

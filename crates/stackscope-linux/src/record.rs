@@ -102,13 +102,3 @@ pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recordi
         failure,
     })
 }
-
-/// The addresses to symbolize for a callchain, leaf first: the sampled instruction itself, then
-/// each return address stepped back into its call instruction (it points after the call, which
-/// may already be the next function or the next inlined range).
-pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    chain
-        .iter()
-        .enumerate()
-        .map(|(i, &addr)| if i == 0 { addr } else { addr.saturating_sub(1) })
-}

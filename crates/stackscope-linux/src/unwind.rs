@@ -1,6 +1,7 @@
 //! User-stack unwinding: turns a sample's registers and copied stack memory into the code
 //! addresses of its call stack, leaf first, with DWARF CFI (`.eh_frame`, `.debug_frame`) from
-//! the mapped files and a frame-pointer fallback where there is none.
+//! the mapped files and a frame-pointer fallback where there is none. The walk itself is
+//! `stackscope_stacks::walk`; this module reads its words from the copied stack bytes.
 //!
 //! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
 //! parsed unwind sections of the files they map, shared between processes. A file no live
@@ -11,20 +12,20 @@
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
+use std::convert::Infallible;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{Error as FramehopError, FrameAddress, Module, Unwinder as _};
+use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
+use framehop::{Module, Unwinder as _};
 
 use crate::maps::{Mapping, ProcessMaps};
 use stackscope_stacks::module::{ModuleFile, SectionData};
+pub use stackscope_stacks::walk::MAX_FRAMES;
+use stackscope_stacks::walk::{Leaf, RegsX86_64, Unread, WalkEnd};
 use stackscope_symbols::FileId;
-
-/// Deepest stack followed; deeper stacks end as [`UnwindEnd::Truncated`].
-pub const MAX_FRAMES: usize = 1024;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
 /// started again and again (a build's compiler, a shell loop's commands) is not re-read each
@@ -151,19 +152,11 @@ impl Unwinder {
         let Some(process) = self.processes.get(&pid) else {
             return UnwindEnd::Broken { module: None };
         };
-        out.push(regs.ip);
-        let Some(leaf) = maps.find(regs.ip) else {
+        if maps.find(regs.ip).is_none() {
+            out.push(regs.ip);
             return UnwindEnd::Broken { module: None };
-        };
-        walk(
-            &process.unwinder,
-            &mut self.cache,
-            maps,
-            regs,
-            stack,
-            &leaf.path,
-            out,
-        )
+        }
+        walk(&process.unwinder, &mut self.cache, maps, regs, stack, out)
     }
 
     /// Drops per-process state (the process exited or exec'd).
@@ -291,72 +284,49 @@ pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
     .clone()
 }
 
-/// Walks the frames of one sample; `out` already holds `regs.ip`, which lies in `leaf_module`.
+/// Walks the frames of one sample whose pc lies in a mapped file, reading words from the
+/// copied stack memory.
 fn walk(
     unwinder: &UnwinderX86_64<SectionData>,
     cache: &mut CacheX86_64,
     maps: &ProcessMaps,
     regs: UserRegs,
     stack: &[u8],
-    leaf_module: &Arc<str>,
     out: &mut Vec<u64>,
 ) -> UnwindEnd {
     let stack_end = regs.sp.saturating_add(stack.len() as u64);
-    let mut module = leaf_module;
-    let mut uregs = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-    let mut address = FrameAddress::from_instruction_pointer(regs.ip);
-    let broken = |module: &Arc<str>| UnwindEnd::Broken {
-        module: Some(module.clone()),
+    let read_stack = |addr: u64| -> Result<u64, Unread<Infallible>> {
+        if addr < regs.sp {
+            return Err(Unread::Unreadable);
+        }
+        if addr.saturating_add(8) > stack_end {
+            return Err(Unread::PastCopy);
+        }
+        let offset = (addr - regs.sp) as usize;
+        match stack.get(offset..offset + 8) {
+            Some(word) if offset.is_multiple_of(8) => Ok(u64::from_le_bytes(
+                word.try_into().map_err(|_| Unread::Unreadable)?,
+            )),
+            _ => Err(Unread::Unreadable),
+        }
     };
-    loop {
-        if out.len() >= MAX_FRAMES {
-            return UnwindEnd::Truncated;
-        }
-        let sp_before = uregs.sp();
-        // Set when a read wanted bytes beyond the copy: tells "the copy was too short" apart
-        // from "the unwind info led somewhere bogus".
-        let mut read_past_end = false;
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
-            let offset = addr.checked_sub(regs.sp).ok_or(())?;
-            if offset % 8 != 0 {
-                return Err(());
-            }
-            let bytes = usize::try_from(offset)
-                .ok()
-                .and_then(|at| stack.get(at..at.checked_add(8)?));
-            match bytes {
-                Some(b) => Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?)),
-                None => {
-                    read_past_end = true;
-                    Err(())
-                }
-            }
-        };
-        let result = unwinder.unwind_frame(address, &mut uregs, cache, &mut read_stack);
-        match result {
-            Ok(None) | Ok(Some(0)) => return UnwindEnd::Complete,
-            Ok(Some(return_address)) => {
-                // Every real frame pops at least its return address.
-                if uregs.sp() <= sp_before {
-                    return broken(module);
-                }
-                let lookup = return_address - 1;
-                let Some(caller) = maps.find(lookup) else {
-                    return broken(module);
-                };
-                let Some(next) = FrameAddress::from_return_address(return_address) else {
-                    return UnwindEnd::Complete;
-                };
-                out.push(lookup);
-                module = &caller.path;
-                address = next;
-            }
-            Err(FramehopError::CouldNotReadStack(addr))
-                if read_past_end || (addr >= regs.sp && addr.saturating_add(8) > stack_end) =>
-            {
-                return UnwindEnd::Truncated;
-            }
-            Err(_) => return broken(module),
-        }
+    let regs = RegsX86_64 {
+        ip: regs.ip,
+        sp: regs.sp,
+        bp: regs.bp,
+    };
+    let is_code = |addr| maps.find(addr).is_some();
+    let end =
+        stackscope_stacks::walk::walk(unwinder, cache, regs, Leaf::Rules, is_code, read_stack, out);
+    match end {
+        Ok(WalkEnd::Complete) => UnwindEnd::Complete,
+        Ok(WalkEnd::Truncated) => UnwindEnd::Truncated,
+        Ok(WalkEnd::Broken) | Err(_) => UnwindEnd::Broken {
+            // The module of the last frame reached: the leaf's, or the caller's found last.
+            module: out
+                .last()
+                .and_then(|&a| maps.find(a))
+                .map(|m| m.path.clone()),
+        },
     }
 }

@@ -1,5 +1,6 @@
 //! stackscope's middle, which every source feeds: the files a target maps ([`Mapping`],
-//! [`module::ModuleFile`]: file, load bias, build-id, unwind sections), a table of raw stacks
+//! [`module::ModuleFile`]: file, load bias, build-id, unwind sections), the one stack walk over
+//! a register set and a memory-read closure ([`walk::walk`]), a table of raw stacks
 //! counted as they arrive ([`table::StackTable`]), and the one step that names every unique
 //! address once and builds the [`stackscope_profile::Profile`].
 //!
@@ -9,5 +10,6 @@
 mod mapping;
 pub mod module;
 pub mod table;
+pub mod walk;
 
 pub use mapping::Mapping;

@@ -4,10 +4,10 @@
 
 use std::collections::HashMap;
 
-use stackscope_linux::record::lookup_addresses;
 use stackscope_linux::target;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
+use stackscope_stacks::walk::lookup_addresses;
 use stackscope_symbols::Symbolizer;
 
 use super::{BpfConfig, BpfRecording};

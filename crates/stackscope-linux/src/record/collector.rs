@@ -9,11 +9,12 @@ use stackscope_profile::{Metadata, Profile, Thread};
 use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
 use stackscope_symbols::Symbolizer;
 
-use super::{hints, lookup_addresses};
+use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::{UnwindEnd, Unwinder};
+use stackscope_stacks::walk::lookup_addresses;
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
 /// table.

@@ -1,0 +1,158 @@
+//! One round: stop the target, read every sampled vCPU's registers, walk each stack from
+//! target memory, count it, and let the target run again.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use framehop::x86_64::CacheX86_64;
+use stackscope_profile::FrameKind;
+use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
+use stackscope_stacks::walk::WalkEnd;
+
+use crate::client::{Client, Stop};
+use crate::error::Error;
+use crate::packet::Stream;
+use crate::space::Space;
+
+use super::memory::Memory;
+use super::Target;
+
+/// How often at most the library list is read again when code outside the known files shows
+/// up in stacks.
+const LIBRARY_REFRESH: Duration = Duration::from_millis(100);
+/// Where x86-64 kernels live (the upper half of the address space).
+const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+/// The process every vCPU is a thread of.
+const PID: u32 = 1;
+
+/// What sampling keeps from round to round.
+pub(super) struct Rounds {
+    pub(super) stacks: StackTable,
+    /// Stacks counted.
+    pub(super) counted: u64,
+    /// True while the target runs.
+    pub(super) running: bool,
+    cache: CacheX86_64,
+    addrs: Vec<u64>,
+    frames: Vec<RawFrame>,
+    /// The main file's name, as every vCPU's process name.
+    process: String,
+    /// Set when code outside the known files showed up in a stack.
+    unplaced: bool,
+    last_refresh: Option<Instant>,
+}
+
+impl Rounds {
+    pub(super) fn new(stacks: StackTable, process: String) -> Rounds {
+        Rounds {
+            stacks,
+            counted: 0,
+            running: false,
+            cache: CacheX86_64::new(),
+            addrs: Vec::with_capacity(64),
+            frames: Vec::with_capacity(64),
+            process,
+            unplaced: false,
+            last_refresh: None,
+        }
+    }
+
+    /// Samples every selected vCPU once, the target stopped meanwhile.
+    pub(super) fn round<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        target: &mut Target,
+    ) -> Result<(), Error> {
+        let signal = match client.interrupt()? {
+            Stop::Signal(s) => s,
+            _ => 0,
+        };
+        self.running = false;
+        let threads: Vec<u64> = target.vcpus.iter().map(|v| v.1).collect();
+        let regs = client.registers_of(&threads)?;
+        let mut memories = Memory::of_stacks(client, &threads, &regs)?;
+        for ((&(vcpu, _), regs), memory) in target.vcpus.iter().zip(regs).zip(&mut memories) {
+            let space = &target.space;
+            let end = memory.unwind(space, &mut self.cache, client, regs, &mut self.addrs)?;
+            self.unplaced |= self.addrs.iter().any(|&a| space.image_of(a).is_none());
+            self.count(space, vcpu, end);
+        }
+        self.refresh_libraries(client, &mut target.space)?;
+        // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
+        let deliver = if matches!(signal, 0 | 2 | 5) {
+            0
+        } else {
+            signal
+        };
+        client.resume(deliver)?;
+        self.running = true;
+        Ok(())
+    }
+
+    /// Counts the stack just walked as a sample of vCPU `vcpu`.
+    fn count(&mut self, space: &Space, vcpu: u32, end: WalkEnd) {
+        self.frames.clear();
+        for &addr in &self.addrs {
+            let frame = self
+                .stacks
+                .frame_in(PID, addr, space.mapping_of(addr), kind_of(addr));
+            self.frames.push(frame);
+        }
+        let end = match end {
+            WalkEnd::Complete => UserEnd::Complete,
+            // The walk gave up, or followed as many frames as it follows.
+            WalkEnd::Broken | WalkEnd::Truncated => {
+                let last = self.addrs.last().and_then(|&a| space.image_of(a));
+                UserEnd::Broken(last.map_or_else(
+                    || Arc::from(stackscope_profile::UNKNOWN),
+                    |image| Arc::from(image.name()),
+                ))
+            }
+        };
+        let comm = format!("cpu{vcpu}");
+        let names = (comm.as_str(), self.process.as_str());
+        self.stacks
+            .add_named((PID, vcpu), names, vcpu, &self.frames, end);
+        self.counted += 1;
+    }
+
+    /// Reads the library list again when code outside the known files showed up: a library
+    /// loaded since it was last read.
+    fn refresh_libraries<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        space: &mut Space,
+    ) -> Result<(), Error> {
+        let can_refresh = self
+            .last_refresh
+            .is_none_or(|t: Instant| t.elapsed() >= LIBRARY_REFRESH);
+        if self.unplaced && client.features().libraries_svr4 && can_refresh {
+            self.last_refresh = Some(Instant::now());
+            self.unplaced = false;
+            if let Some(list) = client.libraries()? {
+                space.add_libraries(&list);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A guest kernel's frames are kernel code, wherever its file placed them.
+fn kind_of(addr: u64) -> FrameKind {
+    if addr >= KERNEL_HALF {
+        FrameKind::Kernel
+    } else {
+        FrameKind::User
+    }
+}
+
+/// The thread of a vCPU whose samples were counted without names; every sample is counted
+/// with them, but the table wants an answer all the same.
+pub(super) fn vcpu_thread(process: String) -> impl Fn(u32, u32) -> stackscope_profile::Thread {
+    move |pid, tid| stackscope_profile::Thread {
+        pid,
+        tid,
+        comm: format!("cpu{tid}"),
+        process_name: process.clone(),
+    }
+}

@@ -1,0 +1,356 @@
+//! Folding counted stacks into a profile: each table's unique addresses are named once, its
+//! stacks added to what was folded before, and how whole the user stacks came out is tallied.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::{mpsc, Arc};
+use std::thread::JoinHandle;
+
+use stackscope_profile::{
+    FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
+};
+use stackscope_symbols::Symbolizer;
+
+use super::names::{file_name, Names};
+use super::{ModuleKey, NameId, RawFrame, StackTable, UserEnd};
+
+impl StackTable {
+    /// Symbolizes every unique address once and builds the profile, with the figures on how
+    /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair whose
+    /// samples were counted without names.
+    pub fn into_profile(
+        self,
+        symbolizer: &mut Symbolizer,
+        meta: Metadata,
+        thread: &dyn Fn(u32, u32) -> Thread,
+    ) -> (Profile, Tally) {
+        let mut folded = Folded::default();
+        self.fold_into(symbolizer, &mut folded, thread);
+        folded.finish(meta)
+    }
+
+    /// Symbolizes every unique address once and adds the counted stacks, named, to `folded`.
+    /// Samples that differ only in addresses inside one function become one stack there, so
+    /// folding a table from time to time keeps a long recording's memory to what its
+    /// functions and threads need.
+    pub fn fold_into(
+        self,
+        symbolizer: &mut Symbolizer,
+        folded: &mut Folded,
+        thread: &dyn Fn(u32, u32) -> Thread,
+    ) {
+        let Folded {
+            builder,
+            tally,
+            build_ids,
+        } = folded;
+        let names = Names::resolve(&self, symbolizer, builder);
+        let mut raw: Vec<RawFrame> = Vec::new();
+        let mut chain: Vec<FrameId> = Vec::new();
+        let mut threads: HashMap<(u32, u32, NameId, NameId), u32> = HashMap::new();
+        for (key, count) in &self.counts {
+            self.frames_of(key.stack, &mut raw);
+            chain.clear();
+            let mut unknown_user = false;
+            let mut in_exec = false;
+            // Root first; one address may expand to several frames (inlined functions),
+            // already outermost first.
+            let mut outermost_user = None;
+            for raw in &raw {
+                for &id in names.frames(raw) {
+                    let frame = builder.frame_at(id);
+                    match frame.kind {
+                        FrameKind::User => {
+                            unknown_user |= frame.name == UNKNOWN;
+                            outermost_user.get_or_insert(frame.name.as_str());
+                        }
+                        FrameKind::Kernel => in_exec |= is_exec(&frame.name),
+                        _ => {}
+                    }
+                    chain.push(id);
+                }
+            }
+            let rooted = outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name));
+            tally.count(&key.end, *count, unknown_user, rooted);
+            if key.end == UserEnd::Unreadable && in_exec {
+                tally.unreadable_in_exec += count;
+            }
+            let stack = builder.stack(&chain);
+            let tid = *threads
+                .entry((key.pid, key.tid, key.comm, key.process))
+                .or_insert_with(|| {
+                    let named = match (
+                        self.names.get(key.comm as usize),
+                        self.names.get(key.process as usize),
+                    ) {
+                        (Some(comm), Some(process)) => Thread {
+                            pid: key.pid,
+                            tid: key.tid,
+                            comm: comm.to_string(),
+                            process_name: process.to_string(),
+                        },
+                        _ => thread(key.pid, key.tid),
+                    };
+                    builder.thread(named)
+                });
+            builder.add(tid, stack, Some(key.cpu), *count);
+        }
+        // Build-ids let a consumer (pprof's mappings) match each module to its exact file.
+        for key in &self.modules {
+            if let ModuleKey::File {
+                path,
+                build_id: Some(id),
+                ..
+            } = key
+            {
+                let hex = id.iter().map(|b| format!("{b:02x}")).collect();
+                build_ids.insert(file_name(path), hex);
+            }
+        }
+    }
+}
+
+/// Stacks named and counted so far: what [`StackTable`]s fold into.
+#[derive(Default)]
+pub struct Folded {
+    builder: ProfileBuilder,
+    tally: Tally,
+    build_ids: BTreeMap<String, String>,
+}
+
+impl Folded {
+    /// The profile, with `meta` and the figures on how whole the user stacks are in
+    /// `meta.unwind`.
+    pub fn finish(mut self, meta: Metadata) -> (Profile, Tally) {
+        let own = self.builder.meta_mut();
+        *own = meta;
+        own.unwind = self.tally.stats.clone();
+        own.build_ids.extend(self.build_ids);
+        let mut profile = self.builder.finish();
+        // A stable order makes outputs reproducible run to run.
+        profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
+        (profile, self.tally)
+    }
+}
+
+/// Folds full [`StackTable`]s on a thread of its own, with its own [`Symbolizer`], so that
+/// sampling goes on while they are named. At most one table waits while another is folded.
+pub struct BackgroundFold {
+    tables: mpsc::SyncSender<StackTable>,
+    worker: JoinHandle<Folded>,
+}
+
+impl BackgroundFold {
+    /// `thread` names a (pid, tid) pair whose samples were counted without names.
+    pub fn start(thread: impl Fn(u32, u32) -> Thread + Send + 'static) -> io::Result<Self> {
+        let (tables, arriving) = mpsc::sync_channel::<StackTable>(1);
+        let worker = std::thread::Builder::new()
+            .name("stackscope-fold".into())
+            .spawn(move || {
+                let mut symbolizer = Symbolizer::new();
+                let mut folded = Folded::default();
+                for table in arriving {
+                    table.fold_into(&mut symbolizer, &mut folded, &thread);
+                }
+                folded
+            })?;
+        Ok(BackgroundFold { tables, worker })
+    }
+
+    /// Hands a table over; waits only while an earlier one is still queued.
+    pub fn fold(&self, table: StackTable) {
+        // The worker ends only when this sender is dropped, or by a panic that `finish`
+        // passes on.
+        let _ = self.tables.send(table);
+    }
+
+    /// Everything folded, once the worker has named the tables handed over.
+    pub fn finish(self) -> Folded {
+        drop(self.tables);
+        match self.worker.join() {
+            Ok(folded) => folded,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+/// How whole the user stacks came out.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub stats: UnwindStats,
+    /// Samples whose stack broke off, by the module of the last frame reached.
+    pub broken_in: HashMap<Arc<str>, u64>,
+    /// Frame-pointer chains that did not reach an entry point.
+    pub short_chains: u64,
+    /// Of `stats.unreadable`, the samples taken inside execve.
+    pub unreadable_in_exec: u64,
+}
+
+impl Tally {
+    /// Counts `count` samples of one stack. A stack whose outermost user frame is an entry
+    /// point is whole however its unwinding ended: the unwind tables of some entry stubs
+    /// (the dynamic loader's `_start`) do not mark the end of the chain.
+    fn count(&mut self, end: &UserEnd, count: u64, unknown: bool, rooted: bool) {
+        if *end == UserEnd::NoStack {
+            return;
+        }
+        self.stats.user_stacks += count;
+        if unknown {
+            self.stats.with_unknown += count;
+        }
+        match end {
+            UserEnd::Complete => self.stats.complete += count,
+            UserEnd::Truncated => self.stats.truncated += count,
+            UserEnd::Unreadable => self.stats.unreadable += count,
+            _ if rooted => self.stats.complete += count,
+            UserEnd::Broken(module) => *self.broken_in.entry(module.clone()).or_insert(0) += count,
+            UserEnd::Unjudged => self.short_chains += count,
+            UserEnd::NoStack => {}
+        }
+    }
+}
+
+/// Functions every stack of a process or thread starts in: glibc's program and thread
+/// entries (and the dynamic loader's, before the program starts).
+const ENTRY_POINTS: &[&str] = &[
+    "_start",
+    "_dl_start_user",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+];
+
+/// Stands for the user frames of a stack the kernel could not copy.
+pub const UNREADABLE: &str = "[stack unreadable]";
+
+/// True for the kernel functions that run an execve, on every architecture.
+fn is_exec(name: &str) -> bool {
+    name == "bprm_execve" || name == "begin_new_exec" || name.starts_with("do_execveat_common")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folding_tables_as_they_fill_gives_the_profile_one_table_gives() {
+        // Kernel addresses, all inside one function of at least 4 KiB.
+        let f = stackscope_testkit::big_kernel_function();
+        let k = [f, f + 64];
+        let stacks: Vec<(u32, Vec<RawFrame>, UserEnd)> = vec![
+            (
+                1,
+                vec![RawFrame::Kernel(k[0]), RawFrame::Unmapped(0x1000)],
+                UserEnd::Complete,
+            ),
+            (
+                1,
+                vec![RawFrame::Kernel(k[0] + 4), RawFrame::Unmapped(0x1000)],
+                UserEnd::Complete,
+            ),
+            (
+                2,
+                vec![RawFrame::Kernel(k[1]), RawFrame::Truncated],
+                UserEnd::Truncated,
+            ),
+            (
+                2,
+                vec![RawFrame::Marker("[stack unreadable]")],
+                UserEnd::Unreadable,
+            ),
+            (
+                3,
+                vec![RawFrame::Unmapped(0x2000)],
+                UserEnd::Broken("/lib/x.so".into()),
+            ),
+        ];
+        let meta = Metadata {
+            source: "test".into(),
+            ..Metadata::default()
+        };
+        let thread = |pid, tid| Thread {
+            pid,
+            tid,
+            comm: format!("t{tid}"),
+            process_name: format!("p{pid}"),
+        };
+        let add = |table: &mut StackTable, round: u32| {
+            for (i, (pid, frames, end)) in stacks.iter().enumerate() {
+                for _ in 0..=i as u32 + round {
+                    table.add_named((*pid, *pid), ("c", "p"), round % 2, frames, end.clone());
+                }
+                table.add(*pid, *pid + 1, 0, frames, end.clone());
+            }
+        };
+
+        let mut symbolizer = Symbolizer::new();
+        let mut whole = StackTable::default();
+        let mut folded = Folded::default();
+        for round in 0..3 {
+            add(&mut whole, round);
+            let mut part = StackTable::default();
+            add(&mut part, round);
+            part.fold_into(&mut symbolizer, &mut folded, &thread);
+        }
+        let (one, one_tally) = whole.into_profile(&mut symbolizer, meta.clone(), &thread);
+        let (parts, parts_tally) = folded.finish(meta);
+        // Ids follow the order things were first met; what they stand for must not differ.
+        let content = |p: &Profile| {
+            let mut counts: Vec<(String, Vec<String>, Option<u32>, u64)> = p
+                .samples
+                .iter()
+                .map(|s| {
+                    let t = p.thread(s.thread);
+                    let who = format!("{} {} {} {}", t.pid, t.tid, t.comm, t.process_name);
+                    let frames = p.stack_frames(s.stack).map(|f| f.name.clone()).collect();
+                    (who, frames, s.cpu, s.count)
+                })
+                .collect();
+            counts.sort();
+            counts
+        };
+        assert_eq!(content(&one), content(&parts));
+        assert_eq!(one.meta, parts.meta);
+        assert_eq!(one_tally.stats, parts_tally.stats);
+        assert_eq!(one_tally.broken_in, parts_tally.broken_in);
+        // Per round r, stack i is sampled i + r + 1 times with names and once without.
+        assert_eq!(one.total_samples(), 3 * 15 + 5 * 3 + 3 * 5);
+        // Samples at two addresses of one kernel function are one stack.
+        let kernel_names: std::collections::HashSet<&str> = one
+            .frames
+            .iter()
+            .filter(|f| f.kind == FrameKind::Kernel)
+            .map(|f| f.name.as_str())
+            .collect();
+        assert!(kernel_names.len() <= 2, "{kernel_names:?}");
+        assert_eq!(one.meta.unwind.truncated, parts.meta.unwind.truncated);
+    }
+
+    #[test]
+    fn tally_judges_broken_and_frame_pointer_stacks_by_their_root() {
+        let mut tally = Tally::default();
+        let ld: Arc<str> = "/lib64/ld-linux-x86-64.so.2".into();
+        tally.count(&UserEnd::Complete, 5, false, true);
+        tally.count(&UserEnd::Truncated, 2, false, false);
+        // The dynamic loader's _start has no end-of-chain mark: the unwinder gives up there,
+        // but the stack is whole.
+        tally.count(&UserEnd::Broken(ld.clone()), 3, false, true);
+        tally.count(&UserEnd::Broken(ld.clone()), 4, true, false);
+        tally.count(&UserEnd::Unjudged, 6, false, true);
+        tally.count(&UserEnd::Unjudged, 7, false, false);
+        tally.count(&UserEnd::NoStack, 100, false, false);
+
+        let s = &tally.stats;
+        assert_eq!(s.user_stacks, 5 + 2 + 3 + 4 + 6 + 7);
+        assert_eq!(s.complete, 5 + 3 + 6);
+        assert_eq!(s.truncated, 2);
+        assert_eq!(s.with_unknown, 4);
+        assert_eq!(tally.broken_in.get(&ld), Some(&4));
+        assert_eq!(tally.short_chains, 7);
+    }
+}

@@ -1,0 +1,239 @@
+//! The naming step: every unique raw frame of a table named once, addresses batched per
+//! module for the symbolizer, and interned in the profile being built.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use stackscope_profile::{Frame, FrameId, FrameKind, ProfileBuilder, UNKNOWN};
+use stackscope_symbols::{SymFrame, Symbolizer};
+
+use super::{rust_clean, ModuleId, ModuleKey, RawFrame, StackTable};
+
+/// The frames each unique raw frame stands for, interned in the profile being built: a raw
+/// frame costs two words here however long its names are.
+pub(super) struct Names {
+    /// Where each raw frame's frames are in `ids`, and how many (inlined functions make
+    /// several).
+    spans: HashMap<RawFrame, (u32, u32)>,
+    ids: Vec<FrameId>,
+}
+
+/// Addresses waiting for their symbolizer.
+#[derive(Default)]
+struct Queued {
+    kernel: Vec<u64>,
+    by_module: HashMap<ModuleId, Vec<u64>>,
+    jit: HashMap<u32, Vec<u64>>,
+}
+
+impl Names {
+    pub(super) fn resolve(
+        table: &StackTable,
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) -> Names {
+        let mut names = Names {
+            spans: HashMap::new(),
+            ids: Vec::new(),
+        };
+        let queued = names.queue(table, builder);
+        names.name_kernel(&queued.kernel, symbolizer, builder);
+        for (module, offsets) in queued.by_module {
+            names.name_module(table, module, &offsets, symbolizer, builder);
+        }
+        for (pid, addrs) in queued.jit {
+            names.name_jit(pid, &addrs, symbolizer, builder);
+        }
+        names
+    }
+
+    /// Queues each unique address for its symbolizer, and names the raw frames that need no
+    /// symbols.
+    fn queue(&mut self, table: &StackTable, builder: &mut ProfileBuilder) -> Queued {
+        let mut queued = Queued::default();
+        for (_, raw) in &table.nodes {
+            if self.spans.contains_key(raw) {
+                continue;
+            }
+            let known = match *raw {
+                RawFrame::Kernel(addr) => {
+                    queued.kernel.push(addr);
+                    None
+                }
+                RawFrame::User { module, offset } => {
+                    queued.by_module.entry(module).or_default().push(offset);
+                    None
+                }
+                RawFrame::Jit { pid, addr } => {
+                    queued.jit.entry(pid).or_default().push(addr);
+                    None
+                }
+                RawFrame::Unmapped(_) => Some(unknown(FrameKind::User, None)),
+                RawFrame::UnmappedKernel(_) => Some(unknown(FrameKind::Kernel, None)),
+                RawFrame::Truncated => Some(Frame::marker("[truncated]")),
+                RawFrame::Marker(name) => Some(Frame::marker(name)),
+            };
+            // A placeholder keeps each address queued once.
+            self.spans.insert(*raw, (0, 0));
+            if let Some(frame) = known {
+                self.insert(builder, *raw, [frame]);
+            }
+        }
+        queued
+    }
+
+    fn name_kernel(
+        &mut self,
+        kernel: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let kernel_names = symbolizer.symbolize_kernel(kernel);
+        for (addr, sym) in kernel.iter().zip(kernel_names) {
+            let frame = match sym {
+                Some(sym) => frame_from(sym, FrameKind::Kernel, Some("[kernel.kallsyms]")),
+                None => unknown(FrameKind::Kernel, Some("[kernel.kallsyms]")),
+            };
+            self.insert(builder, RawFrame::Kernel(*addr), [frame]);
+        }
+    }
+
+    /// Names the addresses of one module, as offsets in its file, in one batch.
+    fn name_module(
+        &mut self,
+        table: &StackTable,
+        module: ModuleId,
+        offsets: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let (module_name, kind, resolved) = match &table.modules[module as usize] {
+            ModuleKey::Vdso => (
+                "[vdso]".to_string(),
+                FrameKind::User,
+                symbolizer.symbolize_vdso(offsets),
+            ),
+            ModuleKey::File {
+                path,
+                build_id,
+                kind,
+            } => {
+                let resolved = symbolizer
+                    .symbolize_file(Path::new(&**path), build_id.as_deref(), offsets)
+                    .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
+                (file_name(path), *kind, resolved)
+            }
+        };
+        let naming = table.naming;
+        for (offset, syms) in offsets.iter().zip(resolved) {
+            let raw = RawFrame::User {
+                module,
+                offset: *offset,
+            };
+            if syms.is_empty() {
+                let module = (!naming.unknown_without_module).then_some(module_name.as_str());
+                self.insert(builder, raw, [unknown(kind, module)]);
+            } else {
+                let frames = syms.into_iter().map(|mut s| {
+                    if naming.short_rust_names {
+                        s.name = rust_clean(&s.name);
+                    }
+                    frame_from(s, kind, Some(&module_name))
+                });
+                self.insert(builder, raw, frames);
+            }
+        }
+    }
+
+    fn name_jit(
+        &mut self,
+        pid: u32,
+        addrs: &[u64],
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let resolved = symbolizer.symbolize_perf_map(pid, addrs);
+        for (addr, sym) in addrs.iter().zip(resolved) {
+            let frame = match sym {
+                Some(sym) => frame_from(sym, FrameKind::User, Some("[jit]")),
+                None => unknown(FrameKind::User, None),
+            };
+            self.insert(builder, RawFrame::Jit { pid, addr: *addr }, [frame]);
+        }
+    }
+
+    /// Interns `frames` (outermost first) as what `raw` stands for.
+    fn insert(
+        &mut self,
+        builder: &mut ProfileBuilder,
+        raw: RawFrame,
+        frames: impl IntoIterator<Item = Frame>,
+    ) {
+        let start = self.ids.len();
+        self.ids
+            .extend(frames.into_iter().map(|f| builder.frame(f)));
+        let span = (start as u32, (self.ids.len() - start) as u32);
+        self.spans.insert(raw, span);
+    }
+
+    pub(super) fn frames(&self, raw: &RawFrame) -> &[FrameId] {
+        match self.spans.get(raw) {
+            Some(&(start, len)) => &self.ids[start as usize..(start + len) as usize],
+            None => &[],
+        }
+    }
+}
+
+fn frame_from(sym: SymFrame, kind: FrameKind, module: Option<&str>) -> Frame {
+    Frame {
+        name: sym.name,
+        module: module.map(str::to_string),
+        file: sym.file,
+        line: sym.line,
+        inlined: sym.inlined,
+        kind,
+    }
+}
+
+fn unknown(kind: FrameKind, module: Option<&str>) -> Frame {
+    Frame {
+        name: UNKNOWN.to_string(),
+        module: module.map(str::to_string),
+        kind,
+        ..Frame::default()
+    }
+}
+
+/// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; for a copy
+/// in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`), the original file's name.
+pub(super) fn file_name(path: &str) -> String {
+    let mut parts = path.rsplit('/');
+    let last = parts.next().unwrap_or(path);
+    if last == "elf" && path.contains("/.debug/") {
+        let id = parts.next().unwrap_or("");
+        if id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            if let Some(name) = parts.next() {
+                return name.to_string();
+            }
+        }
+    }
+    last.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn module_names_see_through_perfs_build_id_cache() {
+        assert_eq!(
+            file_name("/usr/lib/x86_64-linux-gnu/libc.so.6"),
+            "libc.so.6"
+        );
+        assert_eq!(
+            file_name("/root/.debug/tmp/x/prog/6fab166e78b0a2a73797d7e2c63a5a0fa27d0ce9/elf"),
+            "prog"
+        );
+        assert_eq!(file_name("/opt/tools/elf"), "elf");
+    }
+}

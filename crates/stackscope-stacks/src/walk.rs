@@ -1,0 +1,385 @@
+//! The one stack walk: from a sample's registers to the code addresses of its call stack,
+//! leaf first, with DWARF CFI where the modules have it and frame pointers where they do not.
+//!
+//! Like framehop, which does the per-frame work, the walk is generic over how memory is read:
+//! the perf source reads words from the stack bytes the kernel copied, `gdb` from the target
+//! through the stub. It is generic over the architecture of the registers too ([`ArchRegs`]).
+
+use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64, UnwinderAarch64};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{Error as FramehopError, FrameAddress, Unwinder as _};
+
+use crate::module::SectionData;
+
+/// Deepest stack followed; deeper stacks end as [`WalkEnd::Truncated`].
+pub const MAX_FRAMES: usize = 1024;
+
+/// The registers a walk starts from, for one architecture, with that architecture's
+/// unwinder: what adding an architecture takes. One step unwinds one frame, so an
+/// architecture framehop does not cover can evaluate its CFI rows another way.
+pub trait ArchRegs: Copy {
+    /// Rules for the modules of one address space.
+    type Unwinder;
+    /// Rules already looked up, kept across walks.
+    type Cache;
+    /// The registers the unwinder tracks from frame to frame.
+    type Unwind;
+
+    fn pc(&self) -> u64;
+    fn sp(&self) -> u64;
+    /// The frame pointer.
+    fn fp(&self) -> u64;
+    fn unwind_regs(&self) -> Self::Unwind;
+    /// The caller's registers as a frame record gives them: where it returns to, its stack
+    /// pointer and its frame pointer.
+    fn caller(return_address: u64, sp: u64, fp: u64) -> Self::Unwind;
+    fn unwind_sp(regs: &Self::Unwind) -> u64;
+    /// Unwinds one frame: the caller's return address (`None` or 0 at the outermost frame),
+    /// with `regs` moved to the caller.
+    fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
+        unwinder: &Self::Unwinder,
+        cache: &mut Self::Cache,
+        address: FrameAddress,
+        regs: &mut Self::Unwind,
+        read: &mut F,
+    ) -> Result<Option<u64>, FramehopError>;
+}
+
+/// x86-64 registers: instruction, stack and frame (`rbp`) pointers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegsX86_64 {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+impl ArchRegs for RegsX86_64 {
+    type Unwinder = UnwinderX86_64<SectionData>;
+    type Cache = CacheX86_64;
+    type Unwind = UnwindRegsX86_64;
+
+    fn pc(&self) -> u64 {
+        self.ip
+    }
+    fn sp(&self) -> u64 {
+        self.sp
+    }
+    fn fp(&self) -> u64 {
+        self.bp
+    }
+    fn unwind_regs(&self) -> UnwindRegsX86_64 {
+        UnwindRegsX86_64::new(self.ip, self.sp, self.bp)
+    }
+    fn caller(return_address: u64, sp: u64, fp: u64) -> UnwindRegsX86_64 {
+        UnwindRegsX86_64::new(return_address, sp, fp)
+    }
+    fn unwind_sp(regs: &UnwindRegsX86_64) -> u64 {
+        regs.sp()
+    }
+    fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
+        unwinder: &Self::Unwinder,
+        cache: &mut CacheX86_64,
+        address: FrameAddress,
+        regs: &mut UnwindRegsX86_64,
+        read: &mut F,
+    ) -> Result<Option<u64>, FramehopError> {
+        unwinder.unwind_frame(address, regs, cache, read)
+    }
+}
+
+/// AArch64 registers: the link register holds the leaf's return address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegsAarch64 {
+    pub pc: u64,
+    pub sp: u64,
+    pub fp: u64,
+    pub lr: u64,
+}
+
+impl ArchRegs for RegsAarch64 {
+    type Unwinder = UnwinderAarch64<SectionData>;
+    type Cache = CacheAarch64;
+    type Unwind = UnwindRegsAarch64;
+
+    fn pc(&self) -> u64 {
+        self.pc
+    }
+    fn sp(&self) -> u64 {
+        self.sp
+    }
+    fn fp(&self) -> u64 {
+        self.fp
+    }
+    fn unwind_regs(&self) -> UnwindRegsAarch64 {
+        UnwindRegsAarch64::new(self.lr, self.sp, self.fp)
+    }
+    fn caller(return_address: u64, sp: u64, fp: u64) -> UnwindRegsAarch64 {
+        UnwindRegsAarch64::new(return_address, sp, fp)
+    }
+    fn unwind_sp(regs: &UnwindRegsAarch64) -> u64 {
+        regs.sp()
+    }
+    fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
+        unwinder: &Self::Unwinder,
+        cache: &mut CacheAarch64,
+        address: FrameAddress,
+        regs: &mut UnwindRegsAarch64,
+        read: &mut F,
+    ) -> Result<Option<u64>, FramehopError> {
+        unwinder.unwind_frame(address, regs, cache, read)
+    }
+}
+
+/// Why a word of memory could not be read.
+#[derive(Debug)]
+pub enum Unread<E> {
+    /// Nothing readable is there: the unwind info led somewhere bogus.
+    Unreadable,
+    /// Past the end of the stack memory copied with the sample: the stack goes on.
+    PastCopy,
+    /// Reading failed (a lost connection); the walk stops and hands it on.
+    Failed(E),
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// Reached the outermost frame (the return address is undefined or 0, or the frame
+    /// pointer is 0).
+    Complete,
+    /// The stack is deeper than the memory copied with the sample, or than [`MAX_FRAMES`].
+    Truncated,
+    /// Could not go on past the last address found: no unwind info and no usable frame
+    /// pointer, a return address outside the code, or a frame that does not pop anything.
+    Broken,
+}
+
+/// Where the walk starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaf {
+    /// Unwind the leaf with its module's rules.
+    Rules,
+    /// Take the leaf's caller from its frame record first: framehop takes code without CFI
+    /// for a frameless leaf, and in a file whose CFI covers only part of the code, the frame
+    /// pointer is the better guess.
+    FramePointer,
+}
+
+/// Walks one stack into `out`, leaf first: the pc, then each return address stepped back into
+/// its call ([`lookup_address`]). `is_code` tells whether a return address stepped back can be
+/// a caller's code; the walk breaks off at one that cannot. `read` reads one 8-byte word.
+/// `out` is cleared first. Only a failed read ([`Unread::Failed`]) is an error.
+pub fn walk<R: ArchRegs, E>(
+    unwinder: &R::Unwinder,
+    cache: &mut R::Cache,
+    regs: R,
+    leaf: Leaf,
+    is_code: impl Fn(u64) -> bool,
+    mut read: impl FnMut(u64) -> Result<u64, Unread<E>>,
+    out: &mut Vec<u64>,
+) -> Result<WalkEnd, E> {
+    out.clear();
+    out.push(regs.pc());
+    let mut uregs = regs.unwind_regs();
+    let mut address = FrameAddress::from_instruction_pointer(regs.pc());
+    if leaf == Leaf::FramePointer {
+        let (bp, sp) = (regs.fp(), regs.sp());
+        if bp == 0 || bp < sp {
+            return Ok(if bp == 0 {
+                WalkEnd::Complete
+            } else {
+                WalkEnd::Broken
+            });
+        }
+        let (caller_bp, return_address) = match frame_record(&mut read, bp)? {
+            Ok(record) => record,
+            Err(end) => return Ok(end),
+        };
+        let Some(next) = FrameAddress::from_return_address(return_address) else {
+            return Ok(WalkEnd::Complete);
+        };
+        let lookup = lookup_address(return_address);
+        if !is_code(lookup) {
+            return Ok(WalkEnd::Broken);
+        }
+        out.push(lookup);
+        uregs = R::caller(return_address, bp + 16, caller_bp);
+        address = next;
+    }
+    loop {
+        if out.len() >= MAX_FRAMES {
+            return Ok(WalkEnd::Truncated);
+        }
+        let sp_before = R::unwind_sp(&uregs);
+        // Tells "the copy was too short" apart from "the unwind info led somewhere bogus".
+        let mut past_copy = false;
+        let mut failed = None;
+        let mut read_word = |addr: u64| -> Result<u64, ()> {
+            read(addr).map_err(|e| match e {
+                Unread::Unreadable => {}
+                Unread::PastCopy => past_copy = true,
+                Unread::Failed(e) => failed = Some(e),
+            })
+        };
+        let result = R::unwind_frame(unwinder, cache, address, &mut uregs, &mut read_word);
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        match result {
+            Ok(None) | Ok(Some(0)) => return Ok(WalkEnd::Complete),
+            Ok(Some(return_address)) => {
+                // Every real frame pops at least its return address; anything else loops.
+                if R::unwind_sp(&uregs) <= sp_before {
+                    return Ok(WalkEnd::Broken);
+                }
+                let lookup = lookup_address(return_address);
+                if !is_code(lookup) {
+                    return Ok(WalkEnd::Broken);
+                }
+                let Some(next) = FrameAddress::from_return_address(return_address) else {
+                    return Ok(WalkEnd::Complete);
+                };
+                out.push(lookup);
+                address = next;
+            }
+            Err(FramehopError::CouldNotReadStack(_)) if past_copy => return Ok(WalkEnd::Truncated),
+            Err(_) => return Ok(WalkEnd::Broken),
+        }
+    }
+}
+
+/// The caller's frame pointer and return address saved at `fp`, or how the walk ends when
+/// they cannot be read.
+fn frame_record<E>(
+    read: &mut impl FnMut(u64) -> Result<u64, Unread<E>>,
+    fp: u64,
+) -> Result<Result<(u64, u64), WalkEnd>, E> {
+    let mut end = None;
+    let mut word = |addr: u64| match read(addr) {
+        Ok(word) => Ok(word),
+        Err(Unread::Failed(e)) => Err(e),
+        Err(Unread::PastCopy) => {
+            end.get_or_insert(WalkEnd::Truncated);
+            Ok(0)
+        }
+        Err(Unread::Unreadable) => {
+            end.get_or_insert(WalkEnd::Broken);
+            Ok(0)
+        }
+    };
+    let caller_fp = word(fp)?;
+    let return_address = word(fp.wrapping_add(8))?;
+    Ok(match end {
+        None => Ok((caller_fp, return_address)),
+        Some(end) => Err(end),
+    })
+}
+
+/// The address to symbolize for a return address: stepped back into the call instruction, as
+/// the return address points after it, which may already be the next function or the next
+/// inlined range.
+pub fn lookup_address(return_address: u64) -> u64 {
+    return_address.saturating_sub(1)
+}
+
+/// The addresses to symbolize for a callchain (frame-pointer chains the kernel or a BPF
+/// program took), leaf first: the sampled instruction itself, then each return address
+/// stepped back into its call.
+pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    chain.iter().enumerate().map(
+        |(i, &addr)| {
+            if i == 0 {
+                addr
+            } else {
+                lookup_address(addr)
+            }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    /// A frame-pointer chain on a stack at 0x1000: two callers, the outermost frame pointer 0.
+    fn chain() -> HashMap<u64, u64> {
+        HashMap::from([
+            (0x1010, 0x1030),
+            (0x1018, 0x5005),
+            (0x1030, 0),
+            (0x1038, 0x6006),
+        ])
+    }
+
+    const REGS: RegsX86_64 = RegsX86_64 {
+        ip: 0x4000,
+        sp: 0x1000,
+        bp: 0x1010,
+    };
+
+    fn walk_chain(
+        leaf: Leaf,
+        regs: RegsX86_64,
+        read: impl FnMut(u64) -> Result<u64, Unread<&'static str>>,
+    ) -> (Result<WalkEnd, &'static str>, Vec<u64>) {
+        let unwinder = UnwinderX86_64::<SectionData>::new();
+        let mut cache = CacheX86_64::new();
+        let mut out = vec![1, 2, 3];
+        let end = walk(&unwinder, &mut cache, regs, leaf, |_| true, read, &mut out);
+        (end, out)
+    }
+
+    #[test]
+    fn without_unwind_info_the_walk_follows_frame_pointers() {
+        let memory = chain();
+        let read = |addr| memory.get(&addr).copied().ok_or(Unread::Unreadable);
+        for leaf in [Leaf::Rules, Leaf::FramePointer] {
+            let (end, out) = walk_chain(leaf, REGS, read);
+            assert_eq!(end, Ok(WalkEnd::Complete));
+            assert_eq!(out, [0x4000, 0x5004, 0x6005]);
+        }
+    }
+
+    #[test]
+    fn a_short_copy_truncates_and_a_failed_read_is_passed_on() {
+        let memory = chain();
+        let short = |addr| match addr {
+            0x1030.. => Err(Unread::PastCopy),
+            _ => memory.get(&addr).copied().ok_or(Unread::Unreadable),
+        };
+        let (end, out) = walk_chain(Leaf::Rules, REGS, short);
+        assert_eq!(end, Ok(WalkEnd::Truncated));
+        assert_eq!(out, [0x4000, 0x5004]);
+
+        let lost = |_| Err(Unread::Failed("connection lost"));
+        for leaf in [Leaf::Rules, Leaf::FramePointer] {
+            assert_eq!(walk_chain(leaf, REGS, lost).0, Err("connection lost"));
+        }
+    }
+
+    #[test]
+    fn a_frame_pointer_leaf_ends_at_a_null_or_bogus_frame_pointer() {
+        let none = |_| Err(Unread::Unreadable);
+        let outermost = RegsX86_64 { bp: 0, ..REGS };
+        assert_eq!(
+            walk_chain(Leaf::FramePointer, outermost, none),
+            (Ok(WalkEnd::Complete), vec![0x4000])
+        );
+        let below_sp = RegsX86_64 { bp: 0x800, ..REGS };
+        assert_eq!(
+            walk_chain(Leaf::FramePointer, below_sp, none),
+            (Ok(WalkEnd::Broken), vec![0x4000])
+        );
+    }
+
+    #[test]
+    fn callchains_step_back_into_each_call() {
+        let chain = [0x4000, 0x5005, 0x6006];
+        assert_eq!(
+            lookup_addresses(&chain).collect::<Vec<_>>(),
+            [0x4000, 0x5004, 0x6005]
+        );
+    }
+}
