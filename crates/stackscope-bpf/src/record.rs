@@ -562,8 +562,8 @@ fn collect(
     }
 }
 
-const MISSED_USER: &str = "[Missed User Stack]";
-const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
+use stackscope_profile::MISSED_KERNEL_STACK as MISSED_KERNEL;
+use stackscope_profile::MISSED_USER_STACK as MISSED_USER;
 
 /// Appends a user stack's frames (leaf first) and says how its walk ended.
 fn user_frames(

@@ -8,6 +8,8 @@
 
 mod mapping;
 pub mod module;
+mod recording;
 pub mod table;
 
 pub use mapping::Mapping;
+pub use recording::{ProgramCost, Recording, Rounds, Storage};

@@ -1,4 +1,16 @@
-//! Every flag, defined once; `--help` is generated from these definitions.
+//! Every flag, defined once; `--help` is generated from these definitions. Flags that several
+//! commands take are groups flattened into each (`-p`/`-L`, `-F`/`-c`, `-U`/`-K`/`-I`, `-C`,
+//! `-d`, `-o`/`--format` and the stack spelling); a command changes only what it must (its
+//! default in the help text, bcc's short names), never the definition. The commands' own
+//! defaults are here too, each defined once.
+
+mod diff;
+mod gdb;
+mod profile;
+
+pub use diff::DiffArgs;
+pub use gdb::GdbArgs;
+pub use profile::ProfileArgs;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -60,11 +72,11 @@ pub enum Command {
         stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
     Report(ReportArgs),
     /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
-    Profile(crate::profile::ProfileArgs),
+    Profile(ProfileArgs),
     /// Sample a guest kernel (QEMU) or a program under gdbserver over the GDB remote protocol.
-    Gdb(crate::gdb::GdbArgs),
+    Gdb(GdbArgs),
     /// A differential flamegraph of two profiles.
-    Diff(crate::diff::DiffArgs),
+    Diff(DiffArgs),
     /// Check what recording needs on this machine (and, given one, what a program offers for
     /// unwinding); each check says ok, warn or fail and its fix.
     #[command(after_help = "Examples:\n  \
@@ -84,6 +96,76 @@ pub struct DoctorArgs {
     pub program: Vec<OsString>,
 }
 
+/// `-p` and `-L`: which processes or threads to sample (`record`, `profile`).
+#[derive(Args)]
+pub struct TargetArgs {
+    /// Profile these processes (comma-separated pids), with all their threads and children.
+    #[arg(
+        short,
+        long,
+        value_name = "PIDS",
+        value_delimiter = ',',
+        conflicts_with = "tid"
+    )]
+    pub pid: Vec<u32>,
+
+    /// Profile only these threads (comma-separated tids).
+    #[arg(short = 'L', long, value_name = "TIDS", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+}
+
+/// `-F`: how often to sample (`record`, `profile`, `gdb`); each command says its default.
+#[derive(Args)]
+pub struct FrequencyArg {
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long, value_name = "HZ")]
+    pub frequency: Option<u64>,
+}
+
+/// `-F` or `-c`: sample at a frequency or every so much CPU time (`record`, `profile`).
+#[derive(Args)]
+pub struct RateArgs {
+    #[command(flatten)]
+    pub frequency: FrequencyArg,
+
+    /// Sample every COUNT nanoseconds of CPU time instead of at a frequency.
+    #[arg(short = 'c', long, value_name = "COUNT", conflicts_with = "frequency")]
+    pub count: Option<u64>,
+}
+
+/// `-U`, `-K` and `-I`: which stacks to keep (`record`, `profile`).
+#[derive(Args)]
+pub struct StacksArgs {
+    /// Keep only user-space stacks.
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Keep only kernel stacks.
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Keep samples of the idle task (pid 0), dropped by default.
+    #[arg(short = 'I', long)]
+    pub include_idle: bool,
+}
+
+/// `-C`: one CPU to sample (`record` with `-a`, `profile`).
+#[derive(Args)]
+pub struct CpuArg {
+    /// With -a: only this CPU.
+    #[arg(short = 'C', long, value_name = "CPU", allow_negative_numbers = true)]
+    pub cpu: Option<i64>,
+}
+
+/// `-d`: how long to sample, in seconds (`record`, `gdb`).
+#[derive(Args)]
+pub struct DurationArg {
+    /// Stop after this many seconds (fractions allowed, at most a year).
+    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<Duration>,
+}
+
+/// `-o` and `--format`, and how stacks are spelled (every command that writes a profile).
 #[derive(Args)]
 pub struct OutputArgs {
     /// Where to write the profile; `-` for standard output. Default: flame.svg, or
@@ -95,7 +177,7 @@ pub struct OutputArgs {
     pub output: Option<PathBuf>,
 
     /// Output format. Default: from the --output extension, else svg.
-    #[arg(long, value_name = "FORMAT", value_parser = format_name())]
+    #[arg(long, value_name = "FORMAT", value_parser = format_name(Format::NAMES))]
     pub format: Option<Format>,
 
     #[command(flatten)]
@@ -120,52 +202,26 @@ pub struct StyleArgs {
 }
 
 #[derive(Args)]
+#[command(mut_arg("frequency", |a| a.help(format!("Samples per second per CPU [default: {RECORD_FREQUENCY}]"))))]
 pub struct RecordArgs {
-    /// Profile these processes (comma-separated pids), with all their threads and children.
-    #[arg(short, long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "all_cpus"])]
-    pub pid: Vec<u32>,
-
-    /// Profile only these threads (comma-separated tids).
-    #[arg(
-        short = 'L',
-        long,
-        value_name = "TIDS",
-        value_delimiter = ',',
-        conflicts_with = "all_cpus"
-    )]
-    pub tid: Vec<u32>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Profile the whole system (every process on every CPU).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["pid", "tid"])]
     pub all_cpus: bool,
 
-    /// With -a: only this CPU.
-    #[arg(short = 'C', long, value_name = "CPU")]
-    pub cpu: Option<u32>,
+    #[command(flatten)]
+    pub cpu: CpuArg,
 
-    /// Samples per second per CPU [default: 999].
-    #[arg(short = 'F', long, value_name = "HZ", conflicts_with = "count")]
-    pub frequency: Option<u64>,
+    #[command(flatten)]
+    pub rate: RateArgs,
 
-    /// Sample every COUNT nanoseconds of CPU time instead of at a frequency.
-    #[arg(short = 'c', long, value_name = "COUNT")]
-    pub count: Option<u64>,
+    #[command(flatten)]
+    pub duration: DurationArg,
 
-    /// Stop after this many seconds (fractions allowed, at most a year).
-    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
-    pub duration: Option<Duration>,
-
-    /// Keep only user-space stacks.
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
-
-    /// Keep only kernel stacks.
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
-
-    /// Keep samples of the idle task (pid 0), dropped by default.
-    #[arg(short = 'I', long)]
-    pub include_idle: bool,
+    #[command(flatten)]
+    pub stacks: StacksArgs,
 
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
@@ -217,12 +273,21 @@ pub struct ReportArgs {
     pub output: OutputArgs,
 }
 
-/// The `--format` values: the names [`Format::NAMES`] lists, so every format is named in one
-/// place and `--help` shows them all.
-pub(crate) fn format_name() -> impl TypedValueParser<Value = Format> {
-    PossibleValuesParser::new(Format::NAMES)
+/// The `--format` values a command writes, named as [`Format::NAMES`] names them, so every
+/// format is named in one place and `--help` shows them all.
+pub(crate) fn format_name(names: &'static [&'static str]) -> impl TypedValueParser<Value = Format> {
+    PossibleValuesParser::new(names)
         .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
 }
+
+/// `record`'s samples per second: odd, so sampling does not run in lockstep with timers.
+pub const RECORD_FREQUENCY: u64 = 999;
+/// `profile`'s samples per second: bcc profile's.
+pub const PROFILE_FREQUENCY: u64 = stackscope_bpf::DEFAULT_FREQUENCY;
+/// `gdb`'s rounds per second: each round stops the guest, so fewer than `record` takes.
+pub const GDB_FREQUENCY: u64 = 100;
+/// Bytes of user stack `record` copies per sample when `--stack-size` is not given.
+pub const STACK_SIZE: u32 = 32 * 1024;
 
 /// The most seconds any flag takes: a year. More is a slip of the finger, and far more no
 /// longer fits a clock.

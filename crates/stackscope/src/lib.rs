@@ -9,10 +9,14 @@ mod input;
 mod output;
 mod profile;
 mod record;
-mod record_bpf;
 mod report;
 pub mod shim;
 mod sink;
+mod source_bpf;
+mod status;
+mod summary;
+
+pub use status::exit;
 
 use clap::Parser;
 
@@ -28,15 +32,4 @@ pub fn main() -> ! {
         cli::Command::Doctor(args) => doctor::run(args),
     };
     exit(result)
-}
-
-/// Exits with the command's status, or prints its error in one line and exits with 1.
-pub fn exit(result: anyhow::Result<i32>) -> ! {
-    match result {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("stackscope: error: {e:#}");
-            std::process::exit(1);
-        }
-    }
 }

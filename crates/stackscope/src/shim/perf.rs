@@ -23,7 +23,7 @@ const SCRIPT_OPTIONS: &str = "-i, --force, --no-inline, --inline";
 
 /// Runs `stackscope-perf` with the process's arguments and exits with its status.
 pub fn main() -> ! {
-    crate::exit(run(std::env::args_os().skip(1).collect()))
+    crate::status::exit(run(std::env::args_os().skip(1).collect()))
 }
 
 /// Runs `stackscope-perf ARGS` (without the program name); returns the exit code.
