@@ -24,4 +24,4 @@ pub use error::Error;
 pub use image::{Image, ImageError};
 pub use names::rust_clean;
 pub use packet::Stream;
-pub use sample::{prepare, record, Progress, Recording, SamplerOptions, Stats};
+pub use sample::{prepare, record, Progress, Recording, SamplerOptions};

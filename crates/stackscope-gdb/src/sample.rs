@@ -12,6 +12,7 @@ use framehop::{FrameAddress, Unwinder as _};
 use stackscope_profile::{
     Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats,
 };
+use stackscope_stacks::Rounds;
 use stackscope_symbols::Symbolizer;
 
 use crate::client::{Client, Registers, Stop};
@@ -61,40 +62,9 @@ pub struct Progress {
     pub elapsed: Duration,
 }
 
-/// How fast sampling went and how long the target was held per round.
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    pub rounds: u64,
-    pub stacks: u64,
-    pub elapsed: Duration,
-    /// From sending the interrupt to sending the continue.
-    pub pause_median: Duration,
-    pub pause_p95: Duration,
-}
-
-impl Stats {
-    pub fn rounds_per_sec(&self) -> f64 {
-        self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    pub fn stacks_per_sec(&self) -> f64 {
-        self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// The result of a sampling run.
-pub struct Recording {
-    pub profile: Profile,
-    pub stats: Stats,
-    /// Why sampling ended before its time, when it did (the target exited, the connection
-    /// dropped, the stub misbehaved). The profile holds what was collected until then.
-    pub failure: Option<Error>,
-    /// How many vCPUs (threads) the stub has, and how many were sampled.
-    pub vcpus: usize,
-    pub sampled_vcpus: usize,
-    /// The load bias found for a position-independent file.
-    pub bias: u64,
-}
+/// The result of a sampling run: the one result type every source hands back, with the
+/// rounds' figures.
+pub use stackscope_stacks::Recording;
 
 /// What [`prepare`] found out before sampling starts.
 pub struct Target {
@@ -291,12 +261,14 @@ pub fn record<S: Stream>(
     }
     client.set_end(None);
     pauses.sort();
-    let stats = Stats {
+    let figures = Rounds {
         rounds,
         stacks: stacks.total,
         elapsed,
         pause_median: percentile(&pauses, 50),
         pause_p95: percentile(&pauses, 95),
+        threads: target.all_vcpus,
+        sampled_threads: target.vcpus.len(),
     };
     let meta = Metadata {
         source: "gdb".into(),
@@ -316,11 +288,9 @@ pub fn record<S: Stream>(
     let profile = stacks.into_profile(&target.space, meta, options.rust_clean);
     Recording {
         profile,
-        stats,
-        failure,
-        vcpus: target.all_vcpus,
-        sampled_vcpus: target.vcpus.len(),
-        bias: target.image().bias(),
+        failure: failure.map(|e| e.to_string()),
+        rounds: Some(figures),
+        ..Recording::default()
     }
 }
 

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use stackscope_gdb::{Client, Image, Remote, SamplerOptions};
-use stackscope_stacks::{Recording, Rounds};
 
 use crate::cli::{GdbArgs, GDB_FREQUENCY};
 use crate::output::{Fallback, Output};
@@ -77,12 +76,9 @@ pub fn run(args: GdbArgs) -> Result<i32> {
         command: &[],
         why_empty: "",
     };
-    summary::finish(
-        recording_of(recording),
-        &output,
-        ending,
-        |output, profile| output.write(profile),
-    )
+    summary::finish(recording, &output, ending, |output, profile| {
+        output.write(profile)
+    })
 }
 
 /// The gap between rounds and the frequency it stands for (none for `--interval`).
@@ -96,25 +92,6 @@ fn pace(args: &GdbArgs) -> Result<(Duration, Option<u64>)> {
             Some(GDB_FREQUENCY),
         ),
     })
-}
-
-/// The GDB source's result as every source hands it back.
-fn recording_of(gdb: stackscope_gdb::Recording) -> Recording {
-    let stats = gdb.stats;
-    Recording {
-        profile: gdb.profile,
-        failure: gdb.failure.map(|e| e.to_string()),
-        rounds: Some(Rounds {
-            rounds: stats.rounds,
-            stacks: stats.stacks,
-            elapsed: stats.elapsed,
-            pause_median: stats.pause_median,
-            pause_p95: stats.pause_p95,
-            threads: gdb.vcpus,
-            sampled_threads: gdb.sampled_vcpus,
-        }),
-        ..Recording::default()
-    }
 }
 
 /// A bar on standard error when it is a terminal: by rounds, by time, or a spinner.

@@ -8,7 +8,6 @@ use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
 use stackscope_profile::Profile;
-use stackscope_stacks::Recording;
 
 use crate::cli::{BackendArg, RecordArgs, UnwindArg, RECORD_FREQUENCY, STACK_SIZE};
 use crate::output::{Fallback, Output};
@@ -53,7 +52,7 @@ pub(crate) fn run_with(
                 stop,
                 command: command.clone(),
             };
-            record_perf(options, announce)?
+            record(options, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }
         BackendArg::Bpf => {
             let config = bpf_config(target, &config, duration, &command);
@@ -65,18 +64,6 @@ pub(crate) fn run_with(
         why_empty: " (the target ran for less than one sampling period, or slept the whole time)",
     };
     summary::finish(recording, &output, ending, write)
-}
-
-/// The perf_event source, its result as every source hands it back.
-fn record_perf(options: RecordOptions, announce: impl FnOnce()) -> Result<Recording> {
-    let recording = record(options, announce).map_err(|e| crate::doctor::point_to(e.into()))?;
-    Ok(Recording {
-        profile: recording.profile,
-        exit_status: recording.exit_status,
-        interrupted: recording.interrupted,
-        failure: recording.failure.map(|e| e.to_string()),
-        ..Recording::default()
-    })
 }
 
 /// `record --backend bpf`: the eBPF source with record's target, rate and stack choices, bcc
