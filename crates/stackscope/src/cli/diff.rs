@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::{format_name, OutputArgs};
+use super::flags::{format_name, OutputArgs};
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use super::{positive_seconds, seconds, DurationArg, FrequencyArg, OutputArgs, GDB_FREQUENCY};
+use super::flags::{
+    positive_seconds, seconds, DurationArg, FrequencyArg, OutputArgs, GDB_FREQUENCY,
+};
 
 #[derive(Args)]
 #[command(after_help = "Examples:\n  \

@@ -4,7 +4,7 @@
 use clap::Args;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 
-use super::{CpuArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY};
+use super::flags::{CpuArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY};
 
 #[derive(Args)]
 #[command(after_help = "examples:\n    \

@@ -118,8 +118,8 @@ impl Translation {
                 }
                 Some("fp") => self.frame_pointers = true,
                 _ => bail!(
-                "stackscope-perf record: --call-graph {v} is not supported; use dwarf[,SIZE] or fp"
-            ),
+                    "stackscope-perf record: --call-graph {v} is not supported; use dwarf[,SIZE] or fp"
+                ),
             }
         } else if arg == "-z" || arg.starts_with("-z=") || arg.starts_with("--compression-level") {
             // The output is stackscope JSON, which is not compressed.
@@ -135,8 +135,8 @@ impl Translation {
         } else if arg == "--quiet" || arg == "--verbose" {
         } else {
             bail!(
-            "stackscope-perf record does not know the perf option {arg} (it understands {RECORD_OPTIONS})"
-        );
+                "stackscope-perf record does not know the perf option {arg} (it understands {RECORD_OPTIONS})"
+            );
         }
         Ok(())
     }
