@@ -562,8 +562,8 @@ fn collect(
     }
 }
 
-use stackscope_profile::MISSED_KERNEL_STACK as MISSED_KERNEL;
-use stackscope_profile::MISSED_USER_STACK as MISSED_USER;
+const MISSED_USER: &str = stackscope_profile::MISSED_USER_STACK;
+const MISSED_KERNEL: &str = stackscope_profile::MISSED_KERNEL_STACK;
 
 /// Appends a user stack's frames (leaf first) and says how its walk ended.
 fn user_frames(
