@@ -24,5 +24,5 @@ pub use client::{Client, Remote, DEFAULT_TIMEOUT};
 pub use error::Error;
 pub use image::{Image, ImageError};
 pub use packet::Stream;
-pub use sample::{prepare, record, Progress, Recording, SamplerOptions, Stats};
+pub use sample::{prepare, record, Progress, Recording, SamplerOptions};
 pub use stackscope_stacks::table::rust_clean;

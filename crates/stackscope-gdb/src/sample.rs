@@ -10,8 +10,9 @@ mod round;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use stackscope_profile::{Metadata, Profile};
+use stackscope_profile::Metadata;
 use stackscope_stacks::table::{Naming, StackTable};
+use stackscope_stacks::Rounds;
 use stackscope_symbols::Symbolizer;
 
 use crate::client::Client;
@@ -21,7 +22,7 @@ use crate::packet::{later, Stream};
 use crate::space::Space;
 
 use pace::{after, Pace};
-use round::{vcpu_thread, Rounds};
+use round::{vcpu_thread, Sampling};
 
 /// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
 const AT_ENTRY: u64 = 9;
@@ -56,40 +57,9 @@ pub struct Progress {
     pub elapsed: Duration,
 }
 
-/// How fast sampling went and how long the target was held per round.
-#[derive(Debug, Clone, Default)]
-pub struct Stats {
-    pub rounds: u64,
-    pub stacks: u64,
-    pub elapsed: Duration,
-    /// From sending the interrupt to sending the continue.
-    pub pause_median: Duration,
-    pub pause_p95: Duration,
-}
-
-impl Stats {
-    pub fn rounds_per_sec(&self) -> f64 {
-        self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    pub fn stacks_per_sec(&self) -> f64 {
-        self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// The result of a sampling run.
-pub struct Recording {
-    pub profile: Profile,
-    pub stats: Stats,
-    /// Why sampling ended before its time, when it did (the target exited, the connection
-    /// dropped, the stub misbehaved). The profile holds what was collected until then.
-    pub failure: Option<Error>,
-    /// How many vCPUs (threads) the stub has, and how many were sampled.
-    pub vcpus: usize,
-    pub sampled_vcpus: usize,
-    /// The load bias found for a position-independent file.
-    pub bias: u64,
-}
+/// The result of a sampling run: the one result type every source hands back, with the
+/// rounds' figures.
+pub use stackscope_stacks::Recording;
 
 /// What [`prepare`] found out before sampling starts.
 pub struct Target {
@@ -175,7 +145,7 @@ pub fn record<S: Stream>(
         short_rust_names: options.rust_clean,
         unknown_without_module: true,
     });
-    let mut sampling = Rounds::new(stacks, target.image().name());
+    let mut sampling = Sampling::new(stacks, target.image().name());
     let mut pauses = Vec::new();
     let start = Instant::now();
     let end = options.duration.map(|d| after(start, d));
@@ -204,12 +174,14 @@ pub fn record<S: Stream>(
     let elapsed = start.elapsed();
     detach(client, end, sampling.running, &mut failure);
     pauses.sort();
-    let stats = Stats {
+    let figures = Rounds {
         rounds,
         stacks: sampling.counted,
         elapsed,
         pause_median: percentile(&pauses, 50),
         pause_p95: percentile(&pauses, 95),
+        threads: target.all_vcpus,
+        sampled_threads: target.vcpus.len(),
     };
     let meta = metadata(&target, options, elapsed);
     let thread = vcpu_thread(target.image().name());
@@ -218,11 +190,9 @@ pub fn record<S: Stream>(
         .into_profile(&mut Symbolizer::new(), meta, &thread);
     Recording {
         profile,
-        stats,
-        failure,
-        vcpus: target.all_vcpus,
-        sampled_vcpus: target.vcpus.len(),
-        bias: target.image().bias(),
+        failure: failure.map(|e| e.to_string()),
+        rounds: Some(figures),
+        ..Recording::default()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use stackscope_profile::{Metadata, Profile};
+use stackscope_profile::Metadata;
 
 use crate::sampler::{SampleError, Sampler, SamplerConfig};
 use crate::target::Target;
@@ -28,17 +28,8 @@ pub struct RecordOptions {
     pub command: Vec<String>,
 }
 
-/// What a recording produced.
-pub struct Recording {
-    pub profile: Profile,
-    /// The launched command's exit status, when it exited during the recording.
-    pub exit_status: Option<std::process::ExitStatus>,
-    /// True when the recording ended because `stop` was set.
-    pub interrupted: bool,
-    /// Why the recording ended early, if the sampler failed mid-run (the profile still holds
-    /// everything read before the failure).
-    pub failure: Option<SampleError>,
-}
+/// What a recording produced: the one result type every source hands back.
+pub use stackscope_stacks::Recording;
 
 /// The most user stack a perf_event sample can carry: the whole sample must fit in 64 KiB.
 pub const MAX_STACK_COPY: u32 = crate::perf::MAX_STACK_BYTES;
@@ -99,6 +90,7 @@ pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recordi
         profile,
         exit_status: sampler.exit_status(),
         interrupted,
-        failure,
+        failure: failure.map(|e| e.to_string()),
+        ..Recording::default()
     })
 }

@@ -25,6 +25,10 @@ pub enum FrameKind {
 /// The name of a frame whose function is not known, in every source and writer.
 pub const UNKNOWN: &str = "[unknown]";
 
+/// bcc profile's markers in place of a user or a kernel stack the kernel could not store.
+pub const MISSED_USER_STACK: &str = "[Missed User Stack]";
+pub const MISSED_KERNEL_STACK: &str = "[Missed Kernel Stack]";
+
 /// One frame of a call stack, as shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct Frame {

@@ -9,7 +9,9 @@
 
 mod mapping;
 pub mod module;
+mod recording;
 pub mod table;
 pub mod walk;
 
 pub use mapping::Mapping;
+pub use recording::{ProgramCost, Recording, Rounds, Storage};

@@ -1,12 +1,23 @@
-//! Every flag, defined once; `--help` is generated from these definitions.
+//! Every flag, defined once; `--help` is generated from these definitions. Flags that several
+//! commands take are groups in [`flags`] flattened into each (`-p`/`-L`, `-F`/`-c`,
+//! `-U`/`-K`/`-I`, `-C`, `-d`, `-o`/`--format` and the stack spelling); a command changes only
+//! what it must (its default in the help text, bcc's short names and help texts), never the
+//! definition. The commands' own defaults live in [`flags`] too, each defined once.
+
+mod diff;
+mod flags;
+mod gdb;
+mod profile;
+
+pub use diff::DiffArgs;
+pub use flags::*;
+pub use gdb::GdbArgs;
+pub use profile::ProfileArgs;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use stackscope_profile::format::Format;
 
 #[derive(Parser)]
 #[command(
@@ -60,11 +71,11 @@ pub enum Command {
         stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
     Report(ReportArgs),
     /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
-    Profile(crate::profile::ProfileArgs),
+    Profile(ProfileArgs),
     /// Sample a guest kernel (QEMU) or a program under gdbserver over the GDB remote protocol.
-    Gdb(crate::gdb::GdbArgs),
+    Gdb(GdbArgs),
     /// A differential flamegraph of two profiles.
-    Diff(crate::diff::DiffArgs),
+    Diff(DiffArgs),
     /// Check what recording needs on this machine (and, given one, what a program offers for
     /// unwinding); each check says ok, warn or fail and its fix.
     #[command(after_help = "Examples:\n  \
@@ -85,87 +96,26 @@ pub struct DoctorArgs {
 }
 
 #[derive(Args)]
-pub struct OutputArgs {
-    /// Where to write the profile; `-` for standard output. Default: flame.svg, or
-    /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
-    /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
-    /// /dev/stdout is written in place; a symbolic link is kept and the file it names
-    /// replaced.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-
-    /// Output format. Default: from the --output extension, else svg.
-    #[arg(long, value_name = "FORMAT", value_parser = format_name())]
-    pub format: Option<Format>,
-
-    #[command(flatten)]
-    pub style: StyleArgs,
-}
-
-/// How stacks are drawn or written, in every command that writes a flamegraph or folded stacks.
-#[derive(Args)]
-pub struct StyleArgs {
-    /// Put a delimiter between user and kernel frames (`-` in folded, `--` in bcc text), as
-    /// bcc profile's -d does.
-    #[arg(long)]
-    pub delimited: bool,
-
-    /// Append `_[k]` to kernel frame names in folded output, as bcc profile's -a does.
-    #[arg(long)]
-    pub annotate_kernel: bool,
-
-    /// Title of the flamegraph.
-    #[arg(long, value_name = "TEXT")]
-    pub title: Option<String>,
-}
-
-#[derive(Args)]
+#[command(mut_arg("frequency", |a| a.help(format!("Samples per second per CPU [default: {RECORD_FREQUENCY}]"))))]
 pub struct RecordArgs {
-    /// Profile these processes (comma-separated pids), with all their threads and children.
-    #[arg(short, long, value_name = "PIDS", value_delimiter = ',', conflicts_with_all = ["tid", "all_cpus"])]
-    pub pid: Vec<u32>,
-
-    /// Profile only these threads (comma-separated tids).
-    #[arg(
-        short = 'L',
-        long,
-        value_name = "TIDS",
-        value_delimiter = ',',
-        conflicts_with = "all_cpus"
-    )]
-    pub tid: Vec<u32>,
+    #[command(flatten)]
+    pub target: TargetArgs,
 
     /// Profile the whole system (every process on every CPU).
-    #[arg(short, long)]
+    #[arg(short, long, conflicts_with_all = ["pid", "tid"])]
     pub all_cpus: bool,
 
-    /// With -a: only this CPU.
-    #[arg(short = 'C', long, value_name = "CPU")]
-    pub cpu: Option<u32>,
+    #[command(flatten)]
+    pub cpu: CpuArg,
 
-    /// Samples per second per CPU [default: 999].
-    #[arg(short = 'F', long, value_name = "HZ", conflicts_with = "count")]
-    pub frequency: Option<u64>,
+    #[command(flatten)]
+    pub rate: RateArgs,
 
-    /// Sample every COUNT nanoseconds of CPU time instead of at a frequency.
-    #[arg(short = 'c', long, value_name = "COUNT")]
-    pub count: Option<u64>,
+    #[command(flatten)]
+    pub duration: DurationArg,
 
-    /// Stop after this many seconds (fractions allowed, at most a year).
-    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
-    pub duration: Option<Duration>,
-
-    /// Keep only user-space stacks.
-    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
-    pub user_stacks_only: bool,
-
-    /// Keep only kernel stacks.
-    #[arg(short = 'K', long)]
-    pub kernel_stacks_only: bool,
-
-    /// Keep samples of the idle task (pid 0), dropped by default.
-    #[arg(short = 'I', long)]
-    pub include_idle: bool,
+    #[command(flatten)]
+    pub stacks: StacksArgs,
 
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
@@ -215,52 +165,6 @@ pub struct ReportArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
-}
-
-/// The `--format` values: the names [`Format::NAMES`] lists, so every format is named in one
-/// place and `--help` shows them all.
-pub(crate) fn format_name() -> impl TypedValueParser<Value = Format> {
-    PossibleValuesParser::new(Format::NAMES)
-        .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
-}
-
-/// The most seconds any flag takes: a year. More is a slip of the finger, and far more no
-/// longer fits a clock.
-pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
-
-/// Parses a number of seconds that must be more than zero (`-d`, `--timeout`).
-pub fn positive_seconds(s: &str) -> Result<Duration, String> {
-    seconds_within(s, false)
-}
-
-/// Parses a number of seconds where zero has a meaning (`--interval 0`: back to back).
-pub fn seconds(s: &str) -> Result<Duration, String> {
-    seconds_within(s, true)
-}
-
-/// Every flag that takes seconds goes through here: a finite number, not negative, zero only
-/// where `zero` allows it, at most [`MAX_SECONDS`].
-fn seconds_within(s: &str, zero: bool) -> Result<Duration, String> {
-    let secs: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
-    if !secs.is_finite() {
-        return Err(format!("`{s}` is not a finite number of seconds"));
-    }
-    if secs < 0.0 {
-        return Err(format!("{s} s is negative"));
-    }
-    if secs > MAX_SECONDS {
-        return Err(format!(
-            "{s} s is more than a year ({MAX_SECONDS} s), the most accepted"
-        ));
-    }
-    let duration = Duration::try_from_secs_f64(secs).map_err(|e| format!("{s} s: {e}"))?;
-    if duration.is_zero() && !zero {
-        return Err(format!("{s} s: must be more than zero"));
-    }
-    Ok(duration)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use anyhow::Result;
 use stackscope_bpf::BpfError;
 use stackscope_linux::sampler::{probe_cpu_clock, read_sysctl, SampleError};
 use stackscope_linux::target::{own_capabilities, privileged_exec, resolve_command};
-use stackscope_symbols::{unwind_sources, FramePointers};
+use stackscope_symbols::{unwind_sources, FramePointers, UnwindSources};
 
 use crate::cli::DoctorArgs;
 
@@ -297,17 +297,21 @@ fn program_checks(program: &std::ffi::OsStr) -> Vec<Check> {
             None,
         ),
     });
-    let sources = match unwind_sources(&path) {
-        Ok(sources) => sources,
-        Err(e) => {
-            checks.push(check(Verdict::Fail, format!("{name}: {e}"), None));
-            return checks;
-        }
-    };
-    checks.push(if sources.debug_info {
+    match unwind_sources(&path) {
+        Ok(sources) => checks.extend([debug_info(&name, &sources), unwinding(&name, &sources)]),
+        Err(e) => checks.push(check(Verdict::Fail, format!("{name}: {e}"), None)),
+    }
+    checks
+}
+
+/// Whether the program's frames can be named with inlined functions and lines.
+fn debug_info(name: &str, sources: &UnwindSources) -> Check {
+    if sources.debug_info {
         check(
             Verdict::Ok,
-            format!("{name}: debug info (.debug_info): inlined functions, files and lines are named"),
+            format!(
+                "{name}: debug info (.debug_info): inlined functions, files and lines are named"
+            ),
             None,
         )
     } else {
@@ -316,7 +320,11 @@ fn program_checks(program: &std::ffi::OsStr) -> Vec<Check> {
             format!("{name}: no debug info: frames are named from the symbol table, without inlined functions or lines (a separate debug file under /usr/lib/debug is used when present)"),
             Some("build with -g (Rust: debug = 1 or \"line-tables-only\" in the profile), or install the -dbgsym package"),
         )
-    });
+    }
+}
+
+/// Whether the program's stacks unwind whole, by tables or by frame pointers.
+fn unwinding(name: &str, sources: &UnwindSources) -> Check {
     let tables: Vec<&str> = [
         (sources.eh_frame, ".eh_frame"),
         (sources.debug_frame, ".debug_frame"),
@@ -335,8 +343,12 @@ fn program_checks(program: &std::ffi::OsStr) -> Vec<Check> {
         FramePointers::Unknown => "frame pointers unknown (no function symbols, or not x86-64)".to_string(),
     };
     let fp_kept = matches!(sources.frame_pointers, FramePointers::Kept { .. });
-    checks.push(if !tables.is_empty() {
-        let fp_note = if fp_kept { "" } else { "; --unwind fp would break here" };
+    if !tables.is_empty() {
+        let fp_note = if fp_kept {
+            ""
+        } else {
+            "; --unwind fp would break here"
+        };
         check(
             Verdict::Ok,
             format!(
@@ -357,6 +369,5 @@ fn program_checks(program: &std::ffi::OsStr) -> Vec<Check> {
             format!("{name}: no unwind tables (.eh_frame/.debug_frame) and {fp}: its stacks will be cut short"),
             Some("build with unwind tables (gcc's default; not -fno-asynchronous-unwind-tables) or with -fno-omit-frame-pointer (Rust: -C force-frame-pointers=yes)"),
         )
-    });
-    checks
+    }
 }

@@ -1,5 +1,11 @@
 //! The `stackscope` commands, as a library so that the `stackscope` binary and the drop-in
 //! shims (`stackscope-perf`, `stackscope-dtrace`) share one implementation of each.
+//!
+//! The modules are layered, each using only those below it: `cli` (every flag and default);
+//! `sink`, `output` (where and in which format), `input`, `status` (signals, exit status),
+//! `summary` (the end of every recording) and `source_bpf`; `doctor`, to which the recording
+//! commands point errors about the machine; the other commands (`record`, `profile`, `gdb`,
+//! `report`, `diff`); then the shims over `record`.
 
 pub mod cli;
 mod diff;
@@ -9,10 +15,14 @@ mod input;
 mod output;
 mod profile;
 mod record;
-mod record_bpf;
 mod report;
 pub mod shim;
 mod sink;
+mod source_bpf;
+mod status;
+mod summary;
+
+pub use status::exit;
 
 use clap::Parser;
 
@@ -28,15 +38,4 @@ pub fn main() -> ! {
         cli::Command::Doctor(args) => doctor::run(args),
     };
     exit(result)
-}
-
-/// Exits with the command's status, or prints its error in one line and exits with 1.
-pub fn exit(result: anyhow::Result<i32>) -> ! {
-    match result {
-        Ok(code) => std::process::exit(code),
-        Err(e) => {
-            eprintln!("stackscope: error: {e:#}");
-            std::process::exit(1);
-        }
-    }
 }

@@ -18,23 +18,47 @@ pub struct Output {
     pub options: WriteOptions,
 }
 
+/// What a command writes when its flags do not say: where, in which format, under which
+/// title; and a format its own flag prefers (`profile -f`) over the output's extension.
+pub struct Fallback {
+    pub format: Format,
+    pub path: fn(Format) -> PathBuf,
+    pub title: String,
+    pub preferred: Option<Format>,
+}
+
+impl Fallback {
+    /// Flame.svg, or stackscope.<ext> for another format.
+    pub fn file(title: String) -> Fallback {
+        Fallback {
+            format: Format::Svg,
+            path: |format| PathBuf::from(format.default_file()),
+            title,
+            preferred: None,
+        }
+    }
+}
+
 impl Output {
-    pub fn from_args(args: &OutputArgs, default_title: String) -> Output {
+    /// The one place the output format is chosen: `--format`, else the format the command
+    /// prefers, else the output's extension, else the command's fallback.
+    pub fn from_args(args: &OutputArgs, fallback: Fallback) -> Output {
         let format = args
             .format
+            .or(fallback.preferred)
             .or_else(|| args.output.as_deref().and_then(Format::from_path))
-            .unwrap_or(Format::Svg);
+            .unwrap_or(fallback.format);
         let path = args
             .output
             .clone()
-            .unwrap_or_else(|| PathBuf::from(format.default_file()));
+            .unwrap_or_else(|| (fallback.path)(format));
         Output {
             path,
             format,
             options: WriteOptions {
                 delimiter: args.style.delimited,
                 annotate_kernel: args.style.annotate_kernel,
-                title: Some(args.style.title.clone().unwrap_or(default_title)),
+                title: Some(args.style.title.clone().unwrap_or(fallback.title)),
             },
         }
     }

@@ -5,12 +5,12 @@ use anyhow::Result;
 
 use crate::cli::ReportArgs;
 use crate::input::read_profile;
-use crate::output::Output;
+use crate::output::{Fallback, Output};
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     // Checked first: a perf.data file can take a while to read, and the output path is known.
     let title = format!("stackscope: {}", args.input.display());
-    let output = Output::from_args(&args.output, title);
+    let output = Output::from_args(&args.output, Fallback::file(title));
     output.check_writable()?;
     let profile = read_profile(&args.input)?;
     output.write(&profile)?;

@@ -197,8 +197,8 @@ fn hints(
     hints
 }
 
-const MISSED_USER: &str = "[Missed User Stack]";
-const MISSED_KERNEL: &str = "[Missed Kernel Stack]";
+const MISSED_USER: &str = stackscope_profile::MISSED_USER_STACK;
+const MISSED_KERNEL: &str = stackscope_profile::MISSED_KERNEL_STACK;
 
 /// Appends a user stack's frames (leaf first) and says how its walk ended.
 fn user_frames(

@@ -26,7 +26,7 @@ const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 const PID: u32 = 1;
 
 /// What sampling keeps from round to round.
-pub(super) struct Rounds {
+pub(super) struct Sampling {
     pub(super) stacks: StackTable,
     /// Stacks counted.
     pub(super) counted: u64,
@@ -42,9 +42,9 @@ pub(super) struct Rounds {
     last_refresh: Option<Instant>,
 }
 
-impl Rounds {
-    pub(super) fn new(stacks: StackTable, process: String) -> Rounds {
-        Rounds {
+impl Sampling {
+    pub(super) fn new(stacks: StackTable, process: String) -> Sampling {
+        Sampling {
             stacks,
             counted: 0,
             running: false,

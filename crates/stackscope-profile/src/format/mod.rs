@@ -8,6 +8,7 @@
 //! [`write()`] produced as stackscope JSON, OSDK JSON or folded stacks, and validates it.
 
 mod bcc;
+pub mod diff;
 pub mod dtrace;
 mod firefox;
 mod folded;

@@ -1,6 +1,7 @@
 //! The short end-of-run report for stderr: how much was sampled and how whole the stacks are.
 
-use crate::Profile;
+use crate::{FrameKind, Profile, MISSED_KERNEL_STACK, MISSED_USER_STACK};
+use std::collections::HashSet;
 use std::fmt::Write;
 
 /// The end-of-run summary for stderr, a few short lines: samples, lost samples, duration, share
@@ -44,4 +45,31 @@ pub fn summary(profile: &Profile) -> String {
         let _ = writeln!(s, "hint: {hint}");
     }
     s
+}
+
+/// Stacks the kernel could not store, counted as bcc profile counts them for its warning: one
+/// per missed side (user, kernel) of each entry printed, an entry being a process, comm and
+/// stack as shown (stacks that differ only in what is not shown, such as source lines, print
+/// as one entry).
+pub fn missed_stacks(profile: &Profile) -> u64 {
+    let mut entries: HashSet<(u32, &str, Vec<&str>)> = HashSet::new();
+    let mut missed = 0;
+    for sample in &profile.samples {
+        let thread = profile.thread(sample.thread);
+        let names: Vec<&str> = profile
+            .stack_frames(sample.stack)
+            .map(|f| f.name.as_str())
+            .collect();
+        let markers = profile
+            .stack_frames(sample.stack)
+            .filter(|f| {
+                f.kind == FrameKind::Marker
+                    && (f.name == MISSED_USER_STACK || f.name == MISSED_KERNEL_STACK)
+            })
+            .count() as u64;
+        if markers > 0 && entries.insert((thread.pid, thread.comm.as_str(), names)) {
+            missed += markers;
+        }
+    }
+    missed
 }

@@ -16,7 +16,7 @@ const OPTIONS: &str = "-n, -x ustackframes=N, -o, -c, -p, -q, -Z";
 
 /// Runs `stackscope-dtrace` with the process's arguments and exits with its status.
 pub fn main() -> ! {
-    crate::exit(run(std::env::args_os().skip(1).collect()))
+    crate::status::exit(run(std::env::args_os().skip(1).collect()))
 }
 
 /// Runs `stackscope-dtrace ARGS` (without the program name); returns the exit code.

@@ -23,7 +23,7 @@ const SCRIPT_OPTIONS: &str = "-i, --force, --no-inline, --inline";
 
 /// Runs `stackscope-perf` with the process's arguments and exits with its status.
 pub fn main() -> ! {
-    crate::exit(run(std::env::args_os().skip(1).collect()))
+    crate::status::exit(run(std::env::args_os().skip(1).collect()))
 }
 
 /// Runs `stackscope-perf ARGS` (without the program name); returns the exit code.
@@ -42,11 +42,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
 
 /// `perf record`: translated into `stackscope record` with a JSON output.
 fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
-    let mut out: Vec<OsString> = Vec::new();
-    let mut output = DEFAULT_FILE.to_string();
-    let mut stack_size = None;
-    let mut frame_pointers = false;
-    let mut has_target = false;
+    let mut translation = Translation::default();
     let mut command = Vec::new();
     while let Some(raw) = args.next() {
         let arg = raw.to_string_lossy().into_owned();
@@ -59,37 +55,68 @@ fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
             command.extend(args.by_ref());
             break;
         }
-        if let Some(v) = option_value(&arg, Some('F'), Some("freq"), &mut args) {
-            pair(&mut out, "-F", v?);
-        } else if let Some(v) = option_value(&arg, Some('c'), Some("count"), &mut args) {
-            pair(&mut out, "-c", v?);
-        } else if let Some(v) = option_value(&arg, Some('o'), Some("output"), &mut args) {
-            output = v?;
-        } else if let Some(v) = option_value(&arg, Some('p'), Some("pid"), &mut args) {
-            pair(&mut out, "-p", v?);
-            has_target = true;
-        } else if let Some(v) = option_value(&arg, Some('t'), Some("tid"), &mut args) {
-            pair(&mut out, "-L", v?);
-            has_target = true;
-        } else if let Some(v) = option_value(&arg, Some('C'), Some("cpu"), &mut args) {
-            pair(&mut out, "-C", v?);
-        } else if let Some(v) = option_value(&arg, Some('e'), Some("event"), &mut args) {
+        translation.option(&arg, &mut args)?;
+    }
+    let args = record_args(translation.into_record_args(command))?;
+    interruptible(|| crate::record::run(args))
+}
+
+/// The `stackscope record` flags a `perf record` command line stands for, gathered option by
+/// option.
+struct Translation {
+    out: Vec<OsString>,
+    output: String,
+    stack_size: Option<u32>,
+    frame_pointers: bool,
+    has_target: bool,
+}
+
+impl Default for Translation {
+    fn default() -> Self {
+        Translation {
+            out: Vec::new(),
+            output: DEFAULT_FILE.to_string(),
+            stack_size: None,
+            frame_pointers: false,
+            has_target: false,
+        }
+    }
+}
+
+impl Translation {
+    /// Takes one perf option (and its value from `args` when it has one).
+    fn option(&mut self, arg: &str, args: &mut std::vec::IntoIter<OsString>) -> Result<()> {
+        if let Some(v) = option_value(arg, Some('F'), Some("freq"), args) {
+            pair(&mut self.out, "-F", v?);
+        } else if let Some(v) = option_value(arg, Some('c'), Some("count"), args) {
+            pair(&mut self.out, "-c", v?);
+        } else if let Some(v) = option_value(arg, Some('o'), Some("output"), args) {
+            self.output = v?;
+        } else if let Some(v) = option_value(arg, Some('p'), Some("pid"), args) {
+            pair(&mut self.out, "-p", v?);
+            self.has_target = true;
+        } else if let Some(v) = option_value(arg, Some('t'), Some("tid"), args) {
+            pair(&mut self.out, "-L", v?);
+            self.has_target = true;
+        } else if let Some(v) = option_value(arg, Some('C'), Some("cpu"), args) {
+            pair(&mut self.out, "-C", v?);
+        } else if let Some(v) = option_value(arg, Some('e'), Some("event"), args) {
             let event = v?;
             if event != "cpu-clock" {
                 bail!("stackscope-perf record samples the cpu-clock event only, not -e {event}");
             }
-        } else if let Some(v) = option_value(&arg, None, Some("call-graph"), &mut args) {
+        } else if let Some(v) = option_value(arg, None, Some("call-graph"), args) {
             let v = v?;
             let mut parts = v.splitn(2, ',');
             match parts.next() {
                 Some("dwarf") => {
-                    frame_pointers = false;
-                    stack_size = match parts.next() {
+                    self.frame_pointers = false;
+                    self.stack_size = match parts.next() {
                         Some(size) => Some(dwarf_stack_size(size)?),
                         None => None,
                     };
                 }
-                Some("fp") => frame_pointers = true,
+                Some("fp") => self.frame_pointers = true,
                 _ => bail!(
                     "stackscope-perf record: --call-graph {v} is not supported; use dwarf[,SIZE] or fp"
                 ),
@@ -97,13 +124,13 @@ fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
         } else if arg == "-z" || arg.starts_with("-z=") || arg.starts_with("--compression-level") {
             // The output is stackscope JSON, which is not compressed.
         } else if arg == "-a" || arg == "--all-cpus" {
-            out.push("-a".into());
-            has_target = true;
+            self.out.push("-a".into());
+            self.has_target = true;
         } else if arg.len() > 1 && arg[1..].chars().all(|c| "agqv".contains(c)) {
             // Bundled flags such as -ag. -g asks for call graphs, which stackscope always takes.
             if arg.contains('a') {
-                out.push("-a".into());
-                has_target = true;
+                self.out.push("-a".into());
+                self.has_target = true;
             }
         } else if arg == "--quiet" || arg == "--verbose" {
         } else {
@@ -111,25 +138,35 @@ fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
                 "stackscope-perf record does not know the perf option {arg} (it understands {RECORD_OPTIONS})"
             );
         }
+        Ok(())
     }
-    if frame_pointers {
-        out.extend(["--unwind", "fp"].map(OsString::from));
-    } else {
-        out.extend(["--unwind", "dwarf"].map(OsString::from));
-        if let Some(size) = stack_size {
-            out.extend(["--stack-size".into(), size.to_string().into()]);
+
+    /// The `stackscope record` command line, with the command to launch.
+    fn into_record_args(mut self, command: Vec<OsString>) -> Vec<OsString> {
+        if self.frame_pointers {
+            self.out.extend(["--unwind", "fp"].map(OsString::from));
+        } else {
+            self.out.extend(["--unwind", "dwarf"].map(OsString::from));
+            if let Some(size) = self.stack_size {
+                self.out
+                    .extend(["--stack-size".into(), size.to_string().into()]);
+            }
         }
+        self.out.extend([
+            "-o".into(),
+            self.output.into(),
+            "--format".into(),
+            "json".into(),
+        ]);
+        if !command.is_empty() {
+            self.out.push("--".into());
+            self.out.extend(command);
+        } else if !self.has_target {
+            // perf records the whole system when given neither a command nor a target.
+            self.out.push("-a".into());
+        }
+        self.out
     }
-    out.extend(["-o".into(), output.into(), "--format".into(), "json".into()]);
-    if !command.is_empty() {
-        out.push("--".into());
-        out.extend(command);
-    } else if !has_target {
-        // perf records the whole system when given neither a command nor a target.
-        out.push("-a".into());
-    }
-    let args = record_args(out)?;
-    interruptible(|| crate::record::run(args))
 }
 
 fn pair(out: &mut Vec<OsString>, flag: &str, value: String) {

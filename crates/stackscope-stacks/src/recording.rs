@@ -1,0 +1,71 @@
+//! What a recording hands back, whichever source sampled: the profile, how the target ended,
+//! why sampling stopped early, and the figures only some sources measure. Every command
+//! prints its end-of-run summary from this one type.
+
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use stackscope_profile::Profile;
+
+/// The result of one recording by any source.
+#[derive(Debug, Default)]
+pub struct Recording {
+    pub profile: Profile,
+    /// The launched command's exit status, when it exited during the recording.
+    pub exit_status: Option<ExitStatus>,
+    /// True when the recording ended because its stop flag was set.
+    pub interrupted: bool,
+    /// Why sampling stopped before its time, when it did; the profile holds everything
+    /// collected until then.
+    pub failure: Option<String>,
+    /// What the kernel could not keep, for sources that count stacks in kernel maps.
+    pub storage: Option<Storage>,
+    /// What an in-kernel sampling program cost, when the kernel timed it.
+    pub program_cost: Option<ProgramCost>,
+    /// How a stop-the-world source (a GDB stub) went, round by round.
+    pub rounds: Option<Rounds>,
+}
+
+/// Losses of a source that counts stacks in fixed-size kernel maps.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Storage {
+    /// Some stack was lost because the stack storage was full or its hash bucket taken.
+    pub stacks_full: bool,
+    /// The count map filled up, so samples of new keys were dropped.
+    pub counts_full: bool,
+    /// Samples not counted because the count map was full.
+    pub dropped_samples: u64,
+}
+
+/// What a sampling program in the kernel cost while the kernel timed it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgramCost {
+    /// Times it ran.
+    pub runs: u64,
+    /// Time spent in it in all, in nanoseconds.
+    pub run_time_ns: u64,
+}
+
+/// How fast a stop-the-world source sampled and how long it held the target per round.
+#[derive(Debug, Clone, Default)]
+pub struct Rounds {
+    pub rounds: u64,
+    pub stacks: u64,
+    pub elapsed: Duration,
+    /// From stopping the target to resuming it.
+    pub pause_median: Duration,
+    pub pause_p95: Duration,
+    /// Threads (vCPUs) the target has, and how many were sampled.
+    pub threads: usize,
+    pub sampled_threads: usize,
+}
+
+impl Rounds {
+    pub fn rounds_per_sec(&self) -> f64 {
+        self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn stacks_per_sec(&self) -> f64 {
+        self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}

@@ -1,0 +1,169 @@
+//! The flags several commands share, each defined once as a group a command flattens into
+//! its own, the parsers they share, and each command's defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::Args;
+use stackscope_profile::format::Format;
+
+/// `-p` and `-L`: which processes or threads to sample (`record`, `profile`).
+#[derive(Args)]
+pub struct TargetArgs {
+    /// Profile these processes (comma-separated pids), with all their threads and children.
+    #[arg(
+        short,
+        long,
+        value_name = "PIDS",
+        value_delimiter = ',',
+        conflicts_with = "tid"
+    )]
+    pub pid: Vec<u32>,
+
+    /// Profile only these threads (comma-separated tids).
+    #[arg(short = 'L', long, value_name = "TIDS", value_delimiter = ',')]
+    pub tid: Vec<u32>,
+}
+
+/// `-F`: how often to sample (`record`, `profile`, `gdb`); each command says its default.
+#[derive(Args)]
+pub struct FrequencyArg {
+    /// Samples per second per CPU.
+    #[arg(short = 'F', long, value_name = "HZ")]
+    pub frequency: Option<u64>,
+}
+
+/// `-F` or `-c`: sample at a frequency or every so much CPU time (`record`, `profile`).
+#[derive(Args)]
+pub struct RateArgs {
+    #[command(flatten)]
+    pub frequency: FrequencyArg,
+
+    /// Sample every COUNT nanoseconds of CPU time instead of at a frequency.
+    #[arg(short = 'c', long, value_name = "COUNT", conflicts_with = "frequency")]
+    pub count: Option<u64>,
+}
+
+/// `-U`, `-K` and `-I`: which stacks to keep (`record`, `profile`).
+#[derive(Args)]
+pub struct StacksArgs {
+    /// Keep only user-space stacks.
+    #[arg(short = 'U', long, conflicts_with = "kernel_stacks_only")]
+    pub user_stacks_only: bool,
+
+    /// Keep only kernel stacks.
+    #[arg(short = 'K', long)]
+    pub kernel_stacks_only: bool,
+
+    /// Keep samples of the idle task (pid 0), dropped by default.
+    #[arg(short = 'I', long)]
+    pub include_idle: bool,
+}
+
+/// `-C`: one CPU to sample (`record` with `-a`, `profile`).
+#[derive(Args)]
+pub struct CpuArg {
+    /// With -a: only this CPU.
+    #[arg(short = 'C', long, value_name = "CPU", allow_negative_numbers = true)]
+    pub cpu: Option<i64>,
+}
+
+/// `-d`: how long to sample, in seconds (`record`, `gdb`).
+#[derive(Args)]
+pub struct DurationArg {
+    /// Stop after this many seconds (fractions allowed, at most a year).
+    #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
+    pub duration: Option<Duration>,
+}
+
+/// `-o` and `--format`, and how stacks are spelled (every command that writes a profile).
+#[derive(Args)]
+pub struct OutputArgs {
+    /// Where to write the profile; `-` for standard output. Default: flame.svg, or
+    /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
+    /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
+    /// /dev/stdout is written in place; a symbolic link is kept and the file it names
+    /// replaced.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+
+    /// Output format. Default: from the --output extension, else svg.
+    #[arg(long, value_name = "FORMAT", value_parser = format_name(Format::NAMES))]
+    pub format: Option<Format>,
+
+    #[command(flatten)]
+    pub style: StyleArgs,
+}
+
+/// How stacks are drawn or written, in every command that writes a flamegraph or folded stacks.
+#[derive(Args)]
+pub struct StyleArgs {
+    /// Put a delimiter between user and kernel frames (`-` in folded, `--` in bcc text), as
+    /// bcc profile's -d does.
+    #[arg(long)]
+    pub delimited: bool,
+
+    /// Append `_[k]` to kernel frame names in folded output, as bcc profile's -a does.
+    #[arg(long)]
+    pub annotate_kernel: bool,
+
+    /// Title of the flamegraph.
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+}
+
+/// The `--format` values a command writes, named as [`Format::NAMES`] names them, so every
+/// format is named in one place and `--help` shows them all.
+pub(crate) fn format_name(names: &'static [&'static str]) -> impl TypedValueParser<Value = Format> {
+    PossibleValuesParser::new(names)
+        .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
+}
+
+/// `record`'s samples per second: odd, so sampling does not run in lockstep with timers.
+pub const RECORD_FREQUENCY: u64 = 999;
+/// `profile`'s samples per second: bcc profile's.
+pub const PROFILE_FREQUENCY: u64 = stackscope_bpf::DEFAULT_FREQUENCY;
+/// `gdb`'s rounds per second: each round stops the guest, so fewer than `record` takes.
+pub const GDB_FREQUENCY: u64 = 100;
+/// Bytes of user stack `record` copies per sample when `--stack-size` is not given.
+pub const STACK_SIZE: u32 = 32 * 1024;
+
+/// The most seconds any flag takes: a year. More is a slip of the finger, and far more no
+/// longer fits a clock.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
+/// Parses a number of seconds that must be more than zero (`-d`, `--timeout`).
+pub fn positive_seconds(s: &str) -> Result<Duration, String> {
+    seconds_within(s, false)
+}
+
+/// Parses a number of seconds where zero has a meaning (`--interval 0`: back to back).
+pub fn seconds(s: &str) -> Result<Duration, String> {
+    seconds_within(s, true)
+}
+
+/// Every flag that takes seconds goes through here: a finite number, not negative, zero only
+/// where `zero` allows it, at most [`MAX_SECONDS`].
+fn seconds_within(s: &str, zero: bool) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    if !secs.is_finite() {
+        return Err(format!("`{s}` is not a finite number of seconds"));
+    }
+    if secs < 0.0 {
+        return Err(format!("{s} s is negative"));
+    }
+    if secs > MAX_SECONDS {
+        return Err(format!(
+            "{s} s is more than a year ({MAX_SECONDS} s), the most accepted"
+        ));
+    }
+    let duration = Duration::try_from_secs_f64(secs).map_err(|e| format!("{s} s: {e}"))?;
+    if duration.is_zero() && !zero {
+        return Err(format!("{s} s: must be more than zero"));
+    }
+    Ok(duration)
+}

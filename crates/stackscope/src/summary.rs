@@ -1,0 +1,123 @@
+//! The end of every recording, whichever source sampled: why sampling stopped early, what the
+//! source measured, how the launched command ended, the summary, and the profile written
+//! where asked.
+
+use std::os::unix::process::ExitStatusExt;
+
+use anyhow::Result;
+use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
+use stackscope_profile::format::{self, summary::missed_stacks};
+use stackscope_profile::Profile;
+use stackscope_stacks::{ProgramCost, Recording, Rounds};
+
+use crate::output::Output;
+
+/// What the end of a command says beyond the recording itself.
+pub(crate) struct Ending<'a> {
+    /// The launched command, named when it was killed by a signal.
+    pub command: &'a [String],
+    /// Said after "no samples were collected" when the profile is empty.
+    pub why_empty: &'a str,
+}
+
+/// Reports how the recording ended, prints the summary, writes the profile with `write` and
+/// returns stackscope's exit code: the launched command's, else 0 (1 when nothing was
+/// sampled).
+pub(crate) fn finish(
+    recording: Recording,
+    output: &Output,
+    ending: Ending,
+    write: impl FnOnce(&Output, &Profile) -> Result<()>,
+) -> Result<i32> {
+    say_failure(&recording);
+    say_figures(&recording);
+    let exit_code = recording.exit_status.map(|status| match status.code() {
+        Some(code) => code,
+        None => 128 + status.signal().unwrap_or(0),
+    });
+    if let Some(signal) = recording.exit_status.and_then(|s| s.signal()) {
+        eprintln!(
+            "stackscope: {} was killed by signal {signal}",
+            ending
+                .command
+                .first()
+                .map(String::as_str)
+                .unwrap_or("the command")
+        );
+    }
+    let profile = recording.profile;
+    eprint!("{}", format::summary(&profile));
+    if profile.samples.is_empty() {
+        eprintln!(
+            "stackscope: no samples were collected{}; {} not written",
+            ending.why_empty,
+            output.path.display()
+        );
+        return Ok(exit_code.unwrap_or(1));
+    }
+    write(output, &profile)?;
+    if !output.is_stdout() {
+        eprintln!("stackscope: wrote {}", output.path.display());
+    }
+    Ok(exit_code.unwrap_or(0))
+}
+
+/// Says why sampling stopped before its time, when it did.
+pub(crate) fn say_failure(recording: &Recording) {
+    if let Some(e) = &recording.failure {
+        eprintln!("stackscope: sampling stopped early: {e}");
+    }
+}
+
+/// The figures only some sources measure, each in one line.
+fn say_figures(recording: &Recording) {
+    if let Some(cost) = recording.program_cost.filter(|c| c.runs > 0) {
+        eprintln!("{}", describe_cost(&cost));
+    }
+    if let Some(storage) = &recording.storage {
+        // record has no storage flags: say what was lost in its own words.
+        let missed = missed_stacks(&recording.profile);
+        if missed > 0 {
+            eprintln!(
+                "stackscope: {missed} stacks could not be stored in the kernel's stack storage \
+                 ({DEFAULT_STACK_STORAGE} unique stacks) and show as [Missed User Stack] or \
+                 [Missed Kernel Stack]; `stackscope profile --stack-storage-size` can keep more"
+            );
+        }
+        if storage.counts_full {
+            eprintln!(
+                "stackscope: the kernel's count table filled up ({DEFAULT_HASH_STORAGE} entries), \
+                 so samples of new stacks were dropped; `stackscope profile --hash-storage-size` \
+                 can keep more"
+            );
+        }
+    }
+    if let Some(rounds) = &recording.rounds {
+        eprintln!("{}", describe_rounds(rounds));
+    }
+}
+
+/// The kernel's timing of the sampling program, in one line: what profiling cost the
+/// profiled CPUs in the kernel (the rest of the cost is stackscope's own CPU time).
+fn describe_cost(cost: &ProgramCost) -> String {
+    format!(
+        "in-kernel sampling: {} runs, {:.2} µs each, {:.1} ms of CPU in all",
+        cost.runs,
+        cost.run_time_ns as f64 / cost.runs as f64 / 1e3,
+        cost.run_time_ns as f64 / 1e6
+    )
+}
+
+/// How fast a stop-the-world source went and how long the target was held per round.
+fn describe_rounds(rounds: &Rounds) -> String {
+    format!(
+        "stackscope: gdb: {} rounds, {} stacks in {:.3} s: {:.1} rounds/s, {:.1} stacks/s; guest paused per round: median {:.3} ms, p95 {:.3} ms",
+        rounds.rounds,
+        rounds.stacks,
+        rounds.elapsed.as_secs_f64(),
+        rounds.rounds_per_sec(),
+        rounds.stacks_per_sec(),
+        rounds.pause_median.as_secs_f64() * 1e3,
+        rounds.pause_p95.as_secs_f64() * 1e3,
+    )
+}
