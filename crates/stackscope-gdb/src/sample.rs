@@ -185,9 +185,10 @@ pub fn record<S: Stream>(
     };
     let meta = metadata(&target, options, elapsed);
     let thread = vcpu_thread(target.image().name());
-    let (profile, _) = sampling
-        .stacks
-        .into_profile(&mut Symbolizer::new(), meta, &thread);
+    let (profile, _) =
+        sampling
+            .into_table(&target.space)
+            .into_profile(&mut Symbolizer::new(), meta, &thread);
     Recording {
         profile,
         failure: failure.map(|e| e.to_string()),

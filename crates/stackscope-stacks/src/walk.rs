@@ -142,7 +142,7 @@ pub enum Unread<E> {
 }
 
 /// How a walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WalkEnd {
     /// Reached the outermost frame (the return address is undefined or 0, or the frame
     /// pointer is 0).

@@ -1,6 +1,7 @@
 //! One round: stop the target, read every sampled vCPU's registers, walk each stack from
 //! target memory, count it, and let the target run again.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ const PID: u32 = 1;
 
 /// What sampling keeps from round to round.
 pub(super) struct Sampling {
-    pub(super) stacks: StackTable,
+    stacks: StackTable,
     /// Stacks counted.
     pub(super) counted: u64,
     /// True while the target runs.
@@ -40,6 +41,10 @@ pub(super) struct Sampling {
     /// Set when code outside the known files showed up in a stack.
     unplaced: bool,
     last_refresh: Option<Instant>,
+    /// Stacks with code outside the known files, counted by address until the end: a library
+    /// list read later may place them (a program's first stacks are taken before its
+    /// libraries are listed).
+    held: HashMap<(u32, Vec<u64>, WalkEnd), u64>,
 }
 
 impl Sampling {
@@ -54,6 +59,7 @@ impl Sampling {
             process,
             unplaced: false,
             last_refresh: None,
+            held: HashMap::new(),
         }
     }
 
@@ -71,11 +77,21 @@ impl Sampling {
         let threads: Vec<u64> = target.vcpus.iter().map(|v| v.1).collect();
         let regs = client.registers_of(&threads)?;
         let mut memories = Memory::of_stacks(client, &threads, &regs)?;
+        let may_place_later = client.features().libraries_svr4;
         for ((&(vcpu, _), regs), memory) in target.vcpus.iter().zip(regs).zip(&mut memories) {
             let space = &target.space;
             let end = memory.unwind(space, &mut self.cache, client, regs, &mut self.addrs)?;
-            self.unplaced |= self.addrs.iter().any(|&a| space.image_of(a).is_none());
-            self.count(space, vcpu, end);
+            let unplaced = self.addrs.iter().any(|&a| space.image_of(a).is_none());
+            self.unplaced |= unplaced;
+            self.counted += 1;
+            if unplaced && may_place_later {
+                let key = (vcpu, self.addrs.clone(), end);
+                *self.held.entry(key).or_insert(0) += 1;
+            } else {
+                let addrs = std::mem::take(&mut self.addrs);
+                self.count(space, vcpu, &addrs, end, 1);
+                self.addrs = addrs;
+            }
         }
         self.refresh_libraries(client, &mut target.space)?;
         // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
@@ -89,10 +105,18 @@ impl Sampling {
         Ok(())
     }
 
-    /// Counts the stack just walked as a sample of vCPU `vcpu`.
-    fn count(&mut self, space: &Space, vcpu: u32, end: WalkEnd) {
+    /// The stacks counted, the held ones placed among the files known at the end.
+    pub(super) fn into_table(mut self, space: &Space) -> StackTable {
+        for ((vcpu, addrs, end), n) in std::mem::take(&mut self.held) {
+            self.count(space, vcpu, &addrs, end, n);
+        }
+        self.stacks
+    }
+
+    /// Counts `n` samples of vCPU `vcpu` with the stack `addrs`.
+    fn count(&mut self, space: &Space, vcpu: u32, addrs: &[u64], end: WalkEnd, n: u64) {
         self.frames.clear();
-        for &addr in &self.addrs {
+        for &addr in addrs {
             let frame = self
                 .stacks
                 .frame_in(PID, addr, space.mapping_of(addr), kind_of(addr));
@@ -102,7 +126,7 @@ impl Sampling {
             WalkEnd::Complete => UserEnd::Complete,
             // The walk gave up, or followed as many frames as it follows.
             WalkEnd::Broken | WalkEnd::Truncated => {
-                let last = self.addrs.last().and_then(|&a| space.image_of(a));
+                let last = addrs.last().and_then(|&a| space.image_of(a));
                 UserEnd::Broken(last.map_or_else(
                     || Arc::from(stackscope_profile::UNKNOWN),
                     |image| Arc::from(image.name()),
@@ -111,9 +135,11 @@ impl Sampling {
         };
         let comm = format!("cpu{vcpu}");
         let names = (comm.as_str(), self.process.as_str());
-        self.stacks
-            .add_named((PID, vcpu), names, vcpu, &self.frames, end);
-        self.counted += 1;
+        for _ in 0..n {
+            let frames = &self.frames;
+            self.stacks
+                .add_named((PID, vcpu), names, vcpu, frames, end.clone());
+        }
     }
 
     /// Reads the library list again when code outside the known files showed up: a library

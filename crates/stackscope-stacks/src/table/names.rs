@@ -236,4 +236,56 @@ mod tests {
         );
         assert_eq!(file_name("/opt/tools/elf"), "elf");
     }
+
+    #[test]
+    fn a_guest_kernels_frames_stay_kernel_code() {
+        use crate::table::{Naming, UserEnd};
+        use crate::Mapping;
+        use stackscope_profile::{Metadata, Thread};
+
+        let kernel = Mapping {
+            start: 0xffff_ffff_8000_0000,
+            end: 0xffff_ffff_8100_0000,
+            offset: 0x1000,
+            path: "/nonexistent/guest-kernel.elf".into(),
+            build_id: None,
+        };
+        let thread = |pid, tid| Thread {
+            pid,
+            tid,
+            ..Thread::default()
+        };
+        for unknown_without_module in [false, true] {
+            let mut table = StackTable::default();
+            table.set_naming(Naming {
+                short_rust_names: true,
+                unknown_without_module,
+            });
+            let inside = kernel.start + 0x10;
+            let frames = [
+                table.frame_in(1, inside, Some(&kernel), FrameKind::Kernel),
+                table.frame_in(1, kernel.end + 0x10, None, FrameKind::Kernel),
+                table.frame_in(1, 0x1000, None, FrameKind::User),
+            ];
+            table.add(1, 0, 0, &frames, UserEnd::Complete);
+            let (profile, _) =
+                table.into_profile(&mut Symbolizer::new(), Metadata::default(), &thread);
+            let mut named: Vec<(&str, Option<&str>, FrameKind)> = profile
+                .frames
+                .iter()
+                .map(|f| (f.name.as_str(), f.module.as_deref(), f.kind))
+                .collect();
+            named.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
+            let module = (!unknown_without_module).then_some("guest-kernel.elf");
+            let mut expected = vec![
+                (UNKNOWN, None, FrameKind::Kernel),
+                (UNKNOWN, None, FrameKind::User),
+                (UNKNOWN, module, FrameKind::Kernel),
+            ];
+            expected.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
+            // Frames are interned: two alike are one.
+            expected.dedup();
+            assert_eq!(named, expected);
+        }
+    }
 }
