@@ -20,7 +20,6 @@ mod record;
 mod tables;
 
 pub use error::BpfError;
-pub use program::ProgramCost;
 pub use record::{
-    record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE,
+    record, BpfConfig, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE,
 };

@@ -11,6 +11,7 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use perf_event_open_sys as perf;
 use stackscope_linux::sampler::SampleError;
+use stackscope_stacks::ProgramCost;
 
 use crate::error::BpfError;
 use crate::layout::{self, CountKey, UserStack};
@@ -155,15 +156,6 @@ pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     out
 }
 
-/// What a BPF program cost while the kernel timed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramCost {
-    /// Times it ran.
-    pub runs: u64,
-    /// Time spent in it in all, in nanoseconds.
-    pub run_time_ns: u64,
-}
-
 /// Has the kernel time every BPF program's runs until the returned descriptor is closed
 /// (`BPF_ENABLE_STATS`, kernel 5.8+); `None` when the kernel refuses.
 pub(crate) fn time_programs() -> Option<OwnedFd> {
@@ -179,6 +171,7 @@ pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
     Some(ProgramCost {
         runs: info.run_cnt,
         run_time_ns: info.run_time_ns,
+        verified_insns: Vec::new(),
     })
 }
 

@@ -1,7 +1,7 @@
 //! One recording with the BPF program: resolve the target (launching a command held until its
 //! tables are loaded), load the program, sample until the duration ends, the target exits or
 //! the caller asks to stop, follow the processes' execs and library loads meanwhile, then read the
-//! counted stacks and symbolize them into a [`Profile`] through the same stack table as the
+//! counted stacks and symbolize them into a profile through the same stack table as the
 //! perf_event source.
 
 mod collect;
@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_linux::sampler;
 use stackscope_linux::target::{self, HeldChild, Target};
-use stackscope_profile::{Metadata, Profile};
+use stackscope_profile::Metadata;
+use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
@@ -56,7 +57,7 @@ pub struct BpfConfig {
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
     pub command: Vec<String>,
-    /// Have the kernel time the sampling program ([`BpfRecording::sampler_cost`]). While on,
+    /// Have the kernel time the sampling program ([`Recording::program_cost`]). While on,
     /// every BPF program on the machine pays for two clock reads per run.
     pub measure_cost: bool,
 }
@@ -80,31 +81,6 @@ impl BpfConfig {
     }
 }
 
-/// What a recording produced.
-#[derive(Debug)]
-pub struct BpfRecording {
-    pub profile: Profile,
-    /// The launched command's exit status, when it exited during the recording.
-    pub exit_status: Option<std::process::ExitStatus>,
-    pub child_pid: Option<u32>,
-    /// True when the recording ended because `stop` was set.
-    pub interrupted: bool,
-    /// Count-map keys times sides (user, kernel) whose stack could not be stored, as bcc
-    /// counts them for its warning.
-    pub missed_stacks: u64,
-    /// Some of those failed because the stack storage was full or its hash bucket taken.
-    pub stack_collisions: bool,
-    /// The count map reached `hash_storage_size` entries.
-    pub hash_full: bool,
-    /// Samples not counted because the count map was full.
-    pub dropped_samples: u64,
-    /// Instructions the kernel's verifier walked for each BPF program.
-    pub verified_insns: Vec<(String, u32)>,
-    /// What the sampling program cost, as the kernel timed it (with `measure_cost`, when the
-    /// kernel allows it).
-    pub sampler_cost: Option<program::ProgramCost>,
-}
-
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -115,7 +91,7 @@ pub fn record(
     config: BpfConfig,
     stop: &AtomicBool,
     on_start: impl FnOnce(),
-) -> Result<BpfRecording, BpfError> {
+) -> Result<Recording, BpfError> {
     sampled::check_rate(config.frequency, config.period)?;
     if config.period.is_none() {
         sampled::check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
@@ -171,16 +147,21 @@ pub fn record(
     }
 
     let meta = metadata(&config, elapsed);
-    let mut result = collect::collect(&skel, &config, &mut processes, meta);
-    result.exit_status = child
-        .as_ref()
-        .and_then(|c| c.status)
-        .map(std::process::ExitStatus::from_raw);
-    result.child_pid = child.as_ref().map(|c| c.pid);
-    result.interrupted = interrupted;
-    result.verified_insns = verified_insns;
-    result.sampler_cost = sampler_cost;
-    Ok(result)
+    let (profile, storage) = collect::collect(&skel, &config, &mut processes, meta);
+    Ok(Recording {
+        profile,
+        exit_status: child
+            .as_ref()
+            .and_then(|c| c.status)
+            .map(std::process::ExitStatus::from_raw),
+        interrupted,
+        storage: Some(storage),
+        program_cost: Some(ProgramCost {
+            verified_insns,
+            ..sampler_cost.unwrap_or_default()
+        }),
+        ..Recording::default()
+    })
 }
 
 /// What the program is loaded with.

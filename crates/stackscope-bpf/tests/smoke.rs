@@ -5,9 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use stackscope_bpf::{record, BpfConfig, BpfRecording};
+use stackscope_bpf::{record, BpfConfig};
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
+use stackscope_stacks::Recording;
 use stackscope_testkit::truth::Truth;
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
@@ -99,14 +100,14 @@ fn build(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
     )
 }
 
-fn run(config: BpfConfig) -> BpfRecording {
+fn run(config: BpfConfig) -> Recording {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = AtomicBool::new(false);
     record(config, &stop, || {}).expect("BPF recording failed")
 }
 
 /// Records as [`run`] does a command that `config` launches, which must exit 0.
-fn run_launched(config: BpfConfig) -> BpfRecording {
+fn run_launched(config: BpfConfig) -> Recording {
     let rec = run(config);
     assert!(
         rec.exit_status.is_some_and(|s| s.success()),
@@ -182,7 +183,7 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
         "{main} of {in_split} samples in func_a/func_b unwound to main:{}",
         top_stacks(profile)
     );
-    assert_eq!(rec.missed_stacks, 0);
+    assert_eq!(rec.storage.map(|s| s.missed_stacks), Some(0));
     Truth::read(&truth_file).assert_matches(
         all,
         |name| samples_with(profile, |f| f.name == name) as f64 / all as f64,

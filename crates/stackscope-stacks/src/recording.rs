@@ -20,7 +20,7 @@ pub struct Recording {
     pub failure: Option<String>,
     /// What the kernel could not keep, for sources that count stacks in kernel maps.
     pub storage: Option<Storage>,
-    /// What an in-kernel sampling program cost, when the kernel timed it.
+    /// What an in-kernel sampling program cost, for sources that load one.
     pub program_cost: Option<ProgramCost>,
     /// How a stop-the-world source (a GDB stub) went, round by round.
     pub rounds: Option<Rounds>,
@@ -35,15 +35,20 @@ pub struct Storage {
     pub counts_full: bool,
     /// Samples not counted because the count map was full.
     pub dropped_samples: u64,
+    /// Stacks that could not be stored, counted as bcc profile counts them for its warning:
+    /// one per missed side (user, kernel) of each entry shown.
+    pub missed_stacks: u64,
 }
 
-/// What a sampling program in the kernel cost while the kernel timed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a sampling program in the kernel cost: to load, and to run while the kernel timed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProgramCost {
-    /// Times it ran.
+    /// Times it ran; 0 when the kernel did not time it.
     pub runs: u64,
     /// Time spent in it in all, in nanoseconds.
     pub run_time_ns: u64,
+    /// Instructions the kernel's verifier walked for each program loaded (kernel 5.16+).
+    pub verified_insns: Vec<(String, u32)>,
 }
 
 /// How fast a stop-the-world source sampled and how long it held the target per round.

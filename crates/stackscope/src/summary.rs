@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::Result;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
-use stackscope_profile::format::{self, summary::missed_stacks};
+use stackscope_profile::format;
 use stackscope_profile::Profile;
 use stackscope_stacks::{ProgramCost, Recording, Rounds};
 
@@ -71,12 +71,12 @@ pub(crate) fn say_failure(recording: &Recording) {
 
 /// The figures only some sources measure, each in one line.
 fn say_figures(recording: &Recording) {
-    if let Some(cost) = recording.program_cost.filter(|c| c.runs > 0) {
-        eprintln!("{}", describe_cost(&cost));
+    if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
+        eprintln!("{}", describe_cost(cost));
     }
     if let Some(storage) = &recording.storage {
         // record has no storage flags: say what was lost in its own words.
-        let missed = missed_stacks(&recording.profile);
+        let missed = storage.missed_stacks;
         if missed > 0 {
             eprintln!(
                 "stackscope: {missed} stacks could not be stored in the kernel's stack storage \

@@ -5,12 +5,14 @@
 use std::collections::HashMap;
 
 use stackscope_linux::target;
-use stackscope_profile::{Metadata, Thread};
+use stackscope_profile::format::summary::missed_stacks;
+use stackscope_profile::{Metadata, Profile, Thread};
 use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
 use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::Storage;
 use stackscope_symbols::Symbolizer;
 
-use super::{BpfConfig, BpfRecording};
+use super::BpfConfig;
 use crate::layout::{self, CountKey};
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
@@ -21,13 +23,12 @@ pub(super) fn collect(
     config: &BpfConfig,
     processes: &mut Processes,
     mut meta: Metadata,
-) -> BpfRecording {
+) -> (Profile, Storage) {
     let counts = program::counts(skel);
     let (dropped, user_full) = program::drops(skel);
     let Counted {
         table,
         comms,
-        missed,
         collisions,
     } = count_stacks(skel, config, processes, &counts);
 
@@ -39,19 +40,15 @@ pub(super) fn collect(
     for sample in &mut profile.samples {
         sample.cpu = None;
     }
+    let missed = missed_stacks(&profile);
     profile.meta.hints = hints(config, processes, &tally, dropped, missed, user_full);
-    BpfRecording {
-        profile,
-        exit_status: None,
-        child_pid: None,
-        interrupted: false,
-        missed_stacks: missed,
-        stack_collisions: collisions,
-        hash_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
+    let storage = Storage {
+        stacks_full: collisions,
+        counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
-        verified_insns: Vec::new(),
-        sampler_cost: None,
-    }
+        missed_stacks: missed,
+    };
+    (profile, storage)
 }
 
 /// The count map read into a stack table.
@@ -59,7 +56,7 @@ struct Counted {
     table: StackTable,
     /// Each (pid, tid)'s command name as the kernel saw it.
     comms: HashMap<(u32, u32), String>,
-    missed: u64,
+    /// Some stack id was lost to a full stack storage or a taken hash bucket.
     collisions: bool,
 }
 
@@ -74,7 +71,6 @@ fn count_stacks(
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
     let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
     let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
-    let mut missed = 0;
     let mut collisions = false;
     let mut frames = Vec::new();
     for (key, count) in counts {
@@ -95,7 +91,6 @@ fn count_stacks(
                 }
                 id if i64::from(id) == layout::NO_STACK => {}
                 id => {
-                    missed += 1;
                     collisions |= i64::from(id) == layout::STACK_COLLISION;
                     frames.push(RawFrame::Marker(MISSED_KERNEL));
                 }
@@ -117,7 +112,6 @@ fn count_stacks(
                 }
                 layout::NO_STACK => {}
                 id => {
-                    missed += 1;
                     collisions |= id == layout::STACK_COLLISION || id == layout::STACK_STORAGE_FULL;
                     frames.push(RawFrame::Marker(MISSED_USER));
                 }
@@ -129,7 +123,6 @@ fn count_stacks(
     Counted {
         table,
         comms,
-        missed,
         collisions,
     }
 }
