@@ -20,6 +20,4 @@ mod record;
 mod tables;
 
 pub use error::BpfError;
-pub use record::{
-    record, BpfConfig, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE,
-};
+pub use record::{record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};

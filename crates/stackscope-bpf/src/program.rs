@@ -15,6 +15,7 @@ use stackscope_stacks::ProgramCost;
 
 use crate::error::BpfError;
 use crate::layout::{self, CountKey, UserStack};
+use crate::Rate;
 
 #[allow(
     clippy::all,
@@ -202,22 +203,17 @@ pub(crate) struct Sampling {
 impl Sampling {
     /// Opens a cpu-clock event on each CPU and attaches the sampling program (which enables
     /// it).
-    pub fn start(
-        skel: &ProfileSkel<'_>,
-        cpus: &[u32],
-        frequency: Option<u64>,
-        period: Option<u64>,
-    ) -> Result<Sampling, BpfError> {
+    pub fn start(skel: &ProfileSkel<'_>, cpus: &[u32], rate: Rate) -> Result<Sampling, BpfError> {
         let mut attr = perf::bindings::perf_event_attr {
             type_: perf::bindings::PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<perf::bindings::perf_event_attr>() as u32,
             config: perf::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
             ..Default::default()
         };
-        match (frequency, period) {
-            (_, Some(ns)) if frequency.is_none() => attr.__bindgen_anon_1.sample_period = ns,
-            (hz, _) => {
-                attr.__bindgen_anon_1.sample_freq = hz.unwrap_or(crate::DEFAULT_FREQUENCY);
+        match rate {
+            Rate::Period(ns) => attr.__bindgen_anon_1.sample_period = ns,
+            Rate::Frequency(hz) => {
+                attr.__bindgen_anon_1.sample_freq = hz;
                 attr.set_freq(1);
             }
         }

@@ -26,23 +26,27 @@ use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, ProfileSkel, Sampling, Settings};
 use sampled::Targets;
 
-/// bcc profile's default sampling frequency.
-pub const DEFAULT_FREQUENCY: u64 = 49;
 /// bcc profile's default stack storage: unique stacks kept (`--stack-storage-size`).
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
 /// bcc profile's default count map size: (pid, tid, stacks) keys kept (`--hash-storage-size`).
 pub const DEFAULT_HASH_STORAGE: u32 = 40960;
 
-/// What to record, with bcc profile's defaults from [`BpfConfig::new`].
+/// How often each CPU is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Samples per second per CPU.
+    Frequency(u64),
+    /// Nanoseconds of cpu-clock per sample.
+    Period(u64),
+}
+
+/// What to record, with bcc profile's storage sizes from [`BpfConfig::new`].
 #[derive(Debug, Clone)]
 pub struct BpfConfig {
     pub target: Target,
     /// Sample only this CPU (`-C`).
     pub cpu: Option<u32>,
-    /// Samples per second per CPU (`-F`); when neither this nor `period` is set, 49 Hz.
-    pub frequency: Option<u64>,
-    /// Nanoseconds of cpu-clock per sample (`-c`).
-    pub period: Option<u64>,
+    pub rate: Rate,
     /// Take user stacks (off with `-K`).
     pub user: bool,
     /// Take kernel stacks (off with `-U`).
@@ -63,12 +67,11 @@ pub struct BpfConfig {
 }
 
 impl BpfConfig {
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: Target, rate: Rate) -> Self {
         BpfConfig {
             target,
             cpu: None,
-            frequency: None,
-            period: None,
+            rate,
             user: true,
             kernel: true,
             include_idle: false,
@@ -92,10 +95,7 @@ pub fn record(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording, BpfError> {
-    sampled::check_rate(config.frequency, config.period)?;
-    if config.period.is_none() {
-        sampled::check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
-    }
+    sampled::check_rate(config.rate)?;
     let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
 
@@ -115,7 +115,7 @@ pub fn record(
 
     // Timing starts before the first sample and is read after the last.
     let timing = config.measure_cost.then(program::time_programs).flatten();
-    let mut sampling = Sampling::start(&skel, &cpus, config.frequency, config.period)?;
+    let mut sampling = Sampling::start(&skel, &cpus, config.rate)?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
     if let Some(child) = child.as_mut() {
@@ -261,12 +261,14 @@ fn metadata(config: &BpfConfig, elapsed: Duration) -> Metadata {
     Metadata {
         source: "ebpf".into(),
         event: "cpu-clock".into(),
-        frequency_hz: if config.period.is_some() {
-            None
-        } else {
-            Some(config.frequency.unwrap_or(DEFAULT_FREQUENCY))
+        frequency_hz: match config.rate {
+            Rate::Frequency(hz) => Some(hz),
+            Rate::Period(_) => None,
         },
-        period: config.period,
+        period: match config.rate {
+            Rate::Period(ns) => Some(ns),
+            Rate::Frequency(_) => None,
+        },
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
         ..Metadata::default()

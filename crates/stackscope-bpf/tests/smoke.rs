@@ -5,7 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use stackscope_bpf::{record, BpfConfig};
+use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
 use stackscope_stacks::Recording;
@@ -161,12 +161,10 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "split", SPLIT_C);
     let truth_file = dir.path().join("split.truth");
-    let mut config = BpfConfig::new(Target::Command(vec![
-        exe.into(),
-        "4000".into(),
-        truth_file.clone().into(),
-    ]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(
+        Target::Command(vec![exe.into(), "4000".into(), truth_file.clone().into()]),
+        Rate::Frequency(499),
+    );
     let rec = run_launched(config);
     let profile = &rec.profile;
     let all = total(profile);
@@ -195,8 +193,7 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
 fn syscall_heavy_workload_has_kernel_stacks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "writer", WRITER_C);
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
-    config.frequency = Some(499);
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
     config.duration = Some(Duration::from_secs(30));
     let rec = run(config);
     let profile = &rec.profile;
@@ -242,8 +239,10 @@ fn library_opened_later_is_unwound_from_its_first_samples() {
         &["-ldl"],
         "dlopener",
     );
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into(), lib.into()]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(
+        Target::Command(vec![exe.into(), lib.into()]),
+        Rate::Frequency(499),
+    );
     let rec = run_launched(config);
     let profile = &rec.profile;
     let hot = samples_with(profile, |f| f.name == "churn" || f.name == "hot");
@@ -274,8 +273,7 @@ fn attached_process_is_followed_into_the_children_it_forks() {
         .expect("cannot start the test program");
     let parent_pid = parent.id();
     let mut stdin = parent.stdin.take().unwrap();
-    let mut config = BpfConfig::new(Target::Pids(vec![parent_pid]));
-    config.frequency = Some(499);
+    let mut config = BpfConfig::new(Target::Pids(vec![parent_pid]), Rate::Frequency(499));
     config.duration = Some(Duration::from_secs(60));
     // The fork happens only once sampling runs.
     let rec = {

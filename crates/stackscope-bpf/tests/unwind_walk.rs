@@ -6,7 +6,7 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use stackscope_bpf::{record, BpfConfig};
+use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_linux::target::Target;
 use stackscope_profile::Profile;
 use stackscope_stacks::Recording;
@@ -104,8 +104,7 @@ fn main() { std::process::exit((recurse(300) & 1) as i32) }
 
 fn run(exe: std::path::PathBuf) -> Recording {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
     let stop = AtomicBool::new(false);
     let rec = record(config, &stop, || {}).expect("BPF recording failed");
     eprintln!(
