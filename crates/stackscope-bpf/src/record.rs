@@ -147,20 +147,18 @@ pub fn record(
     }
 
     let meta = metadata(&config, elapsed);
-    let (profile, storage) = collect::collect(&skel, &config, &mut processes, meta);
+    let counted = collect::collect(&skel, &config, &mut processes, meta);
     Ok(Recording {
-        profile,
         exit_status: child
             .as_ref()
             .and_then(|c| c.status)
             .map(std::process::ExitStatus::from_raw),
         interrupted,
-        storage: Some(storage),
         program_cost: Some(ProgramCost {
             verified_insns,
             ..sampler_cost.unwrap_or_default()
         }),
-        ..Recording::default()
+        ..counted
     })
 }
 

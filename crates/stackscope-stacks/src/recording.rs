@@ -1,11 +1,13 @@
 //! What a recording hands back, whichever source sampled: the profile, how the target ended,
-//! why sampling stopped early, and the figures only some sources measure. Every command
+//! why sampling stopped early, the figures only some sources measure, and the hints. Every command
 //! prints its end-of-run summary from this one type.
 
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use stackscope_profile::Profile;
+
+use crate::Hint;
 
 /// The result of one recording by any source.
 #[derive(Debug, Default)]
@@ -24,6 +26,9 @@ pub struct Recording {
     pub program_cost: Option<ProgramCost>,
     /// How a stop-the-world source (a GDB stub) went, round by round.
     pub rounds: Option<Rounds>,
+    /// What made the stacks less than whole or the samples fewer, in order; the caller words
+    /// them into the profile's hints.
+    pub hints: Vec<Hint>,
 }
 
 /// Losses of a source that counts stacks in fixed-size kernel maps.

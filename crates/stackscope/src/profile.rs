@@ -50,7 +50,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         duration: args.duration.map(std::time::Duration::from_secs),
         ..BpfConfig::new(target, rate)
     };
-    let recording = crate::source_bpf::sample(config, &stop, || {
+    let mut recording = crate::source_bpf::sample(config, &stop, || {
         if let Some(banner) = &banner {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{banner}");
@@ -61,6 +61,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     if !args.folded {
         println!();
     }
+    crate::hint::word_hints(&mut recording);
     finish(&recording, &output)?;
     Ok(0)
 }

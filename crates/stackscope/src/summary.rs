@@ -24,11 +24,12 @@ pub(crate) struct Ending<'a> {
 /// returns stackscope's exit code: the launched command's, else 0 (1 when nothing was
 /// sampled).
 pub(crate) fn finish(
-    recording: Recording,
+    mut recording: Recording,
     output: &Output,
     ending: Ending,
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
+    crate::hint::word_hints(&mut recording);
     say_failure(&recording);
     say_figures(&recording);
     let exit_code = recording.exit_status.map(|status| match status.code() {

@@ -1,15 +1,15 @@
 //! The end of a recording: the counted stacks read back from the BPF maps into the stack table,
-//! named into a [`Profile`] as the perf_event source names its own, with hints for what the
+//! named into a [`stackscope_profile::Profile`] as the perf_event source names its own, with hints for what the
 //! maps could not hold.
 
 use std::collections::HashMap;
 
 use stackscope_linux::target;
 use stackscope_profile::format::summary::missed_stacks;
-use stackscope_profile::{Metadata, Profile, Thread};
+use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
 use stackscope_stacks::walk::lookup_addresses;
-use stackscope_stacks::Storage;
+use stackscope_stacks::{Hint, Recording, Storage};
 use stackscope_symbols::Symbolizer;
 
 use super::BpfConfig;
@@ -17,13 +17,13 @@ use crate::layout::{self, CountKey};
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 
-/// Reads the counted stacks and symbolizes them.
+/// Reads the counted stacks and symbolizes them, with what the maps could not hold.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
     mut meta: Metadata,
-) -> (Profile, Storage) {
+) -> Recording {
     let counts = program::counts(skel);
     let (dropped, user_full) = program::drops(skel);
     let Counted {
@@ -41,14 +41,19 @@ pub(super) fn collect(
         sample.cpu = None;
     }
     let missed = missed_stacks(&profile);
-    profile.meta.hints = hints(config, processes, &tally, dropped, missed, user_full);
+    let hints = hints(config, processes, &tally, dropped, missed, user_full);
     let storage = Storage {
         stacks_full: collisions,
         counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
     };
-    (profile, storage)
+    Recording {
+        profile,
+        storage: Some(storage),
+        hints,
+        ..Recording::default()
+    }
 }
 
 /// The count map read into a stack table.
@@ -156,36 +161,36 @@ fn hints(
     dropped: u64,
     missed: u64,
     user_full: u64,
-) -> Vec<String> {
+) -> Vec<Hint> {
     let mut hints = Vec::new();
     if dropped > 0 {
-        hints.push(format!(
-            "{dropped} samples were not counted because the count map was full: raise --hash-storage-size (it is {})",
-            config.hash_storage_size
-        ));
+        hints.push(Hint::CountMapFull {
+            dropped,
+            entries: config.hash_storage_size,
+        });
     }
     if missed > 0 || user_full > 0 {
-        hints.push(format!(
-            "{missed} stack traces could not be stored: raise --stack-storage-size (it is {})",
-            config.stack_storage_size
-        ));
+        hints.push(Hint::StackStorageFull {
+            missed,
+            entries: config.stack_storage_size,
+        });
     }
     let broken: u64 = tally.broken_in.values().sum();
     let stats = &tally.stats;
     if stats.user_stacks > 0 && broken * 100 >= stats.user_stacks {
         let mut worst: Vec<_> = tally.broken_in.iter().collect();
         worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{:.1}% of user stacks broke off, most in {}: it may lack unwind info (.eh_frame), or run JIT code",
             broken as f64 * 100.0 / stats.user_stacks as f64,
             worst[0].0
-        ));
+        )));
     }
     if let Some(e) = &processes.load_error {
-        hints.push(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers"));
+        hints.push(Hint::Said(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers")));
     }
     if let Some(e) = &processes.loader_error {
-        hints.push(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples"));
+        hints.push(Hint::Said(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples")));
     }
     hints
 }
