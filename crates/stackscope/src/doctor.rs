@@ -17,8 +17,10 @@ use crate::cli::DoctorArgs;
 /// Said after errors about permissions or the machine.
 pub(crate) const HINT: &str = "run `stackscope doctor` to check what this machine allows";
 
-/// Adds [`HINT`] to an error that comes from what the machine or the user is allowed.
+/// Words a source's error with the flags that fix it, and adds [`HINT`] to one that comes from
+/// what the machine or the user is allowed.
 pub(crate) fn point_to(e: anyhow::Error) -> anyhow::Error {
+    let e = in_flags(e);
     let about_machine = e.chain().any(|cause| {
         cause.downcast_ref::<SampleError>().is_some_and(machine_limit)
             || matches!(
@@ -32,6 +34,28 @@ pub(crate) fn point_to(e: anyhow::Error) -> anyhow::Error {
     } else {
         e
     }
+}
+
+/// The errors whose fix is one of our flags, in the command line's words; the others as the
+/// sources say them.
+fn in_flags(e: anyhow::Error) -> anyhow::Error {
+    if let Some(SampleError::PrivilegedExec { command, why }) = e.downcast_ref() {
+        return anyhow::anyhow!(
+            "cannot profile {command}: it {why}, so its exec changes privileges and the kernel \
+             stops sampling it there (no samples); profile a copy without that (`cp {command} \
+             ./copy` drops setuid, setgid and capabilities), run stackscope as the user it runs \
+             as, or as root record it with --backend bpf (its events belong to the CPUs, not to \
+             the process); `stackscope doctor -- {command}` checks"
+        );
+    }
+    if let Some(BpfError::NoBtf) = e.downcast_ref() {
+        return anyhow::anyhow!(
+            "this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which \
+             the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the \
+             perf_event backend (`stackscope record` without --backend bpf)"
+        );
+    }
+    e
 }
 
 /// Errors that say what this user or this kernel does not allow.
