@@ -36,7 +36,7 @@ pub enum SampleError {
     Perf { what: String, source: io::Error },
     #[error("CPU {cpu} is not online (online CPUs: {online})")]
     InvalidCpu { cpu: u32, online: String },
-    #[error("sampling frequency {requested} Hz is above kernel.perf_event_max_sample_rate ({max}): lower -F, or raise the limit with `sysctl kernel.perf_event_max_sample_rate={requested}`")]
+    #[error("sampling frequency {requested} Hz is above kernel.perf_event_max_sample_rate ({max}): lower the frequency, or raise the limit with `sysctl kernel.perf_event_max_sample_rate={requested}`")]
     FrequencyTooHigh { requested: u64, max: u64 },
     #[error("invalid sampling settings: {0}")]
     InvalidConfig(String),
