@@ -26,9 +26,9 @@ use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, ProfileSkel, Sampling, Settings};
 use sampled::Targets;
 
-/// bcc profile's default stack storage: unique stacks kept (`--stack-storage-size`).
+/// bcc profile's default stack storage: unique stacks kept.
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
-/// bcc profile's default count map size: (pid, tid, stacks) keys kept (`--hash-storage-size`).
+/// bcc profile's default count map size: (pid, tid, stacks) keys kept.
 pub const DEFAULT_HASH_STORAGE: u32 = 40960;
 
 /// How often each CPU is sampled.
@@ -44,18 +44,18 @@ pub enum Rate {
 #[derive(Debug, Clone)]
 pub struct BpfConfig {
     pub target: Target,
-    /// Sample only this CPU (`-C`).
+    /// Sample only this CPU.
     pub cpu: Option<u32>,
     pub rate: Rate,
-    /// Take user stacks (off with `-K`).
+    /// Take user stacks.
     pub user: bool,
-    /// Take kernel stacks (off with `-U`).
+    /// Take kernel stacks.
     pub kernel: bool,
-    /// Keep samples of the idle task (`-I`).
+    /// Keep samples of the idle task.
     pub include_idle: bool,
-    /// Entries of the kernel and of the user stack maps (`--stack-storage-size`).
+    /// Entries of the kernel and of the user stack maps.
     pub stack_storage_size: u32,
-    /// Entries of the count map (`--hash-storage-size`).
+    /// Entries of the count map.
     pub hash_storage_size: u32,
     /// Stop after this long; `None` runs until the target exits or `stop` is set.
     pub duration: Option<Duration>,
