@@ -9,7 +9,9 @@ pub enum BpfError {
     Sample(#[from] SampleError),
     #[error("loading BPF programs needs root or the CAP_BPF and CAP_PERFMON capabilities (running as uid {euid}): run as root, or `setcap cap_bpf,cap_perfmon+ep` on the stackscope binary")]
     NotPermitted { euid: u32 },
-    #[error("this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the perf_event backend (`stackscope record` without --backend bpf)")]
+    /// The message names the fix in this crate's terms; a command line words it with its own
+    /// flags.
+    #[error("this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the perf_event source")]
     NoBtf,
     #[error("the kernel's verifier rejected BPF program {program} (kernel 6.4 or newer is needed for its loops): {log}")]
     Verifier { program: String, log: String },

@@ -20,7 +20,4 @@ mod record;
 mod tables;
 
 pub use error::BpfError;
-pub use program::ProgramCost;
-pub use record::{
-    record, BpfConfig, BpfRecording, DEFAULT_FREQUENCY, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE,
-};
+pub use record::{record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};

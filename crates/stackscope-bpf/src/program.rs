@@ -11,9 +11,11 @@ use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use perf_event_open_sys as perf;
 use stackscope_linux::sampler::SampleError;
+use stackscope_stacks::ProgramCost;
 
 use crate::error::BpfError;
 use crate::layout::{self, CountKey, UserStack};
+use crate::Rate;
 
 #[allow(
     clippy::all,
@@ -155,15 +157,6 @@ pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     out
 }
 
-/// What a BPF program cost while the kernel timed it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramCost {
-    /// Times it ran.
-    pub runs: u64,
-    /// Time spent in it in all, in nanoseconds.
-    pub run_time_ns: u64,
-}
-
 /// Has the kernel time every BPF program's runs until the returned descriptor is closed
 /// (`BPF_ENABLE_STATS`, kernel 5.8+); `None` when the kernel refuses.
 pub(crate) fn time_programs() -> Option<OwnedFd> {
@@ -179,6 +172,7 @@ pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
     Some(ProgramCost {
         runs: info.run_cnt,
         run_time_ns: info.run_time_ns,
+        verified_insns: Vec::new(),
     })
 }
 
@@ -209,22 +203,17 @@ pub(crate) struct Sampling {
 impl Sampling {
     /// Opens a cpu-clock event on each CPU and attaches the sampling program (which enables
     /// it).
-    pub fn start(
-        skel: &ProfileSkel<'_>,
-        cpus: &[u32],
-        frequency: Option<u64>,
-        period: Option<u64>,
-    ) -> Result<Sampling, BpfError> {
+    pub fn start(skel: &ProfileSkel<'_>, cpus: &[u32], rate: Rate) -> Result<Sampling, BpfError> {
         let mut attr = perf::bindings::perf_event_attr {
             type_: perf::bindings::PERF_TYPE_SOFTWARE,
             size: std::mem::size_of::<perf::bindings::perf_event_attr>() as u32,
             config: perf::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
             ..Default::default()
         };
-        match (frequency, period) {
-            (_, Some(ns)) if frequency.is_none() => attr.__bindgen_anon_1.sample_period = ns,
-            (hz, _) => {
-                attr.__bindgen_anon_1.sample_freq = hz.unwrap_or(crate::DEFAULT_FREQUENCY);
+        match rate {
+            Rate::Period(ns) => attr.__bindgen_anon_1.sample_period = ns,
+            Rate::Frequency(hz) => {
+                attr.__bindgen_anon_1.sample_freq = hz;
                 attr.set_freq(1);
             }
         }

@@ -1,7 +1,7 @@
 //! One recording with the BPF program: resolve the target (launching a command held until its
 //! tables are loaded), load the program, sample until the duration ends, the target exits or
 //! the caller asks to stop, follow the processes' execs and library loads meanwhile, then read the
-//! counted stacks and symbolize them into a [`Profile`] through the same stack table as the
+//! counted stacks and symbolize them into a profile through the same stack table as the
 //! perf_event source.
 
 mod collect;
@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_linux::sampler;
 use stackscope_linux::target::{self, HeldChild, Target};
-use stackscope_profile::{Metadata, Profile};
+use stackscope_profile::Metadata;
+use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
@@ -25,49 +26,52 @@ use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, ProfileSkel, Sampling, Settings};
 use sampled::Targets;
 
-/// bcc profile's default sampling frequency.
-pub const DEFAULT_FREQUENCY: u64 = 49;
-/// bcc profile's default stack storage: unique stacks kept (`--stack-storage-size`).
+/// bcc profile's default stack storage: unique stacks kept.
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
-/// bcc profile's default count map size: (pid, tid, stacks) keys kept (`--hash-storage-size`).
+/// bcc profile's default count map size: (pid, tid, stacks) keys kept.
 pub const DEFAULT_HASH_STORAGE: u32 = 40960;
 
-/// What to record, with bcc profile's defaults from [`BpfConfig::new`].
+/// How often each CPU is sampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rate {
+    /// Samples per second per CPU.
+    Frequency(u64),
+    /// Nanoseconds of cpu-clock per sample.
+    Period(u64),
+}
+
+/// What to record, with bcc profile's storage sizes from [`BpfConfig::new`].
 #[derive(Debug, Clone)]
 pub struct BpfConfig {
     pub target: Target,
-    /// Sample only this CPU (`-C`).
+    /// Sample only this CPU.
     pub cpu: Option<u32>,
-    /// Samples per second per CPU (`-F`); when neither this nor `period` is set, 49 Hz.
-    pub frequency: Option<u64>,
-    /// Nanoseconds of cpu-clock per sample (`-c`).
-    pub period: Option<u64>,
-    /// Take user stacks (off with `-K`).
+    pub rate: Rate,
+    /// Take user stacks.
     pub user: bool,
-    /// Take kernel stacks (off with `-U`).
+    /// Take kernel stacks.
     pub kernel: bool,
-    /// Keep samples of the idle task (`-I`).
+    /// Keep samples of the idle task.
     pub include_idle: bool,
-    /// Entries of the kernel and of the user stack maps (`--stack-storage-size`).
+    /// Entries of the kernel and of the user stack maps.
     pub stack_storage_size: u32,
-    /// Entries of the count map (`--hash-storage-size`).
+    /// Entries of the count map.
     pub hash_storage_size: u32,
     /// Stop after this long; `None` runs until the target exits or `stop` is set.
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
     pub command: Vec<String>,
-    /// Have the kernel time the sampling program ([`BpfRecording::sampler_cost`]). While on,
+    /// Have the kernel time the sampling program ([`Recording::program_cost`]). While on,
     /// every BPF program on the machine pays for two clock reads per run.
     pub measure_cost: bool,
 }
 
 impl BpfConfig {
-    pub fn new(target: Target) -> Self {
+    pub fn new(target: Target, rate: Rate) -> Self {
         BpfConfig {
             target,
             cpu: None,
-            frequency: None,
-            period: None,
+            rate,
             user: true,
             kernel: true,
             include_idle: false,
@@ -80,31 +84,6 @@ impl BpfConfig {
     }
 }
 
-/// What a recording produced.
-#[derive(Debug)]
-pub struct BpfRecording {
-    pub profile: Profile,
-    /// The launched command's exit status, when it exited during the recording.
-    pub exit_status: Option<std::process::ExitStatus>,
-    pub child_pid: Option<u32>,
-    /// True when the recording ended because `stop` was set.
-    pub interrupted: bool,
-    /// Count-map keys times sides (user, kernel) whose stack could not be stored, as bcc
-    /// counts them for its warning.
-    pub missed_stacks: u64,
-    /// Some of those failed because the stack storage was full or its hash bucket taken.
-    pub stack_collisions: bool,
-    /// The count map reached `hash_storage_size` entries.
-    pub hash_full: bool,
-    /// Samples not counted because the count map was full.
-    pub dropped_samples: u64,
-    /// Instructions the kernel's verifier walked for each BPF program.
-    pub verified_insns: Vec<(String, u32)>,
-    /// What the sampling program cost, as the kernel timed it (with `measure_cost`, when the
-    /// kernel allows it).
-    pub sampler_cost: Option<program::ProgramCost>,
-}
-
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
@@ -115,11 +94,8 @@ pub fn record(
     config: BpfConfig,
     stop: &AtomicBool,
     on_start: impl FnOnce(),
-) -> Result<BpfRecording, BpfError> {
-    sampled::check_rate(config.frequency, config.period)?;
-    if config.period.is_none() {
-        sampled::check_frequency(config.frequency.unwrap_or(DEFAULT_FREQUENCY))?;
-    }
+) -> Result<Recording, BpfError> {
+    sampled::check_rate(config.rate)?;
     let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
 
@@ -139,7 +115,7 @@ pub fn record(
 
     // Timing starts before the first sample and is read after the last.
     let timing = config.measure_cost.then(program::time_programs).flatten();
-    let mut sampling = Sampling::start(&skel, &cpus, config.frequency, config.period)?;
+    let mut sampling = Sampling::start(&skel, &cpus, config.rate)?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
     if let Some(child) = child.as_mut() {
@@ -171,16 +147,19 @@ pub fn record(
     }
 
     let meta = metadata(&config, elapsed);
-    let mut result = collect::collect(&skel, &config, &mut processes, meta);
-    result.exit_status = child
-        .as_ref()
-        .and_then(|c| c.status)
-        .map(std::process::ExitStatus::from_raw);
-    result.child_pid = child.as_ref().map(|c| c.pid);
-    result.interrupted = interrupted;
-    result.verified_insns = verified_insns;
-    result.sampler_cost = sampler_cost;
-    Ok(result)
+    let counted = collect::collect(&skel, &config, &mut processes, meta);
+    Ok(Recording {
+        exit_status: child
+            .as_ref()
+            .and_then(|c| c.status)
+            .map(std::process::ExitStatus::from_raw),
+        interrupted,
+        program_cost: Some(ProgramCost {
+            verified_insns,
+            ..sampler_cost.unwrap_or_default()
+        }),
+        ..counted
+    })
 }
 
 /// What the program is loaded with.
@@ -280,12 +259,14 @@ fn metadata(config: &BpfConfig, elapsed: Duration) -> Metadata {
     Metadata {
         source: "ebpf".into(),
         event: "cpu-clock".into(),
-        frequency_hz: if config.period.is_some() {
-            None
-        } else {
-            Some(config.frequency.unwrap_or(DEFAULT_FREQUENCY))
+        frequency_hz: match config.rate {
+            Rate::Frequency(hz) => Some(hz),
+            Rate::Period(_) => None,
         },
-        period: config.period,
+        period: match config.rate {
+            Rate::Period(ns) => Some(ns),
+            Rate::Frequency(_) => None,
+        },
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
         ..Metadata::default()

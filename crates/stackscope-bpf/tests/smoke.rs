@@ -5,9 +5,10 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use stackscope_bpf::{record, BpfConfig, BpfRecording};
+use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_linux::target::Target;
 use stackscope_profile::{FrameKind, Profile};
+use stackscope_stacks::Recording;
 use stackscope_testkit::truth::Truth;
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
@@ -99,14 +100,14 @@ fn build(dir: &std::path::Path, name: &str, text: &str) -> std::path::PathBuf {
     )
 }
 
-fn run(config: BpfConfig) -> BpfRecording {
+fn run(config: BpfConfig) -> Recording {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let stop = AtomicBool::new(false);
     record(config, &stop, || {}).expect("BPF recording failed")
 }
 
 /// Records as [`run`] does a command that `config` launches, which must exit 0.
-fn run_launched(config: BpfConfig) -> BpfRecording {
+fn run_launched(config: BpfConfig) -> Recording {
     let rec = run(config);
     assert!(
         rec.exit_status.is_some_and(|s| s.success()),
@@ -160,12 +161,10 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "split", SPLIT_C);
     let truth_file = dir.path().join("split.truth");
-    let mut config = BpfConfig::new(Target::Command(vec![
-        exe.into(),
-        "4000".into(),
-        truth_file.clone().into(),
-    ]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(
+        Target::Command(vec![exe.into(), "4000".into(), truth_file.clone().into()]),
+        Rate::Frequency(499),
+    );
     let rec = run_launched(config);
     let profile = &rec.profile;
     let all = total(profile);
@@ -182,7 +181,7 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
         "{main} of {in_split} samples in func_a/func_b unwound to main:{}",
         top_stacks(profile)
     );
-    assert_eq!(rec.missed_stacks, 0);
+    assert_eq!(rec.storage.map(|s| s.missed_stacks), Some(0));
     Truth::read(&truth_file).assert_matches(
         all,
         |name| samples_with(profile, |f| f.name == name) as f64 / all as f64,
@@ -194,8 +193,7 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
 fn syscall_heavy_workload_has_kernel_stacks() {
     let dir = tempfile::tempdir().unwrap();
     let exe = build(dir.path(), "writer", WRITER_C);
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
-    config.frequency = Some(499);
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
     config.duration = Some(Duration::from_secs(30));
     let rec = run(config);
     let profile = &rec.profile;
@@ -241,8 +239,10 @@ fn library_opened_later_is_unwound_from_its_first_samples() {
         &["-ldl"],
         "dlopener",
     );
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into(), lib.into()]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(
+        Target::Command(vec![exe.into(), lib.into()]),
+        Rate::Frequency(499),
+    );
     let rec = run_launched(config);
     let profile = &rec.profile;
     let hot = samples_with(profile, |f| f.name == "churn" || f.name == "hot");
@@ -273,8 +273,7 @@ fn attached_process_is_followed_into_the_children_it_forks() {
         .expect("cannot start the test program");
     let parent_pid = parent.id();
     let mut stdin = parent.stdin.take().unwrap();
-    let mut config = BpfConfig::new(Target::Pids(vec![parent_pid]));
-    config.frequency = Some(499);
+    let mut config = BpfConfig::new(Target::Pids(vec![parent_pid]), Rate::Frequency(499));
     config.duration = Some(Duration::from_secs(60));
     // The fork happens only once sampling runs.
     let rec = {

@@ -6,9 +6,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
-use stackscope_bpf::{record, BpfConfig, BpfRecording};
+use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_linux::target::Target;
 use stackscope_profile::Profile;
+use stackscope_stacks::Recording;
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -101,13 +102,15 @@ fn recurse(depth: u32) -> u64 {
 fn main() { std::process::exit((recurse(300) & 1) as i32) }
 "#;
 
-fn run(exe: std::path::PathBuf) -> BpfRecording {
+fn run(exe: std::path::PathBuf) -> Recording {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]));
-    config.frequency = Some(499);
+    let config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
     let stop = AtomicBool::new(false);
     let rec = record(config, &stop, || {}).expect("BPF recording failed");
-    eprintln!("instructions verified: {:?}", rec.verified_insns);
+    eprintln!(
+        "instructions verified: {:?}",
+        rec.program_cost.as_ref().map(|c| &c.verified_insns)
+    );
     assert!(
         rec.exit_status.is_some(),
         "the workload did not finish: {:?}",

@@ -9,7 +9,9 @@ pub enum SampleError {
     CommandNotFound(String),
     #[error("permission denied executing {0}: make it executable (chmod +x) or check that its filesystem is not mounted noexec")]
     NotExecutable(String),
-    #[error("cannot profile {command}: it {why}, so its exec changes privileges and the kernel stops sampling it there (no samples); profile a copy without that (`cp {command} ./copy` drops setuid, setgid and capabilities), run stackscope as the user it runs as, or as root record it with --backend bpf (its events belong to the CPUs, not to the process); `stackscope doctor -- {command}` checks")]
+    /// The command's exec would change privileges. The message says what to do in this
+    /// crate's terms; a command line words it with its own flags.
+    #[error("cannot profile {command}: it {why}, so its exec changes privileges and the kernel stops sampling it there (no samples); profile a copy without that (`cp {command} ./copy` drops setuid, setgid and capabilities), sample it as the user it runs as, or as root sample it with the eBPF source (its events belong to the CPUs, not to the process)")]
     PrivilegedExec { command: String, why: String },
     #[error("cannot execute {command}: {source}")]
     Exec { command: String, source: io::Error },
@@ -34,7 +36,7 @@ pub enum SampleError {
     Perf { what: String, source: io::Error },
     #[error("CPU {cpu} is not online (online CPUs: {online})")]
     InvalidCpu { cpu: u32, online: String },
-    #[error("sampling frequency {requested} Hz is above kernel.perf_event_max_sample_rate ({max}): lower -F, or raise the limit with `sysctl kernel.perf_event_max_sample_rate={requested}`")]
+    #[error("sampling frequency {requested} Hz is above kernel.perf_event_max_sample_rate ({max}): lower the frequency, or raise the limit with `sysctl kernel.perf_event_max_sample_rate={requested}`")]
     FrequencyTooHigh { requested: u64, max: u64 },
     #[error("invalid sampling settings: {0}")]
     InvalidConfig(String),

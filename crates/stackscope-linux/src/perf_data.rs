@@ -2,7 +2,7 @@
 //! replayed through the same collector `stackscope record` uses (process maps from the mmap,
 //! comm, fork and exit records; user stacks unwound from the sample's registers and stack copy,
 //! or taken from its frame-pointer callchain; kernel callchains as they are), then symbolized
-//! once per unique address into a [`Profile`].
+//! once per unique address into a profile, handed back as a [`Recording`] with its hints.
 //!
 //! The file is read where it was recorded: binaries, their unwind info and kernel symbols come
 //! from this machine. The build-ids in the file's header tell whether a binary on disk is still
@@ -17,7 +17,8 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use linux_perf_data::{DsoKey, PerfFile, PerfFileReader, PerfFileRecord};
-use stackscope_profile::{Metadata, Profile};
+use stackscope_profile::Metadata;
+use stackscope_stacks::{Hint, Recording};
 
 use crate::event::Event;
 use crate::maps::Mapping;
@@ -69,12 +70,12 @@ pub struct Progress {
 /// How often (in records) the progress callback is called.
 const PROGRESS_EVERY: u64 = 4096;
 
-/// Reads the perf.data file at `path` into a profile. `progress` is called now and then while
+/// Reads the perf.data file at `path` into a recording. `progress` is called now and then while
 /// the records are read, and once more when symbolization starts (with `done == total`).
 pub fn read_perf_data(
     path: &Path,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Profile, PerfDataError> {
+) -> Result<Recording, PerfDataError> {
     let file = File::open(path)
         .map_err(|e| PerfDataError::new(format!("cannot open {}: {e}", path.display())))?;
     read_perf_data_from(BufReader::with_capacity(1 << 20, file), path, progress)
@@ -87,7 +88,7 @@ pub fn read_perf_data_from<R: Read + Seek>(
     mut input: R,
     path: &Path,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Profile, PerfDataError> {
+) -> Result<Recording, PerfDataError> {
     let total = input
         .seek(SeekFrom::End(0))
         .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?;
@@ -151,17 +152,17 @@ pub fn read_perf_data_from<R: Read + Seek>(
             .map_err(|what| PerfDataError::damaged(path, position.get(), total, what))?;
     }
     progress(Progress { done: total, total });
-    Ok(into_profile(collector, &replay, &config, event, command))
+    Ok(into_recording(collector, &replay, &config, event, command))
 }
 
-/// The profile of what was replayed, with the file's metadata.
-fn into_profile(
+/// The profile of what was replayed, with the file's metadata, and its hints.
+fn into_recording(
     mut collector: Collector,
     replay: &Replay,
     config: &SamplerConfig,
     event: String,
     command: Vec<String>,
-) -> Profile {
+) -> Recording {
     collector.handle(Event::Lost {
         count: replay.lost(),
     });
@@ -174,17 +175,17 @@ fn into_profile(
         command,
         ..Metadata::default()
     };
-    let mut profile = collector.finish(meta, config, false);
+    let mut recording = collector.finish(meta, config, false);
     if config.kernel
         && replay
             .kernel_text()
             .is_some_and(|t| running_kernel_text() != Some(t))
     {
-        profile.meta.hints.push(
+        recording.hints.push(Hint::Said(
             "kernel frames are named from the running kernel, which is not the recorded one (or was booted again since): they may be misnamed".into(),
-        );
+        ));
     }
-    profile
+    recording
 }
 
 /// The event whose samples make the profile, and its name: cpu-clock (what stackscope itself

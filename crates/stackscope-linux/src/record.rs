@@ -85,12 +85,10 @@ pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recordi
         ..Metadata::default()
     };
     let kernel_excluded = sampler.kernel_excluded();
-    let profile = collector.finish(meta, &options.sampler, kernel_excluded);
     Ok(Recording {
-        profile,
         exit_status: sampler.exit_status(),
         interrupted,
         failure: failure.map(|e| e.to_string()),
-        ..Recording::default()
+        ..collector.finish(meta, &options.sampler, kernel_excluded)
     })
 }

@@ -41,19 +41,19 @@ pub enum StackMode {
 /// How to sample.
 #[derive(Debug, Clone)]
 pub struct SamplerConfig {
-    /// Only this CPU (`-C`).
+    /// Only this CPU.
     pub cpu: Option<u32>,
-    /// Samples per second per thread (`-F`). Exactly one of `frequency` and `period` is Some.
+    /// Samples per second per thread. Exactly one of `frequency` and `period` is Some.
     pub frequency: Option<u64>,
-    /// Nanoseconds of CPU time between samples (`-c`).
+    /// Nanoseconds of CPU time between samples.
     pub period: Option<u64>,
-    /// Capture user stacks (false under `-K`).
+    /// Capture user stacks.
     pub user: bool,
-    /// Capture kernel stacks (false under `-U`). Samples are taken in both modes either way;
+    /// Capture kernel stacks. Samples are taken in both modes either way;
     /// only the unwanted part of the stack is left out.
     pub kernel: bool,
     pub stack_mode: StackMode,
-    /// Keep samples of the idle task (pid 0) (`-I`).
+    /// Keep samples of the idle task (pid 0).
     pub include_idle: bool,
     /// Ring buffer data pages per CPU (rounded up to a power of two); 0 = a default that fits
     /// the stack mode.

@@ -7,6 +7,7 @@ use std::process::Command;
 
 use stackscope_linux::perf_data::{is_perf_data, read_perf_data, Progress};
 use stackscope_profile::{FrameKind, Profile};
+use stackscope_stacks::{Hint, Recording};
 use stackscope_testkit::compile;
 
 const FORKING_C: &str = r#"
@@ -108,7 +109,9 @@ fn dwarf_recording_of_a_forking_program_replays_both_processes() {
     assert!(is_perf_data(&head[..8]));
 
     let mut seen: Vec<Progress> = Vec::new();
-    let profile = read_perf_data(&data, &mut |p| seen.push(p)).expect("read perf.data");
+    let profile = read_perf_data(&data, &mut |p| seen.push(p))
+        .expect("read perf.data")
+        .profile;
     let size = head.len() as u64;
     assert!(
         seen.windows(2).all(|w| w[0].done <= w[1].done) && seen.iter().all(|p| p.total == size),
@@ -191,9 +194,13 @@ fn damaged_files_are_errors_naming_the_file_and_where() {
 fn a_kernel_moved_since_the_recording_is_hinted_at() {
     let dir = tempfile::tempdir().unwrap();
     let data = record_forking(dir.path(), "-fno-omit-frame-pointer", &["-F", "999", "-g"]);
-    let moved_hint = |p: &Profile| p.meta.hints.iter().any(|h| h.contains("running kernel"));
+    let moved_hint = |r: &Recording| {
+        r.hints
+            .iter()
+            .any(|h| matches!(h, Hint::Said(h) if h.contains("running kernel")))
+    };
     let same = read_perf_data(&data, &mut |_| {}).expect("read perf.data");
-    assert!(!moved_hint(&same), "hints: {:?}", same.meta.hints);
+    assert!(!moved_hint(&same), "hints: {:?}", same.hints);
 
     // perf's kernel mapping record: header, pid/tid, start, len, pgoff (the text address), path.
     let mut bytes = std::fs::read(&data).unwrap();
@@ -207,5 +214,5 @@ fn a_kernel_moved_since_the_recording_is_hinted_at() {
     let moved = dir.path().join("moved.data");
     std::fs::write(&moved, &bytes).unwrap();
     let other = read_perf_data(&moved, &mut |_| {}).expect("read perf.data");
-    assert!(moved_hint(&other), "hints: {:?}", other.meta.hints);
+    assert!(moved_hint(&other), "hints: {:?}", other.hints);
 }

@@ -1,11 +1,13 @@
 //! What a recording hands back, whichever source sampled: the profile, how the target ended,
-//! why sampling stopped early, and the figures only some sources measure. Every command
+//! why sampling stopped early, the figures only some sources measure, and the hints. Every command
 //! prints its end-of-run summary from this one type.
 
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use stackscope_profile::Profile;
+
+use crate::Hint;
 
 /// The result of one recording by any source.
 #[derive(Debug, Default)]
@@ -20,10 +22,13 @@ pub struct Recording {
     pub failure: Option<String>,
     /// What the kernel could not keep, for sources that count stacks in kernel maps.
     pub storage: Option<Storage>,
-    /// What an in-kernel sampling program cost, when the kernel timed it.
+    /// What an in-kernel sampling program cost, for sources that load one.
     pub program_cost: Option<ProgramCost>,
     /// How a stop-the-world source (a GDB stub) went, round by round.
     pub rounds: Option<Rounds>,
+    /// What made the stacks less than whole or the samples fewer, in order; the caller words
+    /// them into the profile's hints.
+    pub hints: Vec<Hint>,
 }
 
 /// Losses of a source that counts stacks in fixed-size kernel maps.
@@ -35,15 +40,20 @@ pub struct Storage {
     pub counts_full: bool,
     /// Samples not counted because the count map was full.
     pub dropped_samples: u64,
+    /// Stacks that could not be stored, counted as bcc profile counts them for its warning:
+    /// one per missed side (user, kernel) of each entry shown.
+    pub missed_stacks: u64,
 }
 
-/// What a sampling program in the kernel cost while the kernel timed it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What a sampling program in the kernel cost: to load, and to run while the kernel timed it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProgramCost {
-    /// Times it ran.
+    /// Times it ran; 0 when the kernel did not time it.
     pub runs: u64,
     /// Time spent in it in all, in nanoseconds.
     pub run_time_ns: u64,
+    /// Instructions the kernel's verifier walked for each program loaded (kernel 5.16+).
+    pub verified_insns: Vec<(String, u32)>,
 }
 
 /// How fast a stop-the-world source sampled and how long it held the target per round.

@@ -17,7 +17,8 @@ use crate::cli::DoctorArgs;
 /// Said after errors about permissions or the machine.
 pub(crate) const HINT: &str = "run `stackscope doctor` to check what this machine allows";
 
-/// Adds [`HINT`] to an error that comes from what the machine or the user is allowed.
+/// Words a source's error with the flags that fix it, and adds [`HINT`] to one that comes from
+/// what the machine or the user is allowed.
 pub(crate) fn point_to(e: anyhow::Error) -> anyhow::Error {
     let about_machine = e.chain().any(|cause| {
         cause.downcast_ref::<SampleError>().is_some_and(machine_limit)
@@ -27,11 +28,44 @@ pub(crate) fn point_to(e: anyhow::Error) -> anyhow::Error {
             )
             || matches!(cause.downcast_ref::<BpfError>(), Some(BpfError::Sample(e)) if machine_limit(e))
     });
-    if about_machine {
-        anyhow::anyhow!("{e:#}; {HINT}")
-    } else {
-        e
+    match (in_flags(&e), about_machine) {
+        (Some(text), true) => anyhow::anyhow!("{text}; {HINT}"),
+        (Some(text), false) => anyhow::anyhow!(text),
+        (None, true) => anyhow::anyhow!("{e:#}; {HINT}"),
+        (None, false) => e,
     }
+}
+
+/// The errors whose fix is one of our flags, in the command line's words; `None` for the
+/// others, said as the sources say them.
+fn in_flags(e: &anyhow::Error) -> Option<String> {
+    if let Some(BpfError::NoBtf) = e.downcast_ref() {
+        return Some(
+            "this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which \
+             the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the \
+             perf_event backend (`stackscope record` without --backend bpf)"
+                .to_string(),
+        );
+    }
+    let sample = match e.downcast_ref() {
+        Some(BpfError::Sample(sample)) => sample,
+        _ => e.downcast_ref::<SampleError>()?,
+    };
+    Some(match sample {
+        SampleError::PrivilegedExec { command, why } => format!(
+            "cannot profile {command}: it {why}, so its exec changes privileges and the kernel \
+             stops sampling it there (no samples); profile a copy without that (`cp {command} \
+             ./copy` drops setuid, setgid and capabilities), run stackscope as the user it runs \
+             as, or as root record it with --backend bpf (its events belong to the CPUs, not to \
+             the process); `stackscope doctor -- {command}` checks"
+        ),
+        SampleError::FrequencyTooHigh { requested, max } => format!(
+            "sampling frequency {requested} Hz is above kernel.perf_event_max_sample_rate \
+             ({max}): lower -F, or raise the limit with `sysctl \
+             kernel.perf_event_max_sample_rate={requested}`"
+        ),
+        _ => return None,
+    })
 }
 
 /// Errors that say what this user or this kernel does not allow.
@@ -369,5 +403,31 @@ fn unwinding(name: &str, sources: &UnwindSources) -> Check {
             format!("{name}: no unwind tables (.eh_frame/.debug_frame) and {fp}: its stacks will be cut short"),
             Some("build with unwind tables (gcc's default; not -fno-asynchronous-unwind-tables) or with -fno-omit-frame-pointer (Rust: -C force-frame-pointers=yes)"),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_worded_with_our_flags_whichever_source_returned_them() {
+        let too_high = || SampleError::FrequencyTooHigh {
+            requested: 100_000,
+            max: 1000,
+        };
+        for e in [
+            anyhow::Error::from(too_high()),
+            anyhow::Error::from(BpfError::Sample(too_high())),
+        ] {
+            let text = point_to(e).to_string();
+            assert!(text.contains("lower -F"), "{text}");
+            assert!(text.ends_with(HINT), "{text}");
+        }
+        let text = point_to(BpfError::NoBtf.into()).to_string();
+        assert!(text.contains("without --backend bpf"), "{text}");
+        assert!(text.ends_with(HINT), "{text}");
+        let text = point_to(SampleError::NoSuchProcess(7).into()).to_string();
+        assert_eq!(text, SampleError::NoSuchProcess(7).to_string());
     }
 }

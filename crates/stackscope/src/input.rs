@@ -85,5 +85,7 @@ fn read_perf_data(mut file: File, head: &[u8], path: &Path) -> Result<Profile> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    Ok(result?)
+    let mut recording = result?;
+    crate::hint::word_hints(&mut recording);
+    Ok(recording.profile)
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use stackscope_bpf::BpfConfig;
+use stackscope_bpf::{BpfConfig, Rate};
 use stackscope_linux::target::Target;
 use stackscope_profile::format::Format;
 use stackscope_stacks::Recording;
@@ -36,19 +36,21 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     };
     let banner = (!args.folded).then(|| banner(&args, frequency, period));
     let stop = stop_on_signals()?;
+    let rate = match period {
+        Some(ns) => Rate::Period(ns),
+        None => Rate::Frequency(frequency.unwrap_or(PROFILE_FREQUENCY)),
+    };
     let config = BpfConfig {
         cpu: args.cpu.cpu.and_then(|cpu| u32::try_from(cpu).ok()),
-        frequency,
-        period,
         user: !args.stacks.kernel_stacks_only,
         kernel: !args.stacks.user_stacks_only,
         include_idle: args.stacks.include_idle,
         stack_storage_size: args.stack_storage_size,
         hash_storage_size: args.hash_storage_size,
         duration: args.duration.map(std::time::Duration::from_secs),
-        ..BpfConfig::new(target)
+        ..BpfConfig::new(target, rate)
     };
-    let recording = crate::source_bpf::sample(config, &stop, || {
+    let mut recording = crate::source_bpf::sample(config, &stop, || {
         if let Some(banner) = &banner {
             let mut stdout = std::io::stdout().lock();
             let _ = writeln!(stdout, "{banner}");
@@ -59,6 +61,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     if !args.folded {
         println!();
     }
+    crate::hint::word_hints(&mut recording);
     finish(&recording, &output)?;
     Ok(0)
 }

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use stackscope_bpf::BpfConfig;
+use stackscope_bpf::{BpfConfig, Rate};
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
@@ -74,17 +74,20 @@ fn bpf_config(
     duration: Option<Duration>,
     command: &[String],
 ) -> BpfConfig {
+    let rate = match (config.frequency, config.period) {
+        (Some(hz), _) => Rate::Frequency(hz),
+        (None, Some(ns)) => Rate::Period(ns),
+        _ => unreachable!("either a frequency or a period is set"),
+    };
     BpfConfig {
         cpu: config.cpu,
-        frequency: config.frequency,
-        period: config.period,
         user: config.user,
         kernel: config.kernel,
         include_idle: config.include_idle,
         duration,
         command: command.to_vec(),
         measure_cost: true,
-        ..BpfConfig::new(target)
+        ..BpfConfig::new(target, rate)
     }
 }
 

@@ -5,9 +5,8 @@
 use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
-use stackscope_bpf::{BpfConfig, BpfRecording};
-use stackscope_profile::format::summary::missed_stacks;
-use stackscope_stacks::{ProgramCost, Recording, Storage};
+use stackscope_bpf::BpfConfig;
+use stackscope_stacks::Recording;
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
 /// sampling runs.
@@ -16,34 +15,14 @@ pub(crate) fn sample(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording> {
-    let recording = stackscope_bpf::record(config, stop, on_start)?;
-    Ok(recording_of(recording))
-}
-
-fn recording_of(bpf: BpfRecording) -> Recording {
-    Recording {
-        profile: bpf.profile,
-        exit_status: bpf.exit_status,
-        interrupted: bpf.interrupted,
-        failure: None,
-        storage: Some(Storage {
-            stacks_full: bpf.stack_collisions,
-            counts_full: bpf.hash_full,
-            dropped_samples: bpf.dropped_samples,
-        }),
-        program_cost: bpf.sampler_cost.map(|c| ProgramCost {
-            runs: c.runs,
-            run_time_ns: c.run_time_ns,
-        }),
-        rounds: None,
-    }
+    Ok(stackscope_bpf::record(config, stop, on_start)?)
 }
 
 /// bcc profile's warnings, in its words.
 pub(crate) fn bcc_warnings(recording: &Recording) -> Vec<String> {
     let mut warnings = Vec::new();
     let storage = recording.storage.unwrap_or_default();
-    let missed = missed_stacks(&recording.profile);
+    let missed = storage.missed_stacks;
     if missed > 0 {
         let hint = if storage.stacks_full {
             " Consider increasing --stack-storage-size."

@@ -6,7 +6,7 @@ use std::os::unix::process::ExitStatusExt;
 
 use anyhow::Result;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
-use stackscope_profile::format::{self, summary::missed_stacks};
+use stackscope_profile::format;
 use stackscope_profile::Profile;
 use stackscope_stacks::{ProgramCost, Recording, Rounds};
 
@@ -24,11 +24,12 @@ pub(crate) struct Ending<'a> {
 /// returns stackscope's exit code: the launched command's, else 0 (1 when nothing was
 /// sampled).
 pub(crate) fn finish(
-    recording: Recording,
+    mut recording: Recording,
     output: &Output,
     ending: Ending,
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
+    crate::hint::word_hints(&mut recording);
     say_failure(&recording);
     say_figures(&recording);
     let exit_code = recording.exit_status.map(|status| match status.code() {
@@ -71,12 +72,12 @@ pub(crate) fn say_failure(recording: &Recording) {
 
 /// The figures only some sources measure, each in one line.
 fn say_figures(recording: &Recording) {
-    if let Some(cost) = recording.program_cost.filter(|c| c.runs > 0) {
-        eprintln!("{}", describe_cost(&cost));
+    if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
+        eprintln!("{}", describe_cost(cost));
     }
     if let Some(storage) = &recording.storage {
         // record has no storage flags: say what was lost in its own words.
-        let missed = missed_stacks(&recording.profile);
+        let missed = storage.missed_stacks;
         if missed > 0 {
             eprintln!(
                 "stackscope: {missed} stacks could not be stored in the kernel's stack storage \

@@ -1,33 +1,34 @@
 //! The end of a recording: the counted stacks read back from the BPF maps into the stack table,
-//! named into a [`Profile`] as the perf_event source names its own, with hints for what the
+//! named into a [`stackscope_profile::Profile`] as the perf_event source names its own, with hints for what the
 //! maps could not hold.
 
 use std::collections::HashMap;
 
 use stackscope_linux::target;
+use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
 use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::{Hint, Recording, Storage};
 use stackscope_symbols::Symbolizer;
 
-use super::{BpfConfig, BpfRecording};
+use super::BpfConfig;
 use crate::layout::{self, CountKey};
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 
-/// Reads the counted stacks and symbolizes them.
+/// Reads the counted stacks and symbolizes them, with what the maps could not hold.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
     mut meta: Metadata,
-) -> BpfRecording {
+) -> Recording {
     let counts = program::counts(skel);
     let (dropped, user_full) = program::drops(skel);
     let Counted {
         table,
         comms,
-        missed,
         collisions,
     } = count_stacks(skel, config, processes, &counts);
 
@@ -39,18 +40,19 @@ pub(super) fn collect(
     for sample in &mut profile.samples {
         sample.cpu = None;
     }
-    profile.meta.hints = hints(config, processes, &tally, dropped, missed, user_full);
-    BpfRecording {
-        profile,
-        exit_status: None,
-        child_pid: None,
-        interrupted: false,
-        missed_stacks: missed,
-        stack_collisions: collisions,
-        hash_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
+    let missed = missed_stacks(&profile);
+    let hints = hints(config, processes, &tally, dropped, missed, user_full);
+    let storage = Storage {
+        stacks_full: collisions,
+        counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
-        verified_insns: Vec::new(),
-        sampler_cost: None,
+        missed_stacks: missed,
+    };
+    Recording {
+        profile,
+        storage: Some(storage),
+        hints,
+        ..Recording::default()
     }
 }
 
@@ -59,7 +61,7 @@ struct Counted {
     table: StackTable,
     /// Each (pid, tid)'s command name as the kernel saw it.
     comms: HashMap<(u32, u32), String>,
-    missed: u64,
+    /// Some stack id was lost to a full stack storage or a taken hash bucket.
     collisions: bool,
 }
 
@@ -74,7 +76,6 @@ fn count_stacks(
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
     let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
     let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
-    let mut missed = 0;
     let mut collisions = false;
     let mut frames = Vec::new();
     for (key, count) in counts {
@@ -95,7 +96,6 @@ fn count_stacks(
                 }
                 id if i64::from(id) == layout::NO_STACK => {}
                 id => {
-                    missed += 1;
                     collisions |= i64::from(id) == layout::STACK_COLLISION;
                     frames.push(RawFrame::Marker(MISSED_KERNEL));
                 }
@@ -117,7 +117,6 @@ fn count_stacks(
                 }
                 layout::NO_STACK => {}
                 id => {
-                    missed += 1;
                     collisions |= id == layout::STACK_COLLISION || id == layout::STACK_STORAGE_FULL;
                     frames.push(RawFrame::Marker(MISSED_USER));
                 }
@@ -129,7 +128,6 @@ fn count_stacks(
     Counted {
         table,
         comms,
-        missed,
         collisions,
     }
 }
@@ -163,36 +161,36 @@ fn hints(
     dropped: u64,
     missed: u64,
     user_full: u64,
-) -> Vec<String> {
+) -> Vec<Hint> {
     let mut hints = Vec::new();
     if dropped > 0 {
-        hints.push(format!(
-            "{dropped} samples were not counted because the count map was full: raise --hash-storage-size (it is {})",
-            config.hash_storage_size
-        ));
+        hints.push(Hint::CountMapFull {
+            dropped,
+            entries: config.hash_storage_size,
+        });
     }
     if missed > 0 || user_full > 0 {
-        hints.push(format!(
-            "{missed} stack traces could not be stored: raise --stack-storage-size (it is {})",
-            config.stack_storage_size
-        ));
+        hints.push(Hint::StackStorageFull {
+            missed,
+            entries: config.stack_storage_size,
+        });
     }
     let broken: u64 = tally.broken_in.values().sum();
     let stats = &tally.stats;
     if stats.user_stacks > 0 && broken * 100 >= stats.user_stacks {
         let mut worst: Vec<_> = tally.broken_in.iter().collect();
         worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{:.1}% of user stacks broke off, most in {}: it may lack unwind info (.eh_frame), or run JIT code",
             broken as f64 * 100.0 / stats.user_stacks as f64,
             worst[0].0
-        ));
+        )));
     }
     if let Some(e) = &processes.load_error {
-        hints.push(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers"));
+        hints.push(Hint::Said(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers")));
     }
     if let Some(e) = &processes.loader_error {
-        hints.push(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples"));
+        hints.push(Hint::Said(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples")));
     }
     hints
 }

@@ -6,24 +6,21 @@
 use stackscope_linux::sampler::SampleError;
 use stackscope_linux::target::{self, Target};
 
+use super::Rate;
 use crate::program::Filter;
 
-/// Refuses a frequency and a period given together, or either of them zero.
-pub(super) fn check_rate(frequency: Option<u64>, period: Option<u64>) -> Result<(), SampleError> {
-    if frequency.is_some() && period.is_some() {
-        return Err(SampleError::InvalidConfig(
-            "give a frequency or a period, not both".into(),
-        ));
-    }
-    if period == Some(0) || frequency == Some(0) {
-        return Err(SampleError::InvalidConfig(
+/// Refuses a rate of zero, or a frequency above what the kernel allows.
+pub(super) fn check_rate(rate: Rate) -> Result<(), SampleError> {
+    match rate {
+        Rate::Frequency(0) | Rate::Period(0) => Err(SampleError::InvalidConfig(
             "the frequency or period must be above 0".into(),
-        ));
+        )),
+        Rate::Frequency(hz) => check_frequency(hz),
+        Rate::Period(_) => Ok(()),
     }
-    Ok(())
 }
 
-pub(super) fn check_frequency(hz: u64) -> Result<(), SampleError> {
+fn check_frequency(hz: u64) -> Result<(), SampleError> {
     let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
         .ok()
         .and_then(|s| s.trim().parse::<u64>().ok());

@@ -1,12 +1,13 @@
 //! Turning a source's events into counted raw stacks: each process's comm and mappings are
 //! tracked from the events, every sample's user stack is unwound (or taken from its
-//! frame-pointer callchain), and the stacks are counted, then named into a [`Profile`].
+//! frame-pointer callchain), and the stacks are counted, then named into a profile.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use stackscope_profile::{Metadata, Profile, Thread};
+use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
+use stackscope_stacks::Recording;
 use stackscope_symbols::Symbolizer;
 
 use super::hints;
@@ -254,7 +255,7 @@ impl Collector {
         mut meta: Metadata,
         config: &SamplerConfig,
         kernel_excluded: bool,
-    ) -> Profile {
+    ) -> Recording {
         meta.lost_samples = self.lost;
         let missing = self.unwinder.modules_without_unwind_info();
         // What unwinding needed (parsed unwind tables, mapped sections, the live processes'
@@ -268,7 +269,7 @@ impl Collector {
             ..
         } = self;
         drop((processes, comms, unwinder));
-        let (mut profile, tally) = match fold {
+        let (profile, tally) = match fold {
             Some(fold) => {
                 fold.fold(table);
                 fold.finish().finish(meta)
@@ -278,7 +279,7 @@ impl Collector {
                 table.into_profile(&mut symbolizer, meta, &thread_names(self.live))
             }
         };
-        profile.meta.hints = hints::hints(&hints::Outcome {
+        let hints = hints::hints(&hints::Outcome {
             missing: &missing,
             stack_bytes: self.stack_bytes,
             live: self.live,
@@ -286,7 +287,11 @@ impl Collector {
             lost: self.lost,
             kernel_excluded: kernel_excluded && config.kernel,
         });
-        profile
+        Recording {
+            profile,
+            hints,
+            ..Recording::default()
+        }
     }
 }
 
@@ -366,7 +371,9 @@ mod tests {
             "the table grew to {largest} frames (bound {FOLD_AT_NODES})"
         );
         assert!(collector.fold.is_some(), "no table was folded");
-        let profile = collector.finish(Metadata::default(), &config, false);
+        let profile = collector
+            .finish(Metadata::default(), &config, false)
+            .profile;
         assert_eq!(profile.total_samples(), samples);
         // Every address lies in one function: one frame, one stack per (thread, cpu).
         assert_eq!(profile.frames.len(), 1, "{:?}", profile.frames);

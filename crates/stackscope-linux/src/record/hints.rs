@@ -1,9 +1,12 @@
-//! The hints a recording's profile carries: what made its stacks less than whole or its
-//! samples fewer, each with what to do about it.
+//! The hints a recording carries: what made its stacks less than whole or its samples fewer,
+//! each with what to do about it. Hints about a saved file speak of perf record's options,
+//! which are perf's; the ones about a live recording carry their figures, for the caller to
+//! word with its own options.
 
 use std::sync::Arc;
 
 use stackscope_stacks::table::{Tally, UNREADABLE};
+use stackscope_stacks::Hint;
 
 use super::MAX_STACK_COPY;
 
@@ -21,7 +24,7 @@ pub(super) struct Outcome<'a> {
     pub kernel_excluded: bool,
 }
 
-pub(super) fn hints(o: &Outcome<'_>) -> Vec<String> {
+pub(super) fn hints(o: &Outcome<'_>) -> Vec<Hint> {
     let mut hints = Vec::new();
     stack_hints(o, &mut hints);
     sample_hints(o, &mut hints);
@@ -29,31 +32,33 @@ pub(super) fn hints(o: &Outcome<'_>) -> Vec<String> {
 }
 
 /// Hints about stacks that are not whole.
-fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<String>) {
+fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     let stats = &o.tally.stats;
     if !o.missing.is_empty() {
         let names: Vec<&str> = o.missing.iter().map(|p| &**p).take(3).collect();
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{} binaries have no unwind info ({}{}): build with debug info or -C force-frame-pointers=yes",
             o.missing.len(),
             names.join(", "),
             if o.missing.len() > 3 { ", ..." } else { "" }
-        ));
+        )));
     }
     if let Some(bytes) = o.stack_bytes {
         let share = percent(stats.truncated, stats.user_stacks);
         if share >= 1.0 && !o.live {
-            hints.push(format!(
+            hints.push(Hint::Said(format!(
                 "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: record with a larger perf record --call-graph dwarf,SIZE"
-            ));
+            )));
         } else if share >= 1.0 && bytes < MAX_STACK_COPY {
-            hints.push(format!(
-                "{share:.1}% of stacks were deeper than the {bytes}-byte stack copy: raise --stack-size (at most {MAX_STACK_COPY})"
-            ));
+            hints.push(Hint::StackCopyShort {
+                share,
+                bytes,
+                max: MAX_STACK_COPY,
+            });
         } else if share >= 1.0 {
-            hints.push(format!(
+            hints.push(Hint::Said(format!(
                 "{share:.1}% of stacks were deeper than the largest stack copy perf_event allows ({MAX_STACK_COPY} bytes): their outermost frames are cut and marked [truncated]"
-            ));
+            )));
         }
     }
     let unreadable = percent(stats.unreadable, stats.user_stacks);
@@ -63,46 +68,41 @@ fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<String>) {
         } else {
             "; the others mostly in a page fault on the stack itself"
         };
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{unreadable:.1}% of user stacks could not be read when sampled ({} inside execve, where the kernel has already replaced the old program's memory while the thread still holds its registers{rest}): they show only the sampled instruction, above {UNREADABLE}, and are not counted as truncated",
             o.tally.unreadable_in_exec
-        ));
+        )));
     }
     let broken: u64 = o.tally.broken_in.values().sum();
     if percent(broken, stats.user_stacks) >= 1.0 {
         let mut worst: Vec<(&Arc<str>, &u64)> = o.tally.broken_in.iter().collect();
         worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{:.1}% of stacks broke off, most in {}: it may lack unwind info, or run JIT code without a /tmp/perf-PID.map",
             percent(broken, stats.user_stacks),
             worst[0].0
-        ));
+        )));
     }
     let short = percent(o.tally.short_chains, stats.user_stacks);
     if short >= 10.0 {
-        hints.push(format!(
-            "{short:.1}% of frame-pointer stacks stop short of their entry point: the code was built without frame pointers; use --unwind dwarf (the default)"
-        ));
+        hints.push(Hint::ShortChains { share: short });
     }
 }
 
 /// Hints about samples that are missing.
-fn sample_hints(o: &Outcome<'_>, hints: &mut Vec<String>) {
+fn sample_hints(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     if o.lost > 0 && !o.live {
-        hints.push(format!(
+        hints.push(Hint::Said(format!(
             "{} samples were lost while recording: record with a lower perf record -F or a larger -m",
             o.lost
-        ));
+        )));
     } else if o.lost > 0 {
-        hints.push(format!(
-            "{} samples were lost because the ring buffer was full: lower -F or --stack-size",
-            o.lost
-        ));
+        hints.push(Hint::RingFull { lost: o.lost });
     }
     if o.kernel_excluded {
-        hints.push(
+        hints.push(Hint::Said(
             "kernel stacks were not sampled: kernel.perf_event_paranoid forbids it for this user; run as root, grant CAP_PERFMON, or set kernel.perf_event_paranoid=1".into(),
-        );
+        ));
     }
 }
 

@@ -288,7 +288,7 @@ fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, Samp
     match (config.frequency, config.period) {
         (Some(_), Some(_)) => {
             return Err(SampleError::InvalidConfig(
-                "both a frequency (-F) and a period (-c) were given; use one".into(),
+                "both a frequency and a period were given; give one".into(),
             ))
         }
         (Some(0), _) => {

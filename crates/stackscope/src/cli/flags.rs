@@ -123,7 +123,7 @@ pub(crate) fn format_name(names: &'static [&'static str]) -> impl TypedValuePars
 /// `record`'s samples per second: odd, so sampling does not run in lockstep with timers.
 pub const RECORD_FREQUENCY: u64 = 999;
 /// `profile`'s samples per second: bcc profile's.
-pub const PROFILE_FREQUENCY: u64 = stackscope_bpf::DEFAULT_FREQUENCY;
+pub const PROFILE_FREQUENCY: u64 = 49;
 /// `gdb`'s rounds per second: each round stops the guest, so fewer than `record` takes.
 pub const GDB_FREQUENCY: u64 = 100;
 /// Bytes of user stack `record` copies per sample when `--stack-size` is not given.

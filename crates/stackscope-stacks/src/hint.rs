@@ -1,0 +1,23 @@
+//! What a source tells the user about stacks that are not whole or samples that are missing,
+//! in the source's own terms: the figures and what ran short. The caller words each hint with
+//! its own options (a command line's flags), so no source names them.
+
+/// One thing the user could change to get whole stacks or every sample.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Hint {
+    /// `share` percent of user stacks were deeper than the `bytes` of stack copied per
+    /// sample, which can be raised up to `max` bytes.
+    StackCopyShort { share: f64, bytes: u32, max: u32 },
+    /// `share` percent of frame-pointer stacks stop short of their entry point: the code was
+    /// built without frame pointers, and unwinding with DWARF would walk it.
+    ShortChains { share: f64 },
+    /// `lost` samples were lost because the ring buffer was full: sampling less often or
+    /// copying less stack per sample would keep them.
+    RingFull { lost: u64 },
+    /// `dropped` samples were not counted because the count map, of `entries`, was full.
+    CountMapFull { dropped: u64, entries: u32 },
+    /// `missed` stacks could not be stored in the stack storage, of `entries` stacks.
+    StackStorageFull { missed: u64, entries: u32 },
+    /// A hint that names none of the caller's options, worded by the source.
+    Said(String),
+}
