@@ -65,3 +65,34 @@ pub fn big_kernel_function() -> u64 {
         .map(|w| w[1].0)
         .expect("a kernel function of 4 KiB (kallsyms needs root)")
 }
+
+/// A launched test program, killed and reaped on drop, so that a failing test leaves no
+/// process behind.
+pub struct Running(pub std::process::Child);
+
+impl Running {
+    /// Runs `cmd` with its output piped and waits for the "ready" line the test programs write
+    /// once their code of interest is about to run.
+    pub fn ready(cmd: &mut Command) -> Running {
+        use std::io::BufRead;
+        let mut child = Running(
+            cmd.stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}")),
+        );
+        let mut line = String::new();
+        let out = child.0.stdout.take().expect("piped stdout");
+        std::io::BufReader::new(out)
+            .read_line(&mut line)
+            .unwrap_or_else(|e| panic!("cannot read from {cmd:?}: {e}"));
+        assert_eq!(line, "ready\n", "{cmd:?} did not start");
+        child
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

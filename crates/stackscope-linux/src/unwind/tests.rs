@@ -2,11 +2,12 @@
 //! their registers, stack memory and maps are fed to the unwinder; every address must fall in
 //! the function the ELF symbol table says it should.
 
-use std::io::{BufRead, BufReader};
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
+
+use stackscope_testkit::Running;
 
 use nix::sys::ptrace;
 use nix::sys::wait::waitpid;
@@ -185,7 +186,7 @@ fn leaf(n: &str) -> bool {
 
 /// A running program, stopped under ptrace at a point chosen by the test; killed on drop.
 struct Tracee {
-    child: Child,
+    _child: Running,
     pid: u32,
     regs: UserRegs,
     stack: Vec<u8>,
@@ -196,17 +197,8 @@ impl Tracee {
     /// Runs `exe args`, waits for its "ready" line, then stops it until its ip is in
     /// `target` (the line is written before the code of interest starts spinning).
     fn start(exe: &Path, args: &[&str], target: Target) -> Self {
-        let mut child = Command::new(exe)
-            .args(args)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "ready\n", "{} did not start", exe.display());
-        let pid = child.id();
+        let child = Running::ready(Command::new(exe).args(args));
+        let pid = child.0.id();
         let nix_pid = Pid::from_raw(pid as i32);
         ptrace::seize(nix_pid, ptrace::Options::empty()).unwrap();
         let maps = ProcessMaps::from_proc(pid).unwrap();
@@ -219,7 +211,10 @@ impl Tracee {
         };
         let mut regs = UserRegs::default();
         let mut stopped = false;
-        for _ in 0..10_000 {
+        // Bounded by time, not tries: on a loaded machine the program may not run at all
+        // between two quick stops, so each try lets it run a little first.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
             ptrace::interrupt(nix_pid).unwrap();
             waitpid(nix_pid, None).unwrap();
             let r = ptrace::getregs(nix_pid).unwrap();
@@ -233,6 +228,7 @@ impl Tracee {
                 break;
             }
             ptrace::cont(nix_pid, None).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(200));
         }
         assert!(
             stopped,
@@ -240,7 +236,7 @@ impl Tracee {
             exe.display()
         );
         let mut tracee = Tracee {
-            child,
+            _child: child,
             pid,
             regs,
             stack: Vec::new(),
@@ -294,13 +290,6 @@ impl Tracee {
 
     fn path_of(&self, addr: u64) -> &str {
         self.maps.find(addr).map_or("?", |m| &m.path)
-    }
-}
-
-impl Drop for Tracee {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -2,9 +2,10 @@
 //! system's libc) row by row against `readelf --debug-dump=frames-interp`, and the per-process
 //! assembly against the addresses of a running program.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use stackscope_testkit::Running;
 
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use stackscope_testkit::compile;
@@ -443,28 +444,6 @@ fn libc_table_agrees_with_readelf() {
     assert!(stats.unsupported_rows < 100, "{stats:?}");
 }
 
-/// A running copy of PROGRAM_C; killed on drop.
-struct Running(std::process::Child);
-
-impl Running {
-    fn start(exe: &Path) -> Self {
-        let mut child = Command::new(exe).stdout(Stdio::piped()).spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line, "ready\n");
-        Running(child)
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Load bias of `path` in `pid`, computed from the lowest mapping and the first PT_LOAD,
 /// independently of how the cache does it.
 fn bias_of(pid: u32, path: &Path) -> u64 {
@@ -485,8 +464,8 @@ fn bias_of(pid: u32, path: &Path) -> u64 {
 fn process_tables_place_each_file_and_share_tables() {
     let dir = tempfile::tempdir().unwrap();
     let exe = gcc(dir.path(), "proc", &["-O2", "-fomit-frame-pointer"]);
-    let a = Running::start(&exe);
-    let b = Running::start(&exe);
+    let a = Running::ready(&mut Command::new(&exe));
+    let b = Running::ready(&mut Command::new(&exe));
     let mut cache = TableCache::new();
     let pa = cache.process(a.0.id(), &ProcessMaps::from_proc(a.0.id()).unwrap());
     let pb = cache.process(b.0.id(), &ProcessMaps::from_proc(b.0.id()).unwrap());
