@@ -178,8 +178,8 @@ impl StackTable {
         self.add_count(pid, tid, cpu, frames, end, 1);
     }
 
-    /// Counts one sample of a thread named `comm` in a process named `process` at the time of
-    /// the sample; these names win over the ones `into_profile`'s caller gives.
+    /// Counts `count` samples of a thread named `comm` in a process named `process` at the
+    /// time of the samples; these names win over the ones `into_profile`'s caller gives.
     pub fn add_named(
         &mut self,
         (pid, tid): (u32, u32),
@@ -187,6 +187,7 @@ impl StackTable {
         cpu: u32,
         frames: &[RawFrame],
         end: UserEnd,
+        count: u64,
     ) {
         let key = StackKey {
             pid,
@@ -197,7 +198,7 @@ impl StackTable {
             stack: self.stack(frames),
             end,
         };
-        *self.counts.entry(key).or_insert(0) += 1;
+        *self.counts.entry(key).or_insert(0) += count;
     }
 
     /// Counts `count` samples at once, for sources that count in the kernel.

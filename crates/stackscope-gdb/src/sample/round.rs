@@ -135,11 +135,8 @@ impl Sampling {
         };
         let comm = format!("cpu{vcpu}");
         let names = (comm.as_str(), self.process.as_str());
-        for _ in 0..n {
-            let frames = &self.frames;
-            self.stacks
-                .add_named((PID, vcpu), names, vcpu, frames, end.clone());
-        }
+        self.stacks
+            .add_named((PID, vcpu), names, vcpu, &self.frames, end, n);
     }
 
     /// Reads the library list again when code outside the known files showed up: a library

@@ -164,6 +164,7 @@ impl Collector {
             sample.cpu,
             &self.frames,
             end,
+            1,
         );
         if self.table.nodes() >= FOLD_AT_NODES {
             self.fold_table();

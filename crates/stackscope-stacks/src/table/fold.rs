@@ -282,7 +282,7 @@ mod tests {
         let add = |table: &mut StackTable, round: u32| {
             for (i, (pid, frames, end)) in stacks.iter().enumerate() {
                 for _ in 0..=i as u32 + round {
-                    table.add_named((*pid, *pid), ("c", "p"), round % 2, frames, end.clone());
+                    table.add_named((*pid, *pid), ("c", "p"), round % 2, frames, end.clone(), 1);
                 }
                 table.add(*pid, *pid + 1, 0, frames, end.clone());
             }
