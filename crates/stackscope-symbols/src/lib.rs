@@ -13,6 +13,7 @@ pub mod elf;
 mod elf_info;
 mod error;
 mod file_id;
+mod mini_debuginfo;
 mod perf_map;
 mod symbolizer;
 
