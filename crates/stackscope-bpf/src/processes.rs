@@ -12,7 +12,7 @@ use libbpf_rs::{Link, UprobeOpts};
 use stackscope_linux::maps::ProcessMaps;
 
 use crate::program::ProfileSkel;
-use crate::tables::{TableLoader, TableMaps};
+use crate::tables::{NotLoaded, TableLoader, TableMaps};
 
 #[derive(Default)]
 pub(crate) struct Processes {
@@ -34,7 +34,7 @@ pub(crate) struct Processes {
 
 fn table_maps<'a>(skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
     TableMaps {
-        rows: &skel.maps.unwind_rows,
+        tables: &skel.maps.unwind_tables,
         mappings: &skel.maps.unwind_mappings,
         procs: &skel.maps.unwind_procs,
     }
@@ -90,6 +90,12 @@ impl Processes {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         self.held.remove(&pid);
+    }
+
+    /// The files whose unwind tables the kernel could not take.
+    pub fn tables_not_loaded(&self) -> Option<&NotLoaded> {
+        let not_loaded = self.loader.as_ref()?.not_loaded();
+        (!not_loaded.files.is_empty()).then_some(not_loaded)
     }
 
     /// Whether the process was seen exiting (and its pid not since reused by a fork).

@@ -50,6 +50,7 @@ pub(crate) struct Settings {
     pub hold_loads: bool,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    pub table_files: u32,
 }
 
 /// What libbpf said while loading, kept for the error message when the verifier says no.
@@ -93,6 +94,7 @@ pub(crate) fn load<'a>(
         (&mut open.maps.stack_traces, settings.stack_storage_size),
         (&mut open.maps.user_stacks, settings.stack_storage_size),
         (&mut open.maps.counts, settings.hash_storage_size),
+        (&mut open.maps.unwind_tables, settings.table_files),
     ];
     for (map, size) in sizes {
         map.set_max_entries(size.max(1))

@@ -30,6 +30,8 @@ use sampled::Targets;
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
 /// bcc profile's default count map size: (pid, tid, stacks) keys kept.
 pub const DEFAULT_HASH_STORAGE: u32 = 40960;
+/// Files whose unwind tables the kernel holds at once: more than a busy machine maps.
+pub const DEFAULT_TABLE_FILES: u32 = 16384;
 
 /// How often each CPU is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +59,8 @@ pub struct BpfConfig {
     pub stack_storage_size: u32,
     /// Entries of the count map.
     pub hash_storage_size: u32,
+    /// Files whose unwind tables the kernel holds at once (each file's table is sized to it).
+    pub table_files: u32,
     /// Stop after this long; `None` runs until the target exits or `stop` is set.
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
@@ -77,6 +81,7 @@ impl BpfConfig {
             include_idle: false,
             stack_storage_size: DEFAULT_STACK_STORAGE,
             hash_storage_size: DEFAULT_HASH_STORAGE,
+            table_files: DEFAULT_TABLE_FILES,
             duration: None,
             command: Vec::new(),
             measure_cost: false,
@@ -173,6 +178,7 @@ fn settings(config: &BpfConfig, targets: &Targets) -> Settings {
         hold_loads: matches!(config.target, Target::Command(_)) && config.user,
         stack_storage_size: config.stack_storage_size,
         hash_storage_size: config.hash_storage_size,
+        table_files: config.table_files,
     }
 }
 
