@@ -21,7 +21,8 @@
 #ifndef STACKSCOPE_UNWIND_BPF_H
 #define STACKSCOPE_UNWIND_BPF_H
 
-#define UNWIND_MAX_FRAMES 127
+/* The most frames a walk may take (the caller's max_frames is at most this). */
+#define UNWIND_MAX_FRAMES 1024
 /* Map sizes; tables.rs reads the real sizes from the maps. Each file's rows are a map of their
  * own, sized to the file and created by user space, so row storage grows with what is mapped;
  * UNWIND_MAX_TABLES is how many files' tables the kernel holds at once. */
@@ -288,7 +289,7 @@ static long unwind_step(__u64 index, void *data)
 	__u64 pc = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0, saved_bp = bp;
 	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
 	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
-	 * constant every round (it would walk all 127 rounds apart). */
+	 * constant every round. */
 	__u64 n = index + 1;
 	__u8 kind = UNWIND_ROW_END;
 	__s16 cfa_offset = 0;
@@ -429,7 +430,7 @@ static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u
 	s.max = max_frames > 1 ? max_frames : 1;
 	s.status = UNWIND_TRUNCATED;
 	s.exact_ip = 1;
-	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	bpf_loop(s.max, unwind_step, &s, 0);
 	unwind_wipe(&s.window);
 	*status = s.status;
 	return s.n;
