@@ -1,5 +1,5 @@
 //! The sampled processes as user space follows them: what each has mapped (kept after it
-//! exits or execs, so its frames can still be named at the end), loading each one's unwind
+//! unmaps it, exits or execs, so its frames can still be named at the end), loading each one's unwind
 //! tables into the BPF maps when it starts, execs, loads libraries, or shows up in a sample
 //! without tables, and watching each dynamic loader they use for library loads.
 
@@ -71,7 +71,19 @@ impl Processes {
                 Err(e) => self.load_error = Some(format!("pid {pid}: {e}")),
             }
         }
-        self.maps.insert(pid, maps);
+        // Stacks are named at the end, by what was mapped when they were counted: a library
+        // closed since (dlclose) keeps its place until something else is mapped over it, as
+        // the perf source keeps every mapping its mmap events reported.
+        match self.maps.entry(pid) {
+            Entry::Occupied(mut seen) => {
+                for m in maps.iter() {
+                    seen.get_mut().insert(m.clone());
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert(maps);
+            }
+        }
     }
 
     /// A process that exited: its tables go, its maps stay for naming its frames.

@@ -177,8 +177,10 @@ static __always_inline bool has_tables(__u32 pid)
 /* Whether user space wants to hear of this process's exec, library loads and exit. */
 static __always_inline bool followed_process(__u32 pid, __u32 tgid)
 {
+	/* Across the system: processes with tables, and those that asked for them (a library
+	 * mapped while user space reads their maps must not be missed). */
 	if (filter == FILTER_NONE)
-		return has_tables(pid);
+		return has_tables(pid) || bpf_map_lookup_elem(&requested, &pid);
 	return bpf_map_lookup_elem(&filter_procs, &pid) || bpf_map_lookup_elem(&followed, &tgid);
 }
 
