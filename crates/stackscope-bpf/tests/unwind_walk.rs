@@ -289,7 +289,8 @@ fn deep_rust_recursion_reaches_main_past_127_frames() {
         })
         .map(|s| s.1)
         .sum();
-    assert!(all >= 200, "{all} samples in spin:{}", top(&stacks));
+    // spin runs 1.5 s of wall time: a loaded machine gives it fewer samples.
+    assert!(all >= 50, "{all} samples in spin:{}", top(&stacks));
     assert!(
         whole * 100 >= all * 95,
         "{whole} of {all} samples in spin have 301 recurse frames under main:{}",
