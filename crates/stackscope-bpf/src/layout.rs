@@ -11,7 +11,15 @@ pub(crate) const STACK_STORAGE_FULL: i64 = -(libc::E2BIG as i64);
 pub(crate) const DROP_COUNT_MAP_FULL: u32 = 0;
 pub(crate) const DROP_USER_STACK_FULL: u32 = 1;
 
+/// Frames of a kernel stack, and of a user stack in `user_stacks`.
 pub(crate) const MAX_STACK_FRAMES: usize = 127;
+/// `DEEP_STACK_ID`: set in the ids of user stacks kept in `deep_stacks`.
+pub(crate) const DEEP_STACK_ID: i64 = 1 << 62;
+
+/// The bytes of a stored user stack of `frames` frames: `len`, `end`, then the addresses.
+pub(crate) fn user_stack_size(frames: usize) -> usize {
+    8 + frames * 8
+}
 
 /// `enum user_end`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,7 +62,7 @@ impl CountKey {
     }
 }
 
-/// `struct user_stack`: addresses leaf first.
+/// `struct user_stack` (the prefix a map keeps): addresses leaf first.
 #[derive(Debug, Clone)]
 pub(crate) struct UserStack {
     pub ips: Vec<u64>,
@@ -63,16 +71,16 @@ pub(crate) struct UserStack {
 
 impl UserStack {
     pub fn from_bytes(b: &[u8]) -> Option<UserStack> {
-        let at = MAX_STACK_FRAMES * 8;
-        let len = (u32_at(b, at)? as usize).min(MAX_STACK_FRAMES);
-        let end = match u32_at(b, at + 4)? {
+        let held = b.len().checked_sub(8)? / 8;
+        let len = (u32_at(b, 0)? as usize).min(held);
+        let end = match u32_at(b, 4)? {
             0 => UserEnd::Complete,
             1 => UserEnd::Truncated,
             2 => UserEnd::Broken,
             _ => UserEnd::FramePointer,
         };
         Some(UserStack {
-            ips: words(&b[..len * 8]).collect(),
+            ips: words(&b[8..8 + len * 8]).collect(),
             end,
         })
     }
@@ -134,13 +142,19 @@ mod tests {
         );
         assert_eq!(k.comm, "prog");
 
-        let mut stack = vec![0u8; MAX_STACK_FRAMES * 8 + 8];
-        stack[..8].copy_from_slice(&0x1000u64.to_ne_bytes());
-        stack[8..16].copy_from_slice(&0x2000u64.to_ne_bytes());
-        stack[MAX_STACK_FRAMES * 8..][..4].copy_from_slice(&2u32.to_ne_bytes());
+        let mut stack = vec![0u8; user_stack_size(MAX_STACK_FRAMES)];
+        stack[..4].copy_from_slice(&2u32.to_ne_bytes());
+        stack[8..16].copy_from_slice(&0x1000u64.to_ne_bytes());
+        stack[16..24].copy_from_slice(&0x2000u64.to_ne_bytes());
         let s = UserStack::from_bytes(&stack).unwrap();
         assert_eq!(s.ips, [0x1000, 0x2000]);
         assert_eq!(s.end, UserEnd::Complete);
-        assert!(UserStack::from_bytes(&stack[..100]).is_none());
+        // A length beyond what the value holds reads what it holds.
+        stack[..4].copy_from_slice(&1000u32.to_ne_bytes());
+        assert_eq!(
+            UserStack::from_bytes(&stack).unwrap().ips.len(),
+            MAX_STACK_FRAMES
+        );
+        assert!(UserStack::from_bytes(&stack[..4]).is_none());
     }
 }

@@ -20,4 +20,6 @@ mod record;
 mod tables;
 
 pub use error::BpfError;
-pub use record::{record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
+pub use record::{
+    record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
+};

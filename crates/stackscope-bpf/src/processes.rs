@@ -1,5 +1,5 @@
 //! The sampled processes as user space follows them: what each has mapped (kept after it
-//! exits or execs, so its frames can still be named at the end), loading each one's unwind
+//! unmaps it, exits or execs, so its frames can still be named at the end), loading each one's unwind
 //! tables into the BPF maps when it starts, execs, loads libraries, or shows up in a sample
 //! without tables, and watching each dynamic loader they use for library loads.
 
@@ -12,7 +12,7 @@ use libbpf_rs::{Link, UprobeOpts};
 use stackscope_linux::maps::ProcessMaps;
 
 use crate::program::ProfileSkel;
-use crate::tables::{TableLoader, TableMaps};
+use crate::tables::{NotLoaded, TableLoader, TableMaps};
 
 #[derive(Default)]
 pub(crate) struct Processes {
@@ -34,7 +34,7 @@ pub(crate) struct Processes {
 
 fn table_maps<'a>(skel: &'a ProfileSkel<'_>) -> TableMaps<'a> {
     TableMaps {
-        rows: &skel.maps.unwind_rows,
+        tables: &skel.maps.unwind_tables,
         mappings: &skel.maps.unwind_mappings,
         procs: &skel.maps.unwind_procs,
     }
@@ -71,7 +71,19 @@ impl Processes {
                 Err(e) => self.load_error = Some(format!("pid {pid}: {e}")),
             }
         }
-        self.maps.insert(pid, maps);
+        // Stacks are named at the end, by what was mapped when they were counted: a library
+        // closed since (dlclose) keeps its place until something else is mapped over it, as
+        // the perf source keeps every mapping its mmap events reported.
+        match self.maps.entry(pid) {
+            Entry::Occupied(mut seen) => {
+                for m in maps.iter() {
+                    seen.get_mut().insert(m.clone());
+                }
+            }
+            Entry::Vacant(e) => {
+                e.insert(maps);
+            }
+        }
     }
 
     /// A process that exited: its tables go, its maps stay for naming its frames.
@@ -90,6 +102,12 @@ impl Processes {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(pid as i32, libc::SIGCONT) };
         self.held.remove(&pid);
+    }
+
+    /// The files whose unwind tables the kernel could not take.
+    pub fn tables_not_loaded(&self) -> Option<&NotLoaded> {
+        let not_loaded = self.loader.as_ref()?.not_loaded();
+        (!not_loaded.files.is_empty()).then_some(not_loaded)
     }
 
     /// Whether the process was seen exiting (and its pid not since reused by a fork).

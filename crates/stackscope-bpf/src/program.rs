@@ -50,7 +50,13 @@ pub(crate) struct Settings {
     pub hold_loads: bool,
     pub stack_storage_size: u32,
     pub hash_storage_size: u32,
+    pub table_files: u32,
+    /// Frames kept per user stack, at most [`MAX_USER_FRAMES`].
+    pub max_frames: u32,
 }
+
+/// `MAX_USER_FRAMES`: the middle's limit.
+pub(crate) const MAX_USER_FRAMES: u32 = stackscope_stacks::walk::MAX_FRAMES as u32;
 
 /// What libbpf said while loading, kept for the error message when the verifier says no.
 static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -88,11 +94,21 @@ pub(crate) fn load<'a>(
             data.ns_ino = ino;
         }
         data.hold_loads = settings.hold_loads;
+        data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
     }
+    // Deep stacks take values of max_frames frames; with fewer frames the map stays unused.
+    let deep_frames = (settings.max_frames as usize)
+        .clamp(layout::MAX_STACK_FRAMES + 1, MAX_USER_FRAMES as usize);
+    open.maps
+        .deep_stacks
+        .set_value_size(layout::user_stack_size(deep_frames) as u32)
+        .map_err(|e| BpfError::bpf("size the BPF maps", e))?;
     let sizes = [
         (&mut open.maps.stack_traces, settings.stack_storage_size),
         (&mut open.maps.user_stacks, settings.stack_storage_size),
+        (&mut open.maps.deep_stacks, settings.stack_storage_size),
         (&mut open.maps.counts, settings.hash_storage_size),
+        (&mut open.maps.unwind_tables, settings.table_files),
     ];
     for (map, size) in sizes {
         map.set_max_entries(size.max(1))
@@ -303,11 +319,12 @@ pub(crate) fn kernel_stack(skel: &ProfileSkel<'_>, id: i32) -> Option<Vec<u64>> 
 
 /// A user stack, leaf first, with how its walk ended.
 pub(crate) fn user_stack(skel: &ProfileSkel<'_>, id: i64) -> Option<UserStack> {
-    let value = skel
-        .maps
-        .user_stacks
-        .lookup(&id.to_ne_bytes(), MapFlags::ANY)
-        .ok()??;
+    let map = if id & layout::DEEP_STACK_ID != 0 {
+        &skel.maps.deep_stacks
+    } else {
+        &skel.maps.user_stacks
+    };
+    let value = map.lookup(&id.to_ne_bytes(), MapFlags::ANY).ok()??;
     UserStack::from_bytes(&value)
 }
 

@@ -30,6 +30,11 @@ use sampled::Targets;
 pub const DEFAULT_STACK_STORAGE: u32 = 16384;
 /// bcc profile's default count map size: (pid, tid, stacks) keys kept.
 pub const DEFAULT_HASH_STORAGE: u32 = 40960;
+/// Frames kept per user stack unless told otherwise: a compiler's query stacks run to a few
+/// hundred.
+pub const DEFAULT_MAX_FRAMES: u32 = 512;
+/// Files whose unwind tables the kernel holds at once: more than a busy machine maps.
+pub const DEFAULT_TABLE_FILES: u32 = 16384;
 
 /// How often each CPU is sampled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +62,11 @@ pub struct BpfConfig {
     pub stack_storage_size: u32,
     /// Entries of the count map.
     pub hash_storage_size: u32,
+    /// Files whose unwind tables the kernel holds at once (each file's table is sized to it).
+    pub table_files: u32,
+    /// Frames kept per user stack (1 to [`stackscope_stacks::walk::MAX_FRAMES`]); a deeper stack ends in
+    /// `[truncated]`.
+    pub max_frames: u32,
     /// Stop after this long; `None` runs until the target exits or `stop` is set.
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
@@ -77,6 +87,8 @@ impl BpfConfig {
             include_idle: false,
             stack_storage_size: DEFAULT_STACK_STORAGE,
             hash_storage_size: DEFAULT_HASH_STORAGE,
+            table_files: DEFAULT_TABLE_FILES,
+            max_frames: DEFAULT_MAX_FRAMES,
             duration: None,
             command: Vec::new(),
             measure_cost: false,
@@ -96,6 +108,7 @@ pub fn record(
     on_start: impl FnOnce(),
 ) -> Result<Recording, BpfError> {
     sampled::check_rate(config.rate)?;
+    sampled::check_max_frames(config.max_frames)?;
     let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
 
@@ -173,6 +186,8 @@ fn settings(config: &BpfConfig, targets: &Targets) -> Settings {
         hold_loads: matches!(config.target, Target::Command(_)) && config.user,
         stack_storage_size: config.stack_storage_size,
         hash_storage_size: config.hash_storage_size,
+        table_files: config.table_files,
+        max_frames: config.max_frames,
     }
 }
 

@@ -1,14 +1,15 @@
 //! Writes unwind tables into the BPF maps the in-kernel walker reads (`bpf/unwind.bpf.h`):
-//! every file's rows into one shared row array, each process's mappings into a mapping
-//! array, and the process's slice of that array into `unwind_procs`.
+//! every file's rows into a BPF array of their own, sized to the file and put into
+//! `unwind_tables`, each process's mappings into a mapping array, and the process's slice of
+//! that array into `unwind_procs`.
 //!
-//! The two arrays are memory-mapped (`BPF_F_MMAPABLE`), so a million rows are a memcpy, not a
-//! million syscalls. A file's rows are written once and shared by every process mapping it;
-//! rows and mappings are placed first-fit in free ranges, and tables no process uses any more
-//! are evicted only when space runs out. What does not fit is reported in [`LoadStats`] and
-//! walked by frame pointers.
-
+//! Row storage grows with what is mapped: a file of a million rows gets a map of a million
+//! rows, written through shared memory (`BPF_F_MMAPABLE`), a memcpy rather than a million
+//! syscalls. A file's rows are written once and shared by every process mapping it; tables no
+//! process uses any more are dropped only when the kernel refuses room for a new one. What
+//! does not fit is counted ([`TableLoader::not_loaded`]) and walked by frame pointers.
 mod entries;
+mod file_rows;
 mod free_ranges;
 mod mapped;
 #[cfg(test)]
@@ -18,18 +19,19 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use libbpf_rs::{MapCore, MapFlags};
+use libbpf_rs::{MapCore, MapFlags, MapType};
 use stackscope_linux::maps::ProcessMaps;
 use stackscope_linux::unwind_table::{Row, TableCache, TableId};
+use std::os::fd::{AsFd, AsRawFd};
 
-use entries::{check, mapping_entry, row_bytes, MAPPING_SIZE, PROC_SIZE, ROW_SIZE};
+use entries::{check, mapping_entry, MAPPING_SIZE, PROC_SIZE, TABLE_SLOT_SIZE};
 use free_ranges::FreeRanges;
 use mapped::MappedArray;
 
 /// The maps of the walker, as the skeleton names them.
 pub struct TableMaps<'a> {
-    /// `unwind_rows`
-    pub rows: &'a dyn MapCore,
+    /// `unwind_tables`
+    pub tables: &'a dyn MapCore,
     /// `unwind_mappings`
     pub mappings: &'a dyn MapCore,
     /// `unwind_procs`
@@ -52,6 +54,19 @@ pub enum TableError {
         map: &'static str,
         source: std::io::Error,
     },
+    #[error("BPF map unwind_tables must be an array of maps, not {0:?}")]
+    NotMapOfMaps(MapType),
+    #[error("{rows} rows, more than the walker's search reaches (16777216)")]
+    TooManyRows { rows: usize },
+    #[error("the kernel refused a map of {rows} rows: {source}")]
+    Create {
+        rows: usize,
+        source: libbpf_rs::Error,
+    },
+    #[error("the kernel holds at most {slots} files' tables at once, all taken by files in use")]
+    NoSlot { slots: u32 },
+    #[error("cannot put a table into unwind_tables: {source}")]
+    Insert { source: libbpf_rs::Error },
     #[error("no room for the {count} mappings of pid {pid}: unwind_mappings holds {max} in all; profile fewer processes")]
     MappingsFull { pid: u32, count: usize, max: u32 },
     #[error("cannot write the unwind mappings of pid {pid} into unwind_procs: {source}")]
@@ -65,25 +80,25 @@ pub struct LoadStats {
     pub mappings: usize,
     /// Mappings unwound from a table (the others by frame pointers).
     pub with_table: usize,
-    /// Rows written by this call (tables already in the map are not written again).
+    /// Rows written by this call (tables already in the kernel are not written again).
     pub rows_written: usize,
-    /// Rows of all tables now in the map, and its capacity.
+    /// Rows of all tables now in the kernel, and how many files' tables they are.
     pub rows_in_use: usize,
-    pub rows_capacity: usize,
+    pub tables_in_use: usize,
     /// Mapped files (or `[vdso]`, `//anon`) without a table: no CFI, unreadable, JIT code.
     pub without_table: Vec<Arc<str>>,
-    /// Files whose table did not fit in `unwind_rows`.
+    /// Files whose table could not be loaded.
     pub did_not_fit: Vec<Arc<str>>,
 }
 
-/// One line: "4 of 5 mappings unwound from tables (30726 rows written, 30726 of 2097152 in
-/// use); no table: [vsyscall]; did not fit: ...".
+/// One line: "4 of 5 mappings unwound from tables (30726 rows written, 30726 in 4 tables
+/// in use); no table: [vsyscall]; did not fit: ...".
 impl std::fmt::Display for LoadStats {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} of {} mappings unwound from tables ({} rows written, {} of {} in use)",
-            self.with_table, self.mappings, self.rows_written, self.rows_in_use, self.rows_capacity
+            "{} of {} mappings unwound from tables ({} rows written, {} in {} tables in use)",
+            self.with_table, self.mappings, self.rows_written, self.rows_in_use, self.tables_in_use
         )?;
         if !self.without_table.is_empty() {
             write!(f, "; no table: {}", self.without_table.join(", "))?;
@@ -95,22 +110,40 @@ impl std::fmt::Display for LoadStats {
     }
 }
 
+/// The tables that could not be loaded during a recording, for the message at its end.
+#[derive(Debug, Clone, Default)]
+pub struct NotLoaded {
+    /// Each file once, with its rows, in the order met.
+    pub files: Vec<(Arc<str>, usize)>,
+    /// Why the last one was refused.
+    pub reason: String,
+}
+
+impl NotLoaded {
+    pub fn rows(&self) -> usize {
+        self.files.iter().map(|f| f.1).sum()
+    }
+}
+
 /// Keeps the walker's maps filled for the profiled processes.
 pub struct TableLoader {
     cache: TableCache,
-    rows: MappedArray,
     mappings: MappedArray,
-    free_rows: FreeRanges,
+    free_slots: FreeRanges,
+    slots: u32,
     free_mappings: FreeRanges,
     placed: HashMap<TableId, PlacedTable>,
     processes: HashMap<u32, ProcessEntry>,
+    rows_in_use: usize,
+    not_loaded: NotLoaded,
 }
 
-/// A table's rows in `unwind_rows`.
+/// A table in `unwind_tables`.
 #[derive(Debug)]
 struct PlacedTable {
-    rows: Range<u32>,
-    /// Processes using it; 0 = may be evicted.
+    slot: u32,
+    rows: u32,
+    /// Processes using it; 0 = may be dropped.
     users: u32,
 }
 
@@ -121,22 +154,32 @@ struct ProcessEntry {
 }
 
 impl TableLoader {
-    /// Checks the maps match this code's layout and memory-maps the two arrays.
+    /// Checks the maps match this code's layout and memory-maps the mapping array.
     pub fn new(maps: &TableMaps) -> Result<Self, TableError> {
-        check(maps.rows, "unwind_rows", ROW_SIZE)?;
+        if maps.tables.map_type() != MapType::ArrayOfMaps {
+            return Err(TableError::NotMapOfMaps(maps.tables.map_type()));
+        }
+        check(maps.tables, "unwind_tables", TABLE_SLOT_SIZE)?;
         check(maps.mappings, "unwind_mappings", MAPPING_SIZE)?;
         check(maps.procs, "unwind_procs", PROC_SIZE)?;
-        let rows = MappedArray::new(maps.rows, "unwind_rows", ROW_SIZE)?;
         let mappings = MappedArray::new(maps.mappings, "unwind_mappings", MAPPING_SIZE)?;
+        let slots = maps.tables.max_entries();
         Ok(TableLoader {
             cache: TableCache::new(),
-            free_rows: FreeRanges::new(rows.len),
+            free_slots: FreeRanges::new(slots),
+            slots,
             free_mappings: FreeRanges::new(mappings.len),
-            rows,
             mappings,
             placed: HashMap::new(),
             processes: HashMap::new(),
+            rows_in_use: 0,
+            not_loaded: NotLoaded::default(),
         })
+    }
+
+    /// The files whose tables could not be loaded so far.
+    pub fn not_loaded(&self) -> &NotLoaded {
+        &self.not_loaded
     }
 
     /// Loads (or reloads, after an exec or a new mapping) the tables of process `pid`, whose
@@ -150,23 +193,24 @@ impl TableLoader {
         let process = self.cache.process(pid, pmaps);
         let mut stats = LoadStats {
             mappings: process.mappings.len(),
-            rows_capacity: self.rows.len as usize,
             ..LoadStats::default()
         };
         let mut tables = HashSet::new();
         let mut entries = Vec::with_capacity(process.mappings.len());
         for m in &process.mappings {
-            let rows = match &m.table {
-                Some((id, table)) => {
-                    let placed = self.place(*id, table.rows(), &mut stats);
-                    if placed.is_none() && !stats.did_not_fit.contains(&m.path) {
-                        stats.did_not_fit.push(m.path.clone());
+            let placed = match &m.table {
+                Some((id, table)) => match self.place(maps, *id, table.rows(), &mut stats) {
+                    Ok(slot) => {
+                        if tables.insert(*id) {
+                            self.placed.get_mut(id).expect("just placed").users += 1;
+                        }
+                        Some((slot, table.rows().len() as u32))
                     }
-                    if placed.is_some() && tables.insert(*id) {
-                        self.placed.get_mut(id).expect("just placed").users += 1;
+                    Err(e) => {
+                        self.refused(&m.path, table.rows().len(), e, &mut stats);
+                        None
                     }
-                    placed
-                }
+                },
                 None => {
                     if !stats.without_table.contains(&m.path) {
                         stats.without_table.push(m.path.clone());
@@ -174,10 +218,9 @@ impl TableLoader {
                     None
                 }
             };
-            stats.with_table += usize::from(rows.is_some());
-            entries.push(mapping_entry(m, rows.unwrap_or(0..0)));
+            stats.with_table += usize::from(placed.is_some());
+            entries.push(mapping_entry(m, placed.unwrap_or((0, 0))));
         }
-
         let count = entries.len() as u32;
         let Some(slots) = self.free_mappings.alloc(count) else {
             self.release(&tables);
@@ -209,7 +252,8 @@ impl TableLoader {
             self.free_mappings.free(old.mappings);
             self.release(&old.tables);
         }
-        stats.rows_in_use = (self.rows.len - self.free_rows.total()) as usize;
+        stats.rows_in_use = self.rows_in_use;
+        stats.tables_in_use = self.placed.len();
         Ok(stats)
     }
 
@@ -225,32 +269,67 @@ impl TableLoader {
         Ok(())
     }
 
-    /// The rows of table `id`, written into `unwind_rows` if they are not there yet; `None`
-    /// when they do not fit even after evicting unused tables.
-    fn place(&mut self, id: TableId, rows: &[Row], stats: &mut LoadStats) -> Option<Range<u32>> {
+    /// Notes a file whose table was refused, once per file.
+    fn refused(&mut self, path: &Arc<str>, rows: usize, e: TableError, stats: &mut LoadStats) {
+        if !stats.did_not_fit.contains(path) {
+            stats.did_not_fit.push(path.clone());
+        }
+        if !self.not_loaded.files.iter().any(|f| f.0 == *path) {
+            self.not_loaded.files.push((path.clone(), rows));
+        }
+        self.not_loaded.reason = e.to_string();
+    }
+
+    /// The slot of table `id` in `unwind_tables`, its rows written into a map of their own
+    /// if they are not in the kernel yet. When the kernel refuses, the tables no process uses
+    /// are dropped and it is asked once more.
+    fn place(
+        &mut self,
+        maps: &TableMaps,
+        id: TableId,
+        rows: &[Row],
+        stats: &mut LoadStats,
+    ) -> Result<u32, TableError> {
         if let Some(p) = self.placed.get(&id) {
-            return Some(p.rows.clone());
+            return Ok(p.slot);
         }
-        let count = u32::try_from(rows.len()).ok()?;
-        let range = match self.free_rows.alloc(count) {
-            Some(r) => r,
-            None => {
-                self.evict_unused();
-                self.free_rows.alloc(count)?
-            }
+        let slot = match self.insert(maps, rows) {
+            Err(TableError::TooManyRows { rows }) => return Err(TableError::TooManyRows { rows }),
+            Err(_) if self.evict_unused(maps) => self.insert(maps, rows)?,
+            other => other?,
         };
-        for (i, row) in rows.iter().enumerate() {
-            self.rows.write(range.start + i as u32, &row_bytes(row));
-        }
         stats.rows_written += rows.len();
+        self.rows_in_use += rows.len();
         self.placed.insert(
             id,
             PlacedTable {
-                rows: range.clone(),
+                slot,
+                rows: rows.len() as u32,
                 users: 0,
             },
         );
-        Some(range)
+        Ok(slot)
+    }
+
+    /// Creates the map of `rows` and puts it into a free slot of `unwind_tables`.
+    fn insert(&mut self, maps: &TableMaps, rows: &[Row]) -> Result<u32, TableError> {
+        let Some(slot) = self.free_slots.alloc(1) else {
+            return Err(TableError::NoSlot { slots: self.slots });
+        };
+        let inserted = file_rows::create(rows).and_then(|map| {
+            let fd = map.as_fd().as_raw_fd() as u32;
+            // The outer map holds the table from here on; our descriptor may close.
+            maps.tables
+                .update(&slot.start.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+                .map_err(|source| TableError::Insert { source })
+        });
+        match inserted {
+            Ok(()) => Ok(slot.start),
+            Err(e) => {
+                self.free_slots.free(slot);
+                Err(e)
+            }
+        }
     }
 
     fn release(&mut self, tables: &HashSet<TableId>) {
@@ -261,7 +340,8 @@ impl TableLoader {
         }
     }
 
-    fn evict_unused(&mut self) {
+    /// Drops the tables no process uses; true when there were any.
+    fn evict_unused(&mut self, maps: &TableMaps) -> bool {
         let unused: Vec<TableId> = self
             .placed
             .iter()
@@ -270,10 +350,13 @@ impl TableLoader {
             .collect();
         for id in &unused {
             if let Some(p) = self.placed.remove(id) {
-                self.free_rows.free(p.rows);
+                let _ = maps.tables.delete(&p.slot.to_ne_bytes());
+                self.free_slots.free(p.slot..p.slot + 1);
+                self.rows_in_use -= p.rows as usize;
             }
         }
         let placed = &self.placed;
         self.cache.retain(|id| placed.contains_key(&id));
+        !unused.is_empty()
     }
 }

@@ -261,6 +261,52 @@ fn library_opened_later_is_unwound_from_its_first_samples() {
 }
 
 #[test]
+fn tables_the_kernel_cannot_hold_are_said_with_their_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path(), "split", SPLIT_C);
+    // Room for one file's tables: the program's own (mapped lowest, loaded first), not
+    // libc's, the dynamic loader's nor the vDSO's.
+    let config = BpfConfig {
+        table_files: 1,
+        ..BpfConfig::new(
+            Target::Command(vec![exe.into(), "300".into()]),
+            Rate::Frequency(499),
+        )
+    };
+    let rec = run_launched(config);
+    let said: Vec<&str> = rec
+        .hints
+        .iter()
+        .filter_map(|h| match h {
+            stackscope_stacks::Hint::Said(s) if s.contains("unwind tables of") => Some(s.as_str()),
+            _ => None,
+        })
+        .collect();
+    let [hint] = said[..] else {
+        panic!("no one hint on tables left out: {:?}", rec.hints);
+    };
+    // "the unwind tables of N files (M rows) could not be loaded into the kernel (...)".
+    let number_after = |word: &str| -> usize {
+        let at = hint
+            .find(word)
+            .unwrap_or_else(|| panic!("no {word:?} in {hint}"))
+            + word.len();
+        hint[at..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count after {word:?} in {hint}"))
+    };
+    assert!(number_after("unwind tables of ") >= 2, "{hint}");
+    assert!(
+        number_after("files (") > 1000,
+        "libc alone has thousands of rows: {hint}"
+    );
+    assert!(hint.contains("at most 1 files"), "{hint}");
+    assert!(hint.contains("libc"), "{hint}");
+}
+
+#[test]
 fn attached_process_is_followed_into_the_children_it_forks() {
     use std::io::Write;
     use std::process::{Command, Stdio};

@@ -103,8 +103,14 @@ fn main() { std::process::exit((recurse(300) & 1) as i32) }
 "#;
 
 fn run(exe: std::path::PathBuf) -> Recording {
+    run_with(exe, |_| {})
+}
+
+/// `run` with the config changed by `set`.
+fn run_with(exe: std::path::PathBuf, set: impl FnOnce(&mut BpfConfig)) -> Recording {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
+    let mut config = BpfConfig::new(Target::Command(vec![exe.into()]), Rate::Frequency(499));
+    set(&mut config);
     let stop = AtomicBool::new(false);
     let rec = record(config, &stop, || {}).expect("BPF recording failed");
     eprintln!(
@@ -245,24 +251,60 @@ fn walk_leaves_openssl_realigned_frames() {
     assert_whole(&rec.profile, "hash", &["main", "hash"], 200);
 }
 
-#[test]
-fn deep_rust_recursion_stops_at_the_frame_limit() {
-    let dir = tempfile::tempdir().unwrap();
-    let exe = stackscope_testkit::compile(
+fn deep_rs(dir: &std::path::Path) -> std::path::PathBuf {
+    stackscope_testkit::compile(
         "rustc",
-        dir.path(),
+        dir,
         ("deep.rs", DEEP_RS),
         &["-O", "-C", "debuginfo=line-tables-only"],
         &[],
         "deep",
-    );
-    let rec = run(exe);
-    let stacks = stacks(&rec.profile);
-    let deepest = stacks
+    )
+}
+
+/// The most `recurse` frames in one stack.
+fn deepest(stacks: &[(Vec<&str>, u64)]) -> usize {
+    stacks
         .iter()
         .map(|(names, _)| names.iter().filter(|n| n.contains("recurse")).count())
         .max()
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+#[test]
+fn deep_rust_recursion_reaches_main_past_127_frames() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = run(deep_rs(dir.path()));
+    let stacks = stacks(&rec.profile);
+    // spin, 301 recurse frames, main and the entry: past bcc's 127 by the default limit.
+    let in_spin: Vec<_> = stacks
+        .iter()
+        .filter(|s| s.0.iter().any(|n| n.contains("spin")))
+        .collect();
+    let all: u64 = in_spin.iter().map(|s| s.1).sum();
+    let whole: u64 = in_spin
+        .iter()
+        .filter(|(names, _)| {
+            names.contains(&"main") && names.iter().filter(|n| n.contains("recurse")).count() == 301
+        })
+        .map(|s| s.1)
+        .sum();
+    // spin runs 1.5 s of wall time: a loaded machine gives it fewer samples.
+    assert!(all >= 50, "{all} samples in spin:{}", top(&stacks));
+    assert!(
+        whole * 100 >= all * 95,
+        "{whole} of {all} samples in spin have 301 recurse frames under main:{}",
+        top(&stacks)
+    );
+    assert_eq!(deepest(&stacks), 301, "{}", top(&stacks));
+}
+
+#[test]
+fn deep_rust_recursion_stops_at_the_frame_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = run_with(deep_rs(dir.path()), |c| c.max_frames = 127);
+    let stacks = stacks(&rec.profile);
+    let deepest = deepest(&stacks);
     // 127 user frames at most: spin and ~125 of the 301 recurse frames, never main.
     assert!(
         (110..=127).contains(&deepest),

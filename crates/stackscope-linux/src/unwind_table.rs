@@ -49,6 +49,11 @@ pub enum RowKind {
     /// CFA = *(rsp + `cfa_offset`) + 8: hand-written assembly (OpenSSL's) that realigns the
     /// stack and keeps the caller's rsp in a stack slot. `aux` is the rbp rule.
     CfaDerefRsp = 7,
+    /// CFA = rsp + 8 * E, where E has 21 bits: `cfa_offset` (read as unsigned) and the top
+    /// five bits of `aux`; the low three bits of `aux` say rbp was saved at CFA - 8 * them (0:
+    /// unchanged). Frames of 32 KiB to 16 MiB, which a compiler's functions holding its whole
+    /// context have (rustc's reach 530 KiB).
+    CfaRspLarge = 8,
 }
 
 /// One row, laid out exactly as the BPF walker reads it (`struct unwind_row`, 8 bytes).
@@ -79,7 +84,7 @@ pub enum Rule {
     /// the return address at CFA - 8.
     Cfa {
         base: CfaBase,
-        offset: i16,
+        offset: i32,
         rbp_offset: Option<i16>,
     },
     /// CFA = rsp + `offset` + (8 if `(pc & 15) >= threshold`).
@@ -115,7 +120,7 @@ impl Row {
                 } else {
                     CfaBase::Rbp
                 },
-                offset: self.cfa_offset,
+                offset: i32::from(self.cfa_offset),
                 rbp_offset: (self.aux != 0).then(|| i16::from(self.aux) * 8),
             },
             RowKind::Plt => Rule::Plt {
@@ -125,6 +130,14 @@ impl Row {
             RowKind::Stop => Rule::Stop,
             RowKind::Unsupported => Rule::Unsupported,
             RowKind::Signal => Rule::Signal,
+            RowKind::CfaRspLarge => {
+                let (high, rbp) = (self.aux as u8 >> 3, self.aux as u8 & 7);
+                Rule::Cfa {
+                    base: CfaBase::Rsp,
+                    offset: (i32::from(high) << 16 | i32::from(self.cfa_offset as u16)) * 8,
+                    rbp_offset: (rbp != 0).then(|| -i16::from(rbp) * 8),
+                }
+            }
             RowKind::CfaDerefRsp => Rule::CfaDeref {
                 offset: self.cfa_offset,
                 rbp_offset: (self.aux != 0).then(|| i16::from(self.aux) * 8),

@@ -145,6 +145,9 @@ pub struct RecordArgs {
     pub stack_size: Option<u32>,
 
     #[command(flatten)]
+    pub max_stack: MaxStackArg,
+
+    #[command(flatten)]
     pub output: OutputArgs,
 
     /// The command to launch and profile, after `--`.

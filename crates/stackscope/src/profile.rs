@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
-use stackscope_bpf::{BpfConfig, Rate};
+use stackscope_bpf::{BpfConfig, Rate, DEFAULT_MAX_FRAMES};
 use stackscope_linux::target::Target;
 use stackscope_profile::format::Format;
 use stackscope_stacks::Recording;
@@ -47,6 +47,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         include_idle: args.stacks.include_idle,
         stack_storage_size: args.stack_storage_size,
         hash_storage_size: args.hash_storage_size,
+        max_frames: args.max_stack.max_stack.unwrap_or(DEFAULT_MAX_FRAMES),
         duration: args.duration.map(std::time::Duration::from_secs),
         ..BpfConfig::new(target, rate)
     };

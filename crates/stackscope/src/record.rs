@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use stackscope_bpf::{BpfConfig, Rate};
+use stackscope_bpf::{BpfConfig, Rate, DEFAULT_MAX_FRAMES};
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
 use stackscope_linux::target::Target;
@@ -55,7 +55,11 @@ pub(crate) fn run_with(
             record(options, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }
         BackendArg::Bpf => {
-            let config = bpf_config(target, &config, duration, &command);
+            let max_frames = args.max_stack.max_stack.unwrap_or(DEFAULT_MAX_FRAMES);
+            let config = BpfConfig {
+                max_frames,
+                ..bpf_config(target, &config, duration, &command)
+            };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
@@ -103,6 +107,9 @@ fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
             })?),
             None => None,
         };
+    if args.backend == BackendArg::Perf && args.max_stack.max_stack.is_some() {
+        bail!("--max-stack is for --backend bpf: --backend perf keeps what --stack-size copies, up to 1024 frames");
+    }
     if args.backend == BackendArg::Bpf {
         let given = [
             (args.unwind.is_some(), "--unwind"),

@@ -29,6 +29,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_STACK_TRACE = 7,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_LPM_TRIE = 11,
+	BPF_MAP_TYPE_ARRAY_OF_MAPS = 12,
 	BPF_MAP_TYPE_RINGBUF = 27,
 };
 
@@ -41,6 +42,7 @@ enum bpf_map_type {
 #define BPF_F_NO_PREALLOC (1U << 0)
 #define BPF_F_RDONLY_PROG (1U << 7)
 #define BPF_F_MMAPABLE (1U << 10)
+#define BPF_F_INNER_MAP (1U << 12)
 
 /* bpf_get_stackid / bpf_get_stack flags */
 #define BPF_F_SKIP_FIELD_MASK 0xffULL

@@ -45,6 +45,8 @@ const volatile __u64 ns_dev = 0;
 const volatile __u64 ns_ino = 0;
 /* Stop a followed process at each library load until user space loaded its tables. */
 const volatile bool hold_loads = false;
+/* Frames kept per user stack, at most MAX_USER_FRAMES. */
+const volatile __u32 max_frames = MAX_STACK_FRAMES;
 
 /* Sizes below are placeholders: the loader sets them from the command line. */
 struct {
@@ -54,12 +56,23 @@ struct {
 	__uint(max_entries, 16384);
 } stack_traces SEC(".maps");
 
+/* User stacks of up to MAX_STACK_FRAMES frames, as bcc keeps its stacks. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__type(key, __s64);
-	__type(value, struct user_stack);
+	__uint(key_size, sizeof(__s64));
+	__uint(value_size, 8 + MAX_STACK_FRAMES * 8);
 	__uint(max_entries, 16384);
 } user_stacks SEC(".maps");
+
+/* Deeper user stacks: values of max_frames frames (the loader sizes them), allocated as stored,
+ * so the room they take grows with the deep stacks seen, not with the map's size. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(key_size, sizeof(__s64));
+	__uint(value_size, sizeof(struct user_stack));
+	__uint(max_entries, 16384);
+} deep_stacks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -164,8 +177,10 @@ static __always_inline bool has_tables(__u32 pid)
 /* Whether user space wants to hear of this process's exec, library loads and exit. */
 static __always_inline bool followed_process(__u32 pid, __u32 tgid)
 {
+	/* Across the system: processes with tables, and those that asked for them (a library
+	 * mapped while user space reads their maps must not be missed). */
 	if (filter == FILTER_NONE)
-		return has_tables(pid);
+		return has_tables(pid) || bpf_map_lookup_elem(&requested, &pid);
 	return bpf_map_lookup_elem(&filter_procs, &pid) || bpf_map_lookup_elem(&followed, &tgid);
 }
 
@@ -180,7 +195,7 @@ static __always_inline void request_tables(__u32 pid)
 	emit(EVENT_NO_TABLES, pid, 0, 0);
 }
 
-/* Word-wise FNV-1a: stacks differ in whole addresses, and a 63-bit key makes a collision
+/* Word-wise FNV-1a: stacks differ in whole addresses, and a 62-bit key makes a collision
  * between two stacks of one run unlikely enough to ignore. */
 static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
 {
@@ -189,13 +204,14 @@ static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
 
 	bpf_for(i, 0, len)
 	{
-		if (i >= MAX_STACK_FRAMES)
+		if (i >= MAX_USER_FRAMES)
 			break;
 		h ^= st->ips[i];
 		h *= 0x100000001b3ULL;
 	}
 	h ^= h >> 29;
-	return (__s64)(h & 0x7fffffffffffffffULL);
+	/* Non-negative, and clear of DEEP_STACK_ID. */
+	return (__s64)(h & (DEEP_STACK_ID - 1));
 }
 
 /* Unwinds the current task's user stack and stores it; returns its id or an error. */
@@ -232,7 +248,7 @@ static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 p
 			regs.sp = saved.rsp;
 			regs.bp = saved.rbp;
 		}
-		n = unwind_user(&regs, pid, st->ips, MAX_STACK_FRAMES, &status);
+		n = unwind_user(&regs, pid, st->ips, max_frames, &status);
 		if (status == UNWIND_COMPLETE)
 			end = USER_END_COMPLETE;
 		else if (status == UNWIND_TRUNCATED)
@@ -247,18 +263,23 @@ static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 p
 		/* No tables (yet): the kernel's frame-pointer walk, as bcc does. */
 		if (HAVE_UNWIND_TABLES)
 			request_tables(pid);
-		n = bpf_get_stack(ctx, st->ips, sizeof(st->ips), BPF_F_USER_STACK);
+		n = bpf_get_stack(ctx, st->ips, MAX_STACK_FRAMES * sizeof(__u64), BPF_F_USER_STACK);
 		if (n <= 0)
 			return -EFAULT;
 		n /= sizeof(__u64);
 		end = USER_END_FRAME_POINTER;
 	}
-	if (n > MAX_STACK_FRAMES)
-		n = MAX_STACK_FRAMES;
+	if (n > max_frames)
+		n = max_frames;
 	st->len = n;
 	st->end = end;
 	id = stack_hash(st, n);
-	err = bpf_map_update_elem(&user_stacks, &id, st, BPF_NOEXIST);
+	if (n > MAX_STACK_FRAMES) {
+		id |= DEEP_STACK_ID;
+		err = bpf_map_update_elem(&deep_stacks, &id, st, BPF_NOEXIST);
+	} else {
+		err = bpf_map_update_elem(&user_stacks, &id, st, BPF_NOEXIST);
+	}
 	if (err && err != -EEXIST) {
 		count_drop(DROP_USER_STACK_FULL);
 		return -E2BIG;

@@ -2,14 +2,20 @@
 #ifndef STACKSCOPE_PROFILE_H
 #define STACKSCOPE_PROFILE_H
 
-/* Frames kept per stack, as perf's default kernel.perf_event_max_stack. */
+/* Frames kept per kernel stack, and per user stack in user_stacks: perf's default
+ * kernel.perf_event_max_stack. Deeper user stacks go to deep_stacks. */
 #define MAX_STACK_FRAMES 127
+/* The most frames a user stack may have (the loader's max_frames is at most this): the
+ * middle's MAX_FRAMES. */
+#define MAX_USER_FRAMES 1024
+/* Set in a user stack id kept in deep_stacks rather than user_stacks. */
+#define DEEP_STACK_ID (1LL << 62)
 
 /* How a user stack's walk ended (values of user_stack.end). */
 enum user_end {
 	/* The walk reached the outermost frame. */
 	USER_END_COMPLETE = 0,
-	/* MAX_STACK_FRAMES frames and the stack went on. */
+	/* max_frames frames and the stack went on. */
 	USER_END_TRUNCATED = 1,
 	/* The walk lost its way: no rule for a pc, an unreadable stack word. */
 	USER_END_BROKEN = 2,
@@ -17,11 +23,12 @@ enum user_end {
 	USER_END_FRAME_POINTER = 3,
 };
 
-/* One user stack, leaf first: ips[0] is the sampled pc, the rest return addresses. */
+/* One user stack, leaf first: ips[0] is the sampled pc, the rest return addresses. The maps
+ * keep a prefix of it: len, end and as many ips as their value size holds. */
 struct user_stack {
-	__u64 ips[MAX_STACK_FRAMES];
 	__u32 len;
 	__u32 end;
+	__u64 ips[MAX_USER_FRAMES];
 };
 
 /* What a count is kept for. Stack ids < 0 are errors: -EFAULT means "no stack of that kind
@@ -29,7 +36,8 @@ struct user_stack {
 struct count_key {
 	__u32 pid;
 	__u32 tid;
-	/* Key into user_stacks (a hash of the stack, >= 0) or an error. */
+	/* Key into user_stacks, or with DEEP_STACK_ID into deep_stacks (a hash of the stack,
+	 * >= 0), or an error. */
 	__s64 user_stack_id;
 	/* Key into stack_traces or an error (bpf_get_stackid's). */
 	__s32 kernel_stack_id;

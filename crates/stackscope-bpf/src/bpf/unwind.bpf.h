@@ -21,13 +21,17 @@
 #ifndef STACKSCOPE_UNWIND_BPF_H
 #define STACKSCOPE_UNWIND_BPF_H
 
-#define UNWIND_MAX_FRAMES 127
-/* Map sizes; tables.rs reads the real sizes from the maps. */
-#define UNWIND_MAX_ROWS (1 << 21)
+/* The most frames a walk may take (the caller's max_frames is at most this). */
+#define UNWIND_MAX_FRAMES 1024
+/* Map sizes; tables.rs reads the real sizes from the maps. Each file's rows are a map of their
+ * own, sized to the file and created by user space, so row storage grows with what is mapped;
+ * UNWIND_MAX_TABLES is how many files' tables the kernel holds at once. */
+#define UNWIND_MAX_TABLES 16384
 #define UNWIND_MAX_MAPPINGS (1 << 16)
 #define UNWIND_MAX_PROCS 16384
-/* Binary search steps: enough for a range as large as the map holding it. */
-#define UNWIND_ROW_SEARCH_STEPS 23
+/* Binary search steps: a file's table has at most 1 << UNWIND_ROW_SEARCH_STEPS rows (libLLVM,
+ * the largest file profiled here, has 1.4 million). */
+#define UNWIND_ROW_SEARCH_STEPS 24
 #define UNWIND_MAPPING_SEARCH_STEPS 18
 /* Stack words read at once: a few frames of a Rust program, a dozen of C. */
 #define UNWIND_WINDOW_WORDS 64
@@ -55,6 +59,9 @@ enum unwind_row_kind {
 	UNWIND_ROW_UNSUPPORTED = 5, /* CFI the rows cannot express: frame pointers */
 	UNWIND_ROW_SIGNAL = 6,      /* signal trampoline: registers from the ucontext at sp */
 	UNWIND_ROW_CFA_DEREF_RSP = 7, /* CFA = *(rsp + cfa_offset) + 8 (OpenSSL's realigned frames) */
+	/* CFA = rsp + 8 * ((aux >> 3) << 16 | (u16)cfa_offset), rbp saved at CFA - 8 * (aux & 7)
+	 * (0: unchanged): frames over 32 KiB. */
+	UNWIND_ROW_CFA_RSP_LARGE = 8,
 };
 
 /* Where the kernel saved the interrupted registers, from sp at the signal trampoline (the
@@ -77,13 +84,14 @@ struct unwind_row {
 	__s8 aux;
 };
 
-/* One executable mapping of a process: file address = pc - bias. row_count == 0: no table
- * (JIT code, files without CFI, tables that did not fit): frame pointers. */
+/* One executable mapping of a process: file address = pc - bias; its file's rows are
+ * unwind_tables[table][0 .. row_count). row_count == 0: no table (JIT code, files without
+ * CFI, tables that did not fit): frame pointers. */
 struct unwind_mapping {
 	__u64 start;
 	__u64 end;
 	__u64 bias;
-	__u32 row_first;
+	__u32 table;
 	__u32 row_count;
 };
 
@@ -93,13 +101,22 @@ struct unwind_proc {
 	__u32 count;
 };
 
-struct {
+/* One file's rows. BPF_F_INNER_MAP lets each file's map have its own size. */
+struct unwind_file_rows {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(map_flags, BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, sizeof(struct unwind_row));
+	__uint(max_entries, 1);
+};
+
+/* The rows of every file loaded, one map per file, shared by every process mapping it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
 	__type(key, __u32);
-	__type(value, struct unwind_row);
-	__uint(max_entries, UNWIND_MAX_ROWS);
-} unwind_rows SEC(".maps");
+	__uint(max_entries, UNWIND_MAX_TABLES);
+	__array(values, struct unwind_file_rows);
+} unwind_tables SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -225,24 +242,28 @@ static __always_inline struct unwind_mapping *unwind_find_mapping(__u32 first, _
 }
 
 /*
- * The rule of the row of rows[first .. first + count) covering file address addr: its
+ * The rule of the row of unwind_tables[table][0 .. count) covering file address addr: its
  * cfa_offset in bits 0-15, kind in 16-23 and aux in 24-31; -1 when no row covers it. A global
  * function, checked once by the verifier rather than in every state of the walk.
  */
-__noinline __s64 unwind_row_rule(__u32 first, __u32 count, __u64 addr)
+__noinline __s64 unwind_row_rule(__u32 table, __u32 count, __u64 addr)
 {
 	struct unwind_row *r;
-	__u32 lo = first, hi = first + count, mid;
+	void *rows;
+	__u32 lo = 0, hi = count, mid;
 	int i;
 
 	if (addr > 0xffffffffULL)
+		return -1;
+	rows = bpf_map_lookup_elem(&unwind_tables, &table);
+	if (!rows)
 		return -1;
 #pragma clang loop unroll(disable)
 	for (i = 0; i < UNWIND_ROW_SEARCH_STEPS; i++) {
 		if (lo >= hi)
 			break;
 		mid = lo + (hi - lo) / 2;
-		r = bpf_map_lookup_elem(&unwind_rows, &mid);
+		r = bpf_map_lookup_elem(rows, &mid);
 		if (!r)
 			return -1;
 		if (r->addr <= (__u32)addr)
@@ -250,10 +271,10 @@ __noinline __s64 unwind_row_rule(__u32 first, __u32 count, __u64 addr)
 		else
 			hi = mid;
 	}
-	if (lo != hi || lo == first)
+	if (lo != hi || lo == 0)
 		return -1;
 	mid = lo - 1;
-	r = bpf_map_lookup_elem(&unwind_rows, &mid);
+	r = bpf_map_lookup_elem(rows, &mid);
 	if (!r)
 		return -1;
 	return (__u16)r->cfa_offset | (__u32)r->kind << 16 | (__u32)(__u8)r->aux << 24;
@@ -268,7 +289,7 @@ static long unwind_step(__u64 index, void *data)
 	__u64 pc = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0, saved_bp = bp;
 	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
 	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
-	 * constant every round (it would walk all 127 rounds apart). */
+	 * constant every round. */
 	__u64 n = index + 1;
 	__u8 kind = UNWIND_ROW_END;
 	__s16 cfa_offset = 0;
@@ -290,7 +311,7 @@ static long unwind_step(__u64 index, void *data)
 		s->last = *m;
 	}
 	if (s->last.row_count) {
-		rule = unwind_row_rule(s->last.row_first, s->last.row_count, pc - s->last.bias);
+		rule = unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
 		if (rule >= 0) {
 			cfa_offset = (__s16)(rule & 0xffff);
 			kind = (rule >> 16) & 0xff;
@@ -323,6 +344,10 @@ static long unwind_step(__u64 index, void *data)
 		break;
 	case UNWIND_ROW_CFA_RBP:
 		cfa = bp + cfa_offset;
+		break;
+	case UNWIND_ROW_CFA_RSP_LARGE:
+		cfa = sp + ((__u64)((__u8)aux >> 3) << 16 | (__u16)cfa_offset) * 8;
+		aux = -(__s8)((__u8)aux & 7);
 		break;
 	case UNWIND_ROW_CFA_DEREF_RSP:
 		if (unwind_read(&s->window, sp + cfa_offset, &cfa)) {
@@ -405,7 +430,7 @@ static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u
 	s.max = max_frames > 1 ? max_frames : 1;
 	s.status = UNWIND_TRUNCATED;
 	s.exact_ip = 1;
-	bpf_loop(UNWIND_MAX_FRAMES, unwind_step, &s, 0);
+	bpf_loop(s.max, unwind_step, &s, 0);
 	unwind_wipe(&s.window);
 	*status = s.status;
 	return s.n;

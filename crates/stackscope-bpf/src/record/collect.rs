@@ -16,6 +16,7 @@ use super::BpfConfig;
 use crate::layout::{self, CountKey};
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
+use crate::tables::NotLoaded;
 
 /// Reads the counted stacks and symbolizes them, with what the maps could not hold.
 pub(super) fn collect(
@@ -186,6 +187,9 @@ fn hints(
             worst[0].0
         )));
     }
+    if let Some(not_loaded) = processes.tables_not_loaded() {
+        hints.push(Hint::Said(tables_not_loaded(not_loaded)));
+    }
     if let Some(e) = &processes.load_error {
         hints.push(Hint::Said(format!("some unwind tables could not be loaded ({e}): those stacks were walked by frame pointers")));
     }
@@ -193,6 +197,23 @@ fn hints(
         hints.push(Hint::Said(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples")));
     }
     hints
+}
+
+/// "the unwind tables of 2 files (2587332 rows) could not be loaded (...): ... libLLVM.so, ...".
+fn tables_not_loaded(not_loaded: &NotLoaded) -> String {
+    const NAMED: usize = 3;
+    let files = &not_loaded.files;
+    let mut names: Vec<&str> = files.iter().take(NAMED).map(|f| &*f.0).collect();
+    if files.len() > NAMED {
+        names.push("...");
+    }
+    format!(
+        "the unwind tables of {} files ({} rows) could not be loaded into the kernel ({}): stacks through them were walked by frame pointers and may break there: {}",
+        files.len(),
+        not_loaded.rows(),
+        not_loaded.reason,
+        names.join(", ")
+    )
 }
 
 const MISSED_USER: &str = stackscope_profile::MISSED_USER_STACK;

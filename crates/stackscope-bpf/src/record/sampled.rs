@@ -20,6 +20,17 @@ pub(super) fn check_rate(rate: Rate) -> Result<(), SampleError> {
     }
 }
 
+/// Refuses a frame limit the walk cannot keep.
+pub(super) fn check_max_frames(frames: u32) -> Result<(), SampleError> {
+    let max = stackscope_stacks::walk::MAX_FRAMES;
+    if frames == 0 || frames as usize > max {
+        return Err(SampleError::InvalidConfig(format!(
+            "the stack frame limit {frames} must be between 1 and {max}"
+        )));
+    }
+    Ok(())
+}
+
 fn check_frequency(hz: u64) -> Result<(), SampleError> {
     let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
         .ok()

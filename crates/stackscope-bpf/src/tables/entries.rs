@@ -1,15 +1,15 @@
 //! The byte layout of the walker's map entries (unwind.bpf.h's structs), and the check that the
 //! loaded maps have it.
 
-use std::ops::Range;
-
 use libbpf_rs::MapCore;
 use stackscope_linux::unwind_table::{MappingTable, Row};
 
 use super::TableError;
 
-/// `struct unwind_row` and `struct unwind_mapping` of unwind.bpf.h.
+/// `struct unwind_row` and `struct unwind_mapping` of unwind.bpf.h, and a slot of
+/// `unwind_tables` (a map's descriptor when written, its id when read).
 pub(super) const ROW_SIZE: usize = 8;
+pub(super) const TABLE_SLOT_SIZE: usize = 4;
 pub(super) const MAPPING_SIZE: usize = 32;
 pub(super) const PROC_SIZE: usize = 8;
 
@@ -48,13 +48,13 @@ pub(super) fn row_bytes(row: &Row) -> [u8; ROW_SIZE] {
     b
 }
 
-/// `struct unwind_mapping`: `{u64 start, end, bias; u32 row_first, row_count}`.
-pub(super) fn mapping_entry(m: &MappingTable, rows: Range<u32>) -> [u8; MAPPING_SIZE] {
+/// `struct unwind_mapping`: `{u64 start, end, bias; u32 table, row_count}`.
+pub(super) fn mapping_entry(m: &MappingTable, (table, rows): (u32, u32)) -> [u8; MAPPING_SIZE] {
     let mut b = [0u8; MAPPING_SIZE];
     b[..8].copy_from_slice(&m.start.to_ne_bytes());
     b[8..16].copy_from_slice(&m.end.to_ne_bytes());
     b[16..24].copy_from_slice(&m.bias.to_ne_bytes());
-    b[24..28].copy_from_slice(&rows.start.to_ne_bytes());
-    b[28..32].copy_from_slice(&(rows.end - rows.start).to_ne_bytes());
+    b[24..28].copy_from_slice(&table.to_ne_bytes());
+    b[28..32].copy_from_slice(&rows.to_ne_bytes());
     b
 }

@@ -48,10 +48,6 @@ impl FreeRanges {
             self.free.remove(i);
         }
     }
-
-    pub(super) fn total(&self) -> u32 {
-        self.free.iter().map(|r| r.end - r.start).sum()
-    }
 }
 
 #[cfg(test)]
@@ -75,6 +71,6 @@ mod tests {
         assert_eq!(f.alloc(0), Some(0..0));
         f.free(0..0);
         f.free(0..10);
-        assert_eq!(f.total(), 10);
+        assert_eq!(f.free, vec![0..10]);
     }
 }

@@ -1,20 +1,22 @@
 use std::process::{Child, Command};
 
+use std::os::fd::{AsFd, AsRawFd};
+
 use libbpf_rs::{MapHandle, MapType};
 use stackscope_linux::unwind_table::TableCache;
 
 use super::entries::row_bytes;
 use super::*;
 
-/// Real kernel maps shaped as unwind.bpf.h declares them, `rows` entries in the row array.
+/// Real kernel maps shaped as unwind.bpf.h declares them, room for `tables` files' tables.
 struct Maps {
-    rows: MapHandle,
+    tables: MapHandle,
     mappings: MapHandle,
     procs: MapHandle,
 }
 
 impl Maps {
-    fn new(rows: u32) -> Self {
+    fn new(tables: u32) -> Self {
         let mmapable = libbpf_sys::bpf_map_create_opts {
             sz: std::mem::size_of::<libbpf_sys::bpf_map_create_opts>() as _,
             map_flags: libbpf_sys::BPF_F_MMAPABLE,
@@ -28,8 +30,18 @@ impl Maps {
             MapHandle::create(t, Some(name), 4, value, n, opts)
                 .unwrap_or_else(|e| panic!("cannot create BPF map {name} (needs root): {e}"))
         };
+        // The outer map is made from a template inner map of the walker's flags.
+        let inner_flags = libbpf_sys::bpf_map_create_opts {
+            map_flags: libbpf_sys::BPF_F_MMAPABLE | libbpf_sys::BPF_F_INNER_MAP,
+            ..mmapable
+        };
+        let inner = create(MapType::Array, "unwind_file", 8, 1, &inner_flags);
+        let outer = libbpf_sys::bpf_map_create_opts {
+            inner_map_fd: inner.as_fd().as_raw_fd() as u32,
+            ..plain
+        };
         Maps {
-            rows: create(MapType::Array, "unwind_rows", 8, rows, &mmapable),
+            tables: create(MapType::ArrayOfMaps, "unwind_tables", 4, tables, &outer),
             mappings: create(MapType::Array, "unwind_mappings", 32, 1024, &mmapable),
             procs: create(MapType::Hash, "unwind_procs", 8, 64, &plain),
         }
@@ -37,7 +49,7 @@ impl Maps {
 
     fn table_maps(&self) -> TableMaps<'_> {
         TableMaps {
-            rows: &self.rows,
+            tables: &self.tables,
             mappings: &self.mappings,
             procs: &self.procs,
         }
@@ -66,9 +78,16 @@ impl Maps {
         (u64_at(0), u64_at(8), u64_at(16), u32_at(24), u32_at(28))
     }
 
-    fn row(&self, i: u32) -> Vec<u8> {
-        self.rows
-            .lookup(&i.to_ne_bytes(), MapFlags::ANY)
+    /// Row `i` of the table in slot `table`, read back through the kernel.
+    fn row(&self, table: u32, i: u32) -> Vec<u8> {
+        let id = self
+            .tables
+            .lookup(&table.to_ne_bytes(), MapFlags::ANY)
+            .unwrap()
+            .expect("a table in the slot");
+        let id = u32::from_ne_bytes(id[..4].try_into().unwrap());
+        let rows = MapHandle::from_map_id(id).unwrap();
+        rows.lookup(&i.to_ne_bytes(), MapFlags::ANY)
             .unwrap()
             .unwrap()
     }
@@ -112,7 +131,7 @@ impl Drop for Sleeper {
 
 #[test]
 fn process_tables_land_in_the_maps_and_are_shared() {
-    let maps = Maps::new(1 << 20);
+    let maps = Maps::new(64);
     let tm = maps.table_maps();
     let mut loader = TableLoader::new(&tm).unwrap();
     let (a, b) = (Sleeper::start(), Sleeper::start());
@@ -128,7 +147,7 @@ fn process_tables_land_in_the_maps_and_are_shared() {
     let expected = TableCache::new().process(a.pid(), &a.maps());
     assert_eq!(count as usize, expected.mappings.len());
     for (i, want) in expected.mappings.iter().enumerate() {
-        let (start, end, bias, row_first, row_count) = maps.mapping(first + i as u32);
+        let (start, end, bias, slot, row_count) = maps.mapping(first + i as u32);
         assert_eq!((start, end), (want.start, want.end), "{}", want.path);
         let Some((_, table)) = &want.table else {
             assert_eq!(row_count, 0, "{} has no table", want.path);
@@ -138,7 +157,7 @@ fn process_tables_land_in_the_maps_and_are_shared() {
         assert_eq!(row_count as usize, table.rows().len(), "{}", want.path);
         for (k, row) in table.rows().iter().enumerate() {
             assert_eq!(
-                maps.row(row_first + k as u32),
+                maps.row(slot, k as u32),
                 row_bytes(row),
                 "{} row {k}",
                 want.path
@@ -155,6 +174,7 @@ fn process_tables_land_in_the_maps_and_are_shared() {
     let again = loader.load_process(&tm, b.pid(), &b.maps()).unwrap();
     assert_eq!(again.rows_written, 0, "{again:?}");
     assert_eq!(again.rows_in_use, stats.rows_in_use);
+    assert_eq!(again.tables_in_use, stats.tables_in_use);
     // Reloading a process rewrites its entries, not its tables.
     let reload = loader.load_process(&tm, a.pid(), &a.maps()).unwrap();
     assert_eq!(reload.rows_written, 0);
@@ -166,9 +186,10 @@ fn process_tables_land_in_the_maps_and_are_shared() {
 }
 
 #[test]
-fn tables_that_do_not_fit_are_reported_and_walked_by_frame_pointers() {
-    // Room for ld.so's and sleep's tables, not libc's.
-    let maps = Maps::new(8192);
+fn tables_that_do_not_fit_are_counted_and_walked_by_frame_pointers() {
+    // Room for one file's table: the program's own (it has the lowest addresses), not libc's
+    // nor the dynamic loader's.
+    let maps = Maps::new(1);
     let tm = maps.table_maps();
     let mut loader = TableLoader::new(&tm).unwrap();
     let a = Sleeper::start();
@@ -177,8 +198,7 @@ fn tables_that_do_not_fit_are_reported_and_walked_by_frame_pointers() {
         stats.did_not_fit.iter().any(|p| p.contains("libc")),
         "{stats:?}"
     );
-    assert!(stats.with_table >= 1, "{stats:?}");
-    assert!(stats.rows_in_use <= 8192);
+    assert_eq!((stats.with_table, stats.tables_in_use), (1, 1), "{stats:?}");
     let (first, count) = maps.proc(a.pid()).unwrap();
     let libc = a
         .maps()
@@ -191,8 +211,33 @@ fn tables_that_do_not_fit_are_reported_and_walked_by_frame_pointers() {
         0,
         "libc: no rows, frame pointers"
     );
+    // The recording's count: each refused file once, with its rows and the reason.
+    let not_loaded = loader.not_loaded().clone();
+    let libc_rows = TableCache::new()
+        .process(a.pid(), &a.maps())
+        .mappings
+        .iter()
+        .find(|m| m.path.contains("libc"))
+        .and_then(|m| Some(m.table.as_ref()?.1.rows().len()))
+        .unwrap();
+    assert_eq!(
+        not_loaded.files.len(),
+        stats.did_not_fit.len(),
+        "{not_loaded:?}"
+    );
+    assert!(
+        not_loaded
+            .files
+            .iter()
+            .any(|(p, rows)| p.contains("libc") && *rows == libc_rows),
+        "{not_loaded:?}"
+    );
+    assert!(
+        not_loaded.reason.contains("at most 1 files"),
+        "{not_loaded:?}"
+    );
 
-    // Gone processes leave their tables for the next one, evicted as room is needed.
+    // Gone processes leave their tables for the next one, dropped as room is needed.
     loader.forget_process(&tm, a.pid()).unwrap();
     drop(a);
     let b = Sleeper::start();
@@ -202,18 +247,26 @@ fn tables_that_do_not_fit_are_reported_and_walked_by_frame_pointers() {
         "{again:?}"
     );
     assert_eq!(again.with_table, stats.with_table, "{again:?}");
+    assert_eq!(
+        again.rows_written, 0,
+        "the program's table was kept: {again:?}"
+    );
     assert!(again.to_string().contains("did not fit: "), "{again}");
-    assert!(again.rows_in_use <= 8192);
+    assert_eq!(
+        loader.not_loaded().files.len(),
+        not_loaded.files.len(),
+        "counted once"
+    );
 }
 
 #[test]
 fn maps_of_another_layout_are_refused() {
     let maps = Maps::new(16);
     let wrong = TableMaps {
-        rows: &maps.mappings,
+        tables: &maps.mappings,
         mappings: &maps.mappings,
         procs: &maps.procs,
     };
     let err = TableLoader::new(&wrong).err().expect("refused");
-    assert!(err.to_string().contains("unwind_rows"), "{err}");
+    assert!(err.to_string().contains("unwind_tables"), "{err}");
 }

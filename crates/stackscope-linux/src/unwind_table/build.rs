@@ -239,6 +239,7 @@ fn convert<'a, S: UnwindSection<Reader<'a>>>(row: &UnwindTableRow<usize>, sectio
                     kind,
                     aux,
                 },
+                (Err(_), Some(aux)) if kind == RowKind::CfaRsp => large_frame(addr, *offset, aux),
                 _ => unsupported(addr),
             }
         }
@@ -265,6 +266,27 @@ fn convert<'a, S: UnwindSection<Reader<'a>>>(row: &UnwindTableRow<usize>, sectio
                 _ => unsupported(addr),
             }
         }
+    }
+}
+
+/// CFA = rsp + `offset` beyond what 16 bits hold, as [`RowKind::CfaRspLarge`] encodes it;
+/// `rbp` is the rbp rule in eighths of [`RowKind::CfaRsp`]'s `aux`.
+fn large_frame(addr: u32, offset: i64, rbp: i8) -> Row {
+    let eighths = offset / 8;
+    // rbp unchanged, or pushed among the first callee-saved registers.
+    let rbp = match rbp {
+        0 => 0u8,
+        -7..=-2 => rbp.unsigned_abs(),
+        _ => return unsupported(addr),
+    };
+    if offset % 8 != 0 || !(1..1 << 21).contains(&eighths) {
+        return unsupported(addr);
+    }
+    Row {
+        addr,
+        cfa_offset: eighths as u16 as i16,
+        kind: RowKind::CfaRspLarge,
+        aux: (((eighths >> 16) as u8) << 3 | rbp) as i8,
     }
 }
 

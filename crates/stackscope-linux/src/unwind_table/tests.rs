@@ -329,6 +329,49 @@ fn table_with_frame_pointers_agrees_with_readelf() {
     );
 }
 
+/// Functions whose frames are larger than 16 bits of offset, as rustc's that hold its whole
+/// context (530 KiB), saving callee-saved registers rbp among them.
+const BIG_FRAMES_C: &str = r#"
+#include <string.h>
+volatile unsigned long sink;
+__attribute__((noipa)) unsigned long big(unsigned long n) {
+    volatile char buf[600000];
+    memset((char *)buf, (int)n, sizeof buf);
+    unsigned long a = n, b = n * 3, c = n * 5, d = n * 7, e = n * 11, f = n * 13;
+    for (unsigned long i = 0; i < n; i++) { a += buf[i % sizeof buf] * b; b ^= c + i; c += d * e; d -= f; e ^= a; f += b; }
+    return a + b + c + d + e + f;
+}
+int main(int argc, char **argv) { (void)argv; sink = big((unsigned long)argc * 1000); return 0; }
+"#;
+
+#[test]
+fn frames_over_32_kib_have_exact_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile(
+        "gcc",
+        dir.path(),
+        ("big.c", BIG_FRAMES_C),
+        &["-O2", "-fomit-frame-pointer", "-fno-stack-clash-protection"],
+        &[],
+        "big",
+    );
+    let table = UnwindTable::from_path(&exe).unwrap();
+    assert_well_formed(&table);
+    assert_agrees_with_readelf(&exe, &table);
+    let large: Vec<Rule> = table
+        .rows()
+        .iter()
+        .filter(|r| r.kind == RowKind::CfaRspLarge)
+        .map(Row::rule)
+        .collect();
+    assert!(
+        large
+            .iter()
+            .any(|r| matches!(r, Rule::Cfa { offset, .. } if *offset > 1 << 19)),
+        "no rule for big's 600000-byte frame: {large:?}"
+    );
+}
+
 #[test]
 fn table_from_debug_frame_agrees_with_readelf() {
     let dir = tempfile::tempdir().unwrap();

@@ -77,6 +77,18 @@ pub struct DurationArg {
     pub duration: Option<Duration>,
 }
 
+/// `--max-stack`: how deep the eBPF backend walks user stacks (`record --backend bpf`,
+/// `profile`).
+#[derive(Args)]
+pub struct MaxStackArg {
+    /// Frames the eBPF backend keeps per user stack, 1 to 1024 (default 512); a deeper stack
+    /// ends in `[truncated]`. A deep stack costs kernel CPU per frame walked, and 8 bytes a
+    /// frame of limit per distinct stack over 127 frames.
+    #[arg(long, value_name = "FRAMES",
+          value_parser = clap::value_parser!(u32).range(1..=stackscope_stacks::walk::MAX_FRAMES as i64))]
+    pub max_stack: Option<u32>,
+}
+
 /// `-o` and `--format`, and how stacks are spelled (every command that writes a profile).
 #[derive(Args)]
 pub struct OutputArgs {

@@ -4,7 +4,9 @@
 use clap::Args;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 
-use super::flags::{CpuArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY};
+use super::flags::{
+    CpuArg, MaxStackArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY,
+};
 
 #[derive(Args)]
 #[command(after_help = "examples:\n    \
@@ -65,6 +67,9 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "STACK_STORAGE_SIZE", default_value_t = DEFAULT_STACK_STORAGE,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub stack_storage_size: u32,
+
+    #[command(flatten)]
+    pub max_stack: MaxStackArg,
 
     #[command(flatten)]
     pub cpu: CpuArg,
