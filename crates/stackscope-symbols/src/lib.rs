@@ -6,6 +6,7 @@
 //! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
 //! rest of stackscope reads binaries through, as the lowest crate that reads them.
 
+pub mod debuginfod;
 pub mod elf;
 mod elf_info;
 mod error;

@@ -1,0 +1,90 @@
+use std::io::{self, Read};
+use std::net::TcpListener;
+use std::path::Path;
+use std::time::Duration;
+
+use super::cache::{Cache, Cached};
+use super::{Debuginfod, Timeouts};
+
+const BUILD_ID: &str = "0123456789abcdef0123456789abcdef01234567";
+
+#[test]
+fn cache_keeps_whole_files_and_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(dir.path().to_path_buf());
+    assert_eq!(cache.lookup(BUILD_ID), Cached::Unknown);
+
+    cache.store_missing(BUILD_ID);
+    assert_eq!(cache.lookup(BUILD_ID), Cached::Missing);
+    // A miss older than the cache's own lifetime for misses is asked again.
+    std::fs::write(dir.path().join("cache_miss_s"), "0\n").unwrap();
+    assert_eq!(cache.lookup(BUILD_ID), Cached::Unknown);
+
+    let stored = cache.store(BUILD_ID, &mut &b"\x7fELF debug"[..]).unwrap();
+    assert_eq!(stored, dir.path().join(BUILD_ID).join("debuginfo"));
+    assert_eq!(cache.lookup(BUILD_ID), Cached::Found(stored.clone()));
+    assert_eq!(std::fs::read(&stored).unwrap(), b"\x7fELF debug");
+}
+
+/// A body that breaks off after a few bytes.
+struct BrokenBody(usize);
+
+impl Read for BrokenBody {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.0 == 0 {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "stalled"));
+        }
+        self.0 -= 1;
+        buf[0] = b'x';
+        Ok(1)
+    }
+}
+
+#[test]
+fn a_broken_download_leaves_nothing_in_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Cache::new(dir.path().to_path_buf());
+    assert!(cache.store(BUILD_ID, &mut BrokenBody(3)).is_err());
+    assert_eq!(cache.lookup(BUILD_ID), Cached::Unknown);
+    let left: Vec<_> = std::fs::read_dir(dir.path().join(BUILD_ID))
+        .unwrap()
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn no_servers_is_no_client_and_a_bad_url_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeouts = Timeouts::from_env();
+    assert!(Debuginfod::new(&[], dir.path(), timeouts).unwrap().is_none());
+    assert!(Debuginfod::new(&["not a url"], dir.path(), timeouts).is_err());
+}
+
+/// A closed port fails at once, is said once, and is not asked again; the cache is read
+/// first, so a cached file needs no server at all.
+#[test]
+fn an_unreachable_server_is_asked_once() {
+    let port = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let timeouts = Timeouts {
+        start: Some(Duration::from_secs(30)),
+        file: None,
+        overall: Duration::from_secs(60),
+    };
+    let url = format!("http://127.0.0.1:{port}");
+    let client = Debuginfod::new(&[&url], dir.path(), timeouts)
+        .unwrap()
+        .unwrap();
+    let binary = Path::new("/usr/bin/true");
+    assert_eq!(client.fetch_debuginfo(&[1; 20], binary), None);
+    assert!(client.session.budget(&url).is_err(), "{url} was not marked down");
+    // Not a miss: an unreachable server says nothing about whether it has the file.
+    let cache = Cache::new(dir.path().to_path_buf());
+    assert_eq!(cache.lookup(&"01".repeat(20)), Cached::Unknown);
+
+    let cached = cache.store(&"02".repeat(20), &mut &b"debug"[..]).unwrap();
+    assert_eq!(client.fetch_debuginfo(&[2; 20], binary), Some(cached));
+}
