@@ -118,6 +118,7 @@ impl<'a> Section<'a> {
 pub struct ElfFile {
     bytes: ElfBytes,
     is_64: bool,
+    big_endian: bool,
     kind: elf::FileType,
     machine: elf::Machine,
     entry: u64,
@@ -178,6 +179,11 @@ impl ElfFile {
 
     pub fn is_64(&self) -> bool {
         self.is_64
+    }
+
+    /// Whether its multi-byte fields are big-endian.
+    pub fn is_big_endian(&self) -> bool {
+        self.big_endian
     }
 
     /// `e_type`: `ET_EXEC`, `ET_DYN`, ...
@@ -264,6 +270,7 @@ fn read<Elf: FileHeader<Endian = Endianness>>(bytes: ElfBytes) -> Result<ElfFile
     };
     Ok(ElfFile {
         is_64: header.is_type_64(),
+        big_endian: endian == Endianness::Big,
         kind: header.e_type(endian),
         machine: header.e_machine(endian),
         entry: header.e_entry(endian).into(),

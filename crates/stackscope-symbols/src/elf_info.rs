@@ -3,7 +3,7 @@
 //! virtual addresses a separate debug file is indexed by).
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::elf::{ElfError, ElfFile, Segment, SymbolTable};
 use crate::{FileId, SymbolError};
@@ -138,20 +138,4 @@ fn frame_pointers(elf: &ElfFile) -> FramePointers {
         _ if with * 2 > checked => FramePointers::Kept { with, checked },
         _ => FramePointers::Omitted { with, checked },
     }
-}
-/// The separate debug file for `build_id` in the first of `debug_dirs` that has one, at the
-/// conventional `.build-id/xx/yyyy.debug` location.
-pub fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {
-    // Shorter ids are bogus and could name someone else's file.
-    if build_id.len() < 2 {
-        return None;
-    }
-    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let relative = Path::new(".build-id")
-        .join(hex(&build_id[..1]))
-        .join(format!("{}.debug", hex(&build_id[1..])));
-    debug_dirs
-        .iter()
-        .map(|dir| dir.join(&relative))
-        .find(|candidate| candidate.is_file())
 }

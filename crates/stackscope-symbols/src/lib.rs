@@ -6,6 +6,9 @@
 //! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
 //! rest of stackscope reads binaries through, as the lowest crate that reads them.
 
+use std::path::PathBuf;
+
+pub mod debug_file;
 pub mod debuginfod;
 pub mod elf;
 mod elf_info;
@@ -14,11 +17,17 @@ mod file_id;
 mod perf_map;
 mod symbolizer;
 
-pub use elf_info::{find_debug_file, unwind_sources, FramePointers, UnwindSources};
+pub use debug_file::{DebugFile, DebugFiles, FetchDebugFile, DEFAULT_DEBUG_DIR};
+pub use elf_info::{unwind_sources, FramePointers, UnwindSources};
 pub use error::SymbolError;
 pub use file_id::FileId;
 pub use symbolizer::Symbolizer;
-pub use symbolizer::DEFAULT_DEBUG_DIR;
+
+/// The separate debug file for `build_id` at `<dir>/.build-id/xx/rest.debug` in the first of
+/// `debug_dirs` that has one.
+pub fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {
+    DebugFiles::new(debug_dirs.to_vec()).by_build_id(build_id)
+}
 
 /// One named frame for one address. An address inside inlined code gives several.
 #[derive(Debug, Clone, PartialEq, Eq)]

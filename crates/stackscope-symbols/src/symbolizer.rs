@@ -1,5 +1,5 @@
 //! The [`Symbolizer`]: blazesym plus the lookups it does not do the way stackscope needs
-//! (build-id debug files for binaries without a debug link, perf maps from a configurable
+//! (separate debug files in [`crate::debug_file`]'s order, perf maps from a configurable
 //! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
 
 use std::collections::HashMap;
@@ -11,12 +11,11 @@ use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
 
-use crate::elf_info::{self, ElfInfo};
+use crate::debug_file::{DebugFile, DebugFiles};
+use crate::elf_info::ElfInfo;
 use crate::perf_map::PerfMap;
 use crate::{FileId, SymFrame, SymbolError};
 
-/// Where distributions install separate debug files.
-pub const DEFAULT_DEBUG_DIR: &str = "/usr/lib/debug";
 const DEFAULT_PERF_MAP_DIR: &str = "/tmp";
 const KALLSYMS: &str = "/proc/kallsyms";
 
@@ -24,7 +23,12 @@ const KALLSYMS: &str = "/proc/kallsyms";
 /// caches are single-threaded, so keep one per thread.
 pub struct Symbolizer {
     inner: blazesym::symbolize::Symbolizer,
-    debug_dirs: Vec<PathBuf>,
+    debug_files: DebugFiles,
+    /// The local debug file of each binary (and build-id it was asked with) looked up:
+    /// checking a debug link's CRC reads the whole debug file, so once.
+    found: HashMap<(FileId, Option<Vec<u8>>), Option<DebugFile>>,
+    /// What the fetcher gave for each build-id asked.
+    fetched: HashMap<Vec<u8>, Option<DebugFile>>,
     perf_map_dir: PathBuf,
     elf_infos: HashMap<PathBuf, Rc<ElfInfo>>,
     perf_maps: HashMap<u32, PerfMap>,
@@ -38,22 +42,31 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     /// Inlined functions, demangling and source locations on; separate debug files are
-    /// looked up in `/usr/lib/debug` (by build-id and by debug link).
+    /// looked up as [`DebugFiles::from_env`] says.
     pub fn new() -> Self {
-        Self::with_debug_dirs(vec![PathBuf::from(DEFAULT_DEBUG_DIR)])
+        Self::with_debug_files(DebugFiles::from_env())
     }
 
-    /// Like [`Symbolizer::new`], looking up separate debug files in `debug_dirs` instead.
+    /// Like [`Symbolizer::new`], looking up separate debug files in `debug_dirs` instead, and
+    /// fetching none.
     pub fn with_debug_dirs(debug_dirs: Vec<PathBuf>) -> Self {
+        Self::with_debug_files(DebugFiles::new(debug_dirs))
+    }
+
+    /// Like [`Symbolizer::new`], looking up separate debug files with `debug_files`.
+    pub fn with_debug_files(debug_files: DebugFiles) -> Self {
         let inner = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
             .enable_demangling(true)
-            .set_debug_dirs(Some(&debug_dirs))
+            // For the supplementary files (dwz's `.gnu_debugaltlink`) debug files refer to.
+            .set_debug_dirs(Some(debug_files.dirs()))
             .build();
         Self {
             inner,
-            debug_dirs,
+            debug_files,
+            found: HashMap::new(),
+            fetched: HashMap::new(),
             perf_map_dir: PathBuf::from(DEFAULT_PERF_MAP_DIR),
             elf_infos: HashMap::new(),
             perf_maps: HashMap::new(),
@@ -70,11 +83,14 @@ impl Symbolizer {
     /// `offsets` are FILE OFFSETS into the ELF file at `path` (what you get from a mapping:
     /// addr - mapping.start + mapping.offset). Returns, for each offset, its frames OUTERMOST
     /// FIRST: the real function containing the address, then the functions inlined into it,
-    /// the innermost last. An empty Vec means unknown. Errors only when the file cannot be
-    /// read at all (missing/unreadable/not ELF), with the path in the message.
-    /// `build_id`, when given, is used to find a separate debug file
-    /// (`<debug dir>/.build-id/xx/yyyy.debug`) if the file itself has no DWARF; without it the
-    /// file's own build-id note is used.
+    /// the innermost last. An empty Vec means no symbol names it. Errors only when the file
+    /// cannot be read at all (missing/unreadable/not ELF), with the path in the message.
+    ///
+    /// Names come from the first of these that names an address: the file's own DWARF; a
+    /// separate debug file ([`DebugFiles::find`]: by `build_id`, else the file's own, under
+    /// the debug directories, then by `.gnu_debuglink`); the file's symbol tables; its
+    /// MiniDebugInfo (`.gnu_debugdata`); and, for a file whose addresses are still not all
+    /// named, a debug file fetched by build-id, whose names then replace the symbol tables'.
     ///
     /// What was parsed for the file (symbol tables, DWARF, its debug file) is released on
     /// return, so that naming a whole system holds one file's symbols at a time: pass all
@@ -108,31 +124,86 @@ impl Symbolizer {
         if offsets.is_empty() {
             return Ok(out);
         }
+        if !info.has_dwarf {
+            if let Some(debug_file) = self.local_debug_file(path, &info, build_id) {
+                self.name_from_debug_file(&debug_file.path, &info, offsets, &mut out, opened);
+            }
+        }
+        self.name_from_binary(path, info.has_dwarf, offsets, &mut out, opened)?;
+        if info.has_dwarf || out.iter().all(|frames| !frames.is_empty()) {
+            return Ok(out);
+        }
+        let build_id = build_id.or(info.build_id.as_deref());
+        if let Some(fetched) = build_id.and_then(|id| self.fetch(id)) {
+            self.name_from_debug_file(&fetched.path, &info, offsets, &mut out, opened);
+        }
+        Ok(out)
+    }
 
-        let debug_file = if info.has_dwarf {
-            None
-        } else {
-            build_id
-                .or(info.build_id.as_deref())
-                .and_then(|id| elf_info::find_debug_file(&self.debug_dirs, id))
-        };
-        if let Some(debug_file) = debug_file {
-            opened.push(debug_file.clone());
-            // A debug file has no loadable contents, so it is addressed by virtual address,
-            // which only the original file's program headers can give.
-            let (indices, vaddrs): (Vec<usize>, Vec<u64>) = offsets
-                .iter()
-                .enumerate()
-                .filter_map(|(i, &off)| info.file_offset_to_vaddr(off).map(|v| (i, v)))
-                .unzip();
-            // A broken debug file must not cost the symbols the binary itself has.
-            if let Ok(found) = self.symbolize_elf(&debug_file, true, AddrKind::Virtual, &vaddrs) {
-                for (i, frames) in indices.into_iter().zip(found) {
+    /// The local separate debug file of the binary at `path`, looked up once per binary.
+    fn local_debug_file(
+        &mut self,
+        path: &Path,
+        info: &ElfInfo,
+        build_id: Option<&[u8]>,
+    ) -> Option<DebugFile> {
+        let debug_files = &self.debug_files;
+        self.found
+            .entry((info.id, build_id.map(<[u8]>::to_vec)))
+            .or_insert_with(|| debug_files.find(path, build_id))
+            .clone()
+    }
+
+    /// The fetcher's debug file for `build_id`, asked once per build-id.
+    fn fetch(&mut self, build_id: &[u8]) -> Option<DebugFile> {
+        if !self.debug_files.has_fetcher() {
+            return None;
+        }
+        let debug_files = &self.debug_files;
+        self.fetched
+            .entry(build_id.to_vec())
+            .or_insert_with(|| debug_files.fetch(build_id))
+            .clone()
+    }
+
+    /// Names from the separate debug file at `debug_file` replace what `out` holds for the
+    /// offsets it names.
+    fn name_from_debug_file(
+        &self,
+        debug_file: &Path,
+        info: &ElfInfo,
+        offsets: &[u64],
+        out: &mut [Vec<SymFrame>],
+        opened: &mut Vec<PathBuf>,
+    ) {
+        opened.push(debug_file.to_path_buf());
+        // A debug file has no loadable contents, so it is addressed by virtual address,
+        // which only the original file's program headers can give.
+        let (indices, vaddrs): (Vec<usize>, Vec<u64>) = offsets
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &off)| info.file_offset_to_vaddr(off).map(|v| (i, v)))
+            .unzip();
+        // A broken debug file must not cost the symbols the binary itself has.
+        if let Ok(found) = self.symbolize_elf(debug_file, true, AddrKind::Virtual, &vaddrs) {
+            for (i, frames) in indices.into_iter().zip(found) {
+                if !frames.is_empty() {
                     out[i] = frames;
                 }
             }
         }
+    }
 
+    /// Names the offsets `out` holds nothing for from the binary at `path` itself, with its
+    /// DWARF when `dwarf`.
+    fn name_from_binary(
+        &self,
+        path: &Path,
+        dwarf: bool,
+        offsets: &[u64],
+        out: &mut [Vec<SymFrame>],
+        opened: &mut Vec<PathBuf>,
+    ) -> Result<(), SymbolError> {
         let (indices, remaining): (Vec<usize>, Vec<u64>) = offsets
             .iter()
             .enumerate()
@@ -140,24 +211,23 @@ impl Symbolizer {
             .map(|(i, &off)| (i, off))
             .unzip();
         if remaining.is_empty() {
-            return Ok(out);
+            return Ok(());
         }
         opened.push(path.to_path_buf());
-        let syms = match self.symbolize_elf(path, true, AddrKind::FileOffset, &remaining) {
-            Ok(syms) => syms,
-            // Debug data can be unusable (e.g. a debug link whose target has the wrong CRC)
-            // while the symbol table is fine.
-            Err(_) => self
-                .symbolize_elf(path, false, AddrKind::FileOffset, &remaining)
-                .map_err(|e| SymbolError::Parse {
-                    path: path.to_path_buf(),
-                    message: format!("{e:#}"),
-                })?,
-        };
+        let syms = match self.symbolize_elf(path, dwarf, AddrKind::FileOffset, &remaining) {
+            Ok(syms) => Ok(syms),
+            // Debug data can be unusable while the symbol table is fine.
+            Err(_) if dwarf => self.symbolize_elf(path, false, AddrKind::FileOffset, &remaining),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| SymbolError::Parse {
+            path: path.to_path_buf(),
+            message: format!("{e:#}"),
+        })?;
         for (i, frames) in indices.into_iter().zip(syms) {
             out[i] = frames;
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Kernel addresses via `/proc/kallsyms` (read once). `None` = unknown.
