@@ -20,12 +20,12 @@ mod progress;
 mod transport;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use debuginfod::BuildId;
 
+use crate::debug_file::FetchDebugFile;
 use cache::{Cache, Cached};
 use transport::{Session, Transport};
 
@@ -34,15 +34,6 @@ use transport::{Session, Transport};
 pub const OVERALL_BOUND: Duration = Duration::from_secs(300);
 /// elfutils' default for `DEBUGINFOD_TIMEOUT`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Set by `--no-debuginfod`; read at every fetch, so it holds whenever it is set.
-static TURNED_OFF: AtomicBool = AtomicBool::new(false);
-
-/// Turns fetching off for this process, whatever `DEBUGINFOD_URLS` says (`--no-debuginfod`).
-/// Process-wide like the variable it overrides, since every source builds its own symbolizer.
-pub fn turn_off() {
-    TURNED_OFF.store(true, Ordering::Relaxed);
-}
 
 /// The debuginfod servers of this process and what has been learnt of them.
 #[derive(Debug)]
@@ -82,23 +73,15 @@ impl Timeouts {
 }
 
 impl Debuginfod {
-    /// The process's client, built once from the environment: `None` when `DEBUGINFOD_URLS`
-    /// names no server, or names one wrongly (said once), or fetching is turned off.
-    pub fn from_env() -> Option<&'static Debuginfod> {
-        static SHARED: OnceLock<Option<Debuginfod>> = OnceLock::new();
-        if TURNED_OFF.load(Ordering::Relaxed) {
-            return None;
-        }
-        SHARED
-            .get_or_init(|| {
-                let urls = std::env::var("DEBUGINFOD_URLS").ok()?;
-                let urls: Vec<&str> = urls.split_whitespace().collect();
-                let cache = cache::dir_from_env()?;
-                Debuginfod::new(&urls, &cache, Timeouts::from_env())
-                    .map_err(|e| eprintln!("stackscope: warning: DEBUGINFOD_URLS: {e}"))
-                    .ok()?
-            })
-            .as_ref()
+    /// A client of the servers `DEBUGINFOD_URLS` names: `None` when it names none, or names
+    /// one wrongly (said in one line), or no cache directory can be named.
+    pub fn from_env() -> Option<Debuginfod> {
+        let urls = std::env::var("DEBUGINFOD_URLS").ok()?;
+        let urls: Vec<&str> = urls.split_whitespace().collect();
+        let cache = cache::dir_from_env()?;
+        Debuginfod::new(&urls, &cache, Timeouts::from_env())
+            .map_err(|e| eprintln!("stackscope: warning: DEBUGINFOD_URLS: {e}"))
+            .ok()?
     }
 
     /// A client of the servers at `urls`, caching under `cache`; `Ok(None)` for no server.
@@ -120,13 +103,9 @@ impl Debuginfod {
         }))
     }
 
-    /// The separate debug file of the binary with `build_id` (named `binary` in what is
-    /// said), from the cache or else fetched into it; `None` when no server has it or none
-    /// can be asked.
-    pub fn fetch_debuginfo(&self, build_id: &[u8], binary: &Path) -> Option<PathBuf> {
-        if TURNED_OFF.load(Ordering::Relaxed) {
-            return None;
-        }
+    /// The separate debug file of the binary with `build_id`, from the cache or else fetched
+    /// into it; `None` when no server has it or none can be asked.
+    pub fn fetch_debuginfo(&self, build_id: &[u8]) -> Option<PathBuf> {
         let build_id = BuildId::raw(build_id);
         let hex = build_id.format();
         match self.cache.lookup(&hex) {
@@ -134,9 +113,7 @@ impl Debuginfod {
             Cached::Missing => return None,
             Cached::Unknown => {}
         }
-        let name = binary
-            .file_name()
-            .map_or_else(|| hex.to_string(), |n| n.to_string_lossy().into_owned());
+        let name = format!("build-id {hex}");
         self.session.begin(&name);
         let answer = self.client.fetch_debug_info(&build_id);
         match answer {
@@ -158,6 +135,12 @@ impl Debuginfod {
                 None
             }
         }
+    }
+}
+
+impl FetchDebugFile for Debuginfod {
+    fn fetch(&self, build_id: &[u8]) -> Option<PathBuf> {
+        self.fetch_debuginfo(build_id)
     }
 }
 

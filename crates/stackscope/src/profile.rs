@@ -27,6 +27,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         },
     );
     output.check_writable()?;
+    crate::debuginfod::install(&args.debuginfod);
 
     // bcc: `-F 0` and `-c 0` count as not given.
     let (frequency, period) = match (args.rate.frequency.frequency, args.rate.count) {

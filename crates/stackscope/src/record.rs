@@ -34,6 +34,7 @@ pub(crate) fn run_with(
     let what = describe(&target, &command, config.cpu);
     let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
     output.check_writable()?;
+    crate::debuginfod::install(&args.debuginfod);
 
     let stop = stop_on_signals()?;
     let duration = args.duration.duration;

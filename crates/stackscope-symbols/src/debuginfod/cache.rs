@@ -108,7 +108,7 @@ impl Cache {
         let _ = OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0)
+            .mode(0o000)
             .open(&path);
     }
 }

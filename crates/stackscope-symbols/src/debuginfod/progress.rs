@@ -13,7 +13,7 @@ pub(super) enum Progress {
 }
 
 impl Progress {
-    /// A download of the debug file of `name` from `server`, of `length` bytes when the
+    /// A download of the debug info of `name` from `server`, of `length` bytes when the
     /// server said, begins.
     pub(super) fn start(name: &str, server: &str, length: Option<u64>) -> Self {
         let what = format!("debug info of {name} from {server}");
@@ -23,12 +23,18 @@ impl Progress {
             return Progress::Note;
         }
         let bar = match length {
-            Some(length) => ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::stderr())
-                .with_style(style("{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}")),
+            Some(length) => {
+                ProgressBar::with_draw_target(Some(length), ProgressDrawTarget::stderr())
+                    .with_style(style(
+                        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}",
+                    ))
+            }
             None => ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
                 .with_style(style("{msg} {bytes} {bytes_per_sec}")),
         };
-        bar.set_message(format!("stackscope: fetching the {what}"));
+        // Short enough for one terminal line beside the bar.
+        let short: String = name.chars().take(21).collect();
+        bar.set_message(format!("stackscope: fetching debug info of {short}…"));
         Progress::Bar(bar)
     }
 

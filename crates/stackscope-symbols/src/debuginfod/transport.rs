@@ -29,8 +29,7 @@ struct State {
     down: Vec<String>,
     /// Servers already named in a warning.
     warned: Vec<String>,
-    /// The binary whose debug file is being fetched: the library's client hands the
-    /// transport only a URL.
+    /// What is being fetched, in words: the library's client hands the transport only a URL.
     fetching: String,
     progress: Option<Progress>,
     overall_said: bool,
@@ -50,7 +49,7 @@ impl Session {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A fetch for the binary `name` begins.
+    /// A fetch of what `name` says begins.
     pub(crate) fn begin(&self, name: &str) {
         self.began.get_or_init(Instant::now);
         self.state().fetching = name.to_string();
@@ -64,13 +63,18 @@ impl Session {
     }
 
     /// How long a request to `server` may take, or why it is not made.
-    fn budget(&self, server: &str) -> Result<Duration, String> {
+    pub(super) fn budget(&self, server: &str) -> Result<Duration, String> {
         let mut state = self.state();
         if state.down.iter().any(|s| s == server) {
             return Err(format!("{server} could not be reached before"));
         }
         let spent = self.began.get().map_or(Duration::ZERO, Instant::elapsed);
-        let Some(left) = self.timeouts.overall.checked_sub(spent).filter(|l| !l.is_zero()) else {
+        let Some(left) = self
+            .timeouts
+            .overall
+            .checked_sub(spent)
+            .filter(|l| !l.is_zero())
+        else {
             if !std::mem::replace(&mut state.overall_said, true) {
                 eprintln!(
                     "stackscope: warning: debuginfod: stopped fetching debug info after {} s, \
@@ -96,7 +100,7 @@ impl Session {
         }
     }
 
-    /// A download from `server` of the debug file of `name` broke off: said once, and the
+    /// A download from `server` of the debug info of `name` broke off: said once, and the
     /// server not asked again, since what broke this one would cost the next one as much.
     pub(crate) fn warn_download(&self, server: &str, name: &str, why: &io::Error) {
         let server = server.trim_end_matches('/');
@@ -174,8 +178,10 @@ impl HttpClient for Transport {
                 let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
                 // Not found is the ordinary answer for a binary the server does not index.
                 if status != StatusCode::NOT_FOUND {
-                    self.session
-                        .warn(server, &format!("answered {status}; its debug info is left out"));
+                    self.session.warn(
+                        server,
+                        &format!("answered {status}; its debug info is left out"),
+                    );
                 }
                 Err(HttpClientError::StatusCode(status))
             }

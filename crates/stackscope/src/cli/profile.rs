@@ -4,7 +4,9 @@
 use clap::Args;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 
-use super::flags::{CpuArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY};
+use super::flags::{
+    CpuArg, DebuginfodArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY,
+};
 
 #[derive(Args)]
 #[command(after_help = "examples:\n    \
@@ -75,4 +77,7 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
 }

@@ -1,0 +1,371 @@
+//! Debug info fetched from a real debuginfod server (elfutils', from apt) started on a
+//! loopback port over a directory holding only the split-off debug file of a program built
+//! here with -g and shipped stripped: its hot static functions are named, with source lines,
+//! only through the server; a second run reads elfutils' cache with the server gone; and
+//! servers that cannot be reached cost the timeout once, are named in one warning each, and
+//! the profile is written all the same.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{read_json, record_command, run_with_deadline, share_of, Run};
+use stackscope_profile::Profile;
+use stackscope_symbols::elf::ElfFile;
+use stackscope_testkit::{compile, run, Running};
+
+/// Two hot static functions in the program, and work in a library of its own, both shipped
+/// stripped: nothing on this machine names the static functions. noipa keeps gcc from cloning
+/// or inlining them, so each is one function under its own name.
+const PROGRAM: &str = r#"
+#include <stdlib.h>
+unsigned long helper_work(unsigned long n, unsigned long seed);
+static volatile unsigned long sink;
+
+static __attribute__((noipa)) unsigned long warm_alpha(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+    return seed;
+}
+
+static __attribute__((noipa)) unsigned long warm_beta(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = (seed ^ (seed >> 29)) * 0xbf58476d1ce4e5b9UL;
+    return seed;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long rounds = argc > 1 ? strtoul(argv[1], 0, 10) : 300;
+    for (unsigned long r = 0; r < rounds; r++) {
+        sink += warm_alpha(1000000, r);
+        sink += warm_beta(1000000, r);
+        sink += helper_work(300000, r);
+    }
+    return 0;
+}
+"#;
+
+const LIBRARY: &str = r#"
+static __attribute__((noipa)) unsigned long helper_spin(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = seed * 2862933555777941757UL + 3037000493UL;
+    return seed;
+}
+
+unsigned long helper_work(unsigned long n, unsigned long seed)
+{
+    return helper_spin(n, seed) ^ 1;
+}
+"#;
+
+/// The stripped program (linked to its stripped library) and the directory the server
+/// serves, holding the program's split-off debug file only.
+struct Built {
+    program: PathBuf,
+    served: PathBuf,
+    build_id: String,
+}
+
+fn build(dir: &Path) -> Built {
+    let lib_full = compile(
+        "gcc",
+        dir,
+        ("helper.c", LIBRARY),
+        &["-O2", "-g", "-shared", "-fPIC"],
+        &[],
+        "libhelper.so.full",
+    );
+    run(Command::new("strip")
+        .args(["-s", "-o"])
+        .arg(dir.join("libhelper.so"))
+        .arg(&lib_full));
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let lib_dir = format!("-L{}", dir.display());
+    let full = compile(
+        "gcc",
+        dir,
+        ("debuginfod_pair.c", PROGRAM),
+        &["-O2", "-g", "-Wl,--build-id"],
+        &[&lib_dir, "-lhelper", &rpath],
+        "debuginfod_pair.full",
+    );
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(served.join("debuginfod_pair.debug")));
+    let program = dir.join("debuginfod_pair");
+    run(Command::new("strip")
+        .args(["-s", "-o"])
+        .arg(&program)
+        .arg(&full));
+    let elf = ElfFile::open(&program).expect("read the stripped program");
+    let build_id = elf
+        .build_id()
+        .expect("gcc gave the program a build-id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Built {
+        program,
+        served,
+        build_id,
+    }
+}
+
+/// A port nothing listens on (taken from the kernel, then closed).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().unwrap().port()
+}
+
+/// elfutils' debuginfod over `served`, on a loopback port, killed on drop.
+struct Server {
+    _process: Running,
+    url: String,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, served: &Path) -> Server {
+        let port = free_port();
+        let log = dir.join("debuginfod.log");
+        let process = Command::new("debuginfod")
+            .args(["-F", "-p", &port.to_string(), "-d"])
+            .arg(dir.join("debuginfod.sqlite"))
+            .arg(served)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start debuginfod (apt: debuginfod)");
+        Server {
+            _process: Running(process),
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    /// Polls until the server answers for `build_id` (it listens before its first scan
+    /// ends), bounded so that a server that never comes up fails the test with its log.
+    fn wait_for(&self, build_id: &str) {
+        let start = Instant::now();
+        let addr = self.url.trim_start_matches("http://");
+        while start.elapsed() < Duration::from_secs(60) {
+            if http_status(addr, &format!("/buildid/{build_id}/debuginfo")) == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "debuginfod did not serve {build_id} within 60 s; its log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+}
+
+/// The status code of a GET of `path` at `addr`, or `None` while nothing answers there.
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Records the program with the environment's debuginfod variables set to `env` (and no
+/// others from the test's own environment).
+fn record(
+    dir: &Path,
+    name: &str,
+    options: &[&str],
+    env: &[(&str, &str)],
+    built: &Built,
+) -> (Run, Profile) {
+    let out = dir.join(name);
+    let command = [built.program.as_os_str(), OsStr::new("300")];
+    let mut cmd = record_command(dir, &out, options, &command);
+    for var in [
+        "DEBUGINFOD_URLS",
+        "DEBUGINFOD_TIMEOUT",
+        "DEBUGINFOD_MAXTIME",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("DEBUGINFOD_CACHE_PATH", dir.join("cache"));
+    cmd.envs(env.iter().copied());
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
+/// Each hot static function is named, in the stripped program, with a line of its source.
+fn assert_named_with_lines(profile: &Profile, run: &Run) {
+    for name in ["warm_alpha", "warm_beta"] {
+        let frame = profile
+            .frames
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} not named; top stacks:\n{}\nstderr:\n{}",
+                    common::top_stacks(profile, 8),
+                    run.stderr
+                )
+            });
+        assert_eq!(
+            frame.module.as_deref(),
+            Some("debuginfod_pair"),
+            "{frame:?}"
+        );
+        assert!(
+            frame
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("debuginfod_pair.c"))
+                && frame.line.is_some(),
+            "{name} has no source line: {frame:?}"
+        );
+        // Hot: a real share of the samples, whatever the machine's load.
+        assert!(share_of(profile, name) > 0.05, "{name} holds few samples");
+    }
+}
+
+#[test]
+fn a_debuginfod_server_names_a_stripped_program_and_its_cache_serves_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = Server::start(dir.path(), &built.served);
+    server.wait_for(&built.build_id);
+    let url = server.url.clone();
+    let env = [("DEBUGINFOD_URLS", url.as_str())];
+
+    // Without the server nothing names the static functions: the names below are its doing.
+    let (_, bare) = record(
+        dir.path(),
+        "bare.json",
+        &["--format", "json", "--no-debuginfod"],
+        &env,
+        &built,
+    );
+    assert!(
+        !bare.frames.iter().any(|f| f.name == "warm_alpha"),
+        "warm_alpha was named without debuginfod"
+    );
+
+    let (run, fetched) = record(
+        dir.path(),
+        "fetched.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+    assert_named_with_lines(&fetched, &run);
+    assert!(
+        run.stderr
+            .contains(&format!("debug info of build-id {}", built.build_id)),
+        "no note of the download on stderr:\n{}",
+        run.stderr
+    );
+    let cached = dir
+        .path()
+        .join("cache")
+        .join(&built.build_id)
+        .join("debuginfo");
+    assert!(cached.is_file(), "nothing kept in elfutils' cache layout");
+
+    // The server gone, its port closed: the cache alone names them, and nothing is asked.
+    drop(server);
+    let (run, again) = record(
+        dir.path(),
+        "cached.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+    assert_named_with_lines(&again, &run);
+    assert!(
+        !run.stderr.contains("fetching the debug info") && !run.stderr.contains("warning"),
+        "the cache was not read first:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    // A closed port refuses at once; a listener that never answers holds every request
+    // until the timeout, as a blackholed address does.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent = format!("http://{}", silent.local_addr().unwrap());
+    let urls = format!("{closed} {silent}");
+    let timeout = 20;
+    let timeout_text = timeout.to_string();
+
+    let (baseline, _) = record(
+        dir.path(),
+        "off.json",
+        &["--format", "json", "--no-debuginfod"],
+        &[],
+        &built,
+    );
+    let env = [
+        ("DEBUGINFOD_URLS", urls.as_str()),
+        ("DEBUGINFOD_TIMEOUT", &timeout_text),
+    ];
+    let (run, profile) = record(
+        dir.path(),
+        "unreachable.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+
+    let in_program = common::share(&profile, |frames| {
+        frames
+            .iter()
+            .any(|f| f.module.as_deref() == Some("debuginfod_pair"))
+    });
+    assert!(in_program > 0.5, "the profile lacks the program's samples");
+    for server in [&closed, &silent] {
+        let warnings: Vec<&str> = run
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("warning") && l.contains(server.as_str()))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "not one warning naming {server}:\n{}",
+            run.stderr
+        );
+    }
+    // The program and its library both wanted debug info: asked per file, the silent
+    // server would cost the timeout twice. Asked once, it costs it once, and at least once.
+    let timeout = Duration::from_secs(timeout);
+    assert!(
+        run.wall >= timeout,
+        "the silent server was not waited for: {:?}",
+        run.wall
+    );
+    assert!(
+        run.wall < baseline.wall + timeout + timeout / 2,
+        "fetching cost {:?} beyond a run without it ({:?}), more than the timeout {timeout:?}",
+        run.wall.saturating_sub(baseline.wall),
+        baseline.wall
+    );
+}
