@@ -20,6 +20,7 @@ mod progress;
 mod transport;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -103,6 +104,13 @@ impl Debuginfod {
         }))
     }
 
+    /// Stops fetching when `stop` is set (by Ctrl-C) after fetching began: the files not
+    /// yet fetched are left out, and the download under way is dropped.
+    pub fn stop_on(self, stop: Arc<AtomicBool>) -> Self {
+        self.session.stop_on(stop);
+        self
+    }
+
     /// The separate debug file of the binary with `build_id`, from the cache or else fetched
     /// into it; `None` when no server has it or none can be asked.
     pub fn fetch_debuginfo(&self, build_id: &[u8]) -> Option<PathBuf> {
@@ -120,9 +128,15 @@ impl Debuginfod {
             Ok(Some(mut found)) => {
                 let stored = self.cache.store(&hex, &mut found.data);
                 self.session.end();
-                stored
-                    .map_err(|e| self.session.warn_download(found.server_url, &name, &e))
-                    .ok()
+                match stored {
+                    Ok(path) => Some(path),
+                    // What stopped at Ctrl-C was said once, when it stopped.
+                    Err(_) if self.session.interrupted() => None,
+                    Err(e) => {
+                        self.session.warn_download(found.server_url, &name, &e);
+                        None
+                    }
+                }
             }
             Ok(None) => {
                 self.session.end();

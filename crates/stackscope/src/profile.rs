@@ -27,7 +27,6 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         },
     );
     output.check_writable()?;
-    crate::debuginfod::install(&args.debuginfod);
 
     // bcc: `-F 0` and `-c 0` count as not given.
     let (frequency, period) = match (args.rate.frequency.frequency, args.rate.count) {
@@ -37,6 +36,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     };
     let banner = (!args.folded).then(|| banner(&args, frequency, period));
     let stop = stop_on_signals()?;
+    crate::debuginfod::install(&args.debuginfod, Some(&stop));
     let rate = match period {
         Some(ns) => Rate::Period(ns),
         None => Rate::Frequency(frequency.unwrap_or(PROFILE_FREQUENCY)),

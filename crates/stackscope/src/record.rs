@@ -34,9 +34,9 @@ pub(crate) fn run_with(
     let what = describe(&target, &command, config.cpu);
     let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
     output.check_writable()?;
-    crate::debuginfod::install(&args.debuginfod);
 
     let stop = stop_on_signals()?;
+    crate::debuginfod::install(&args.debuginfod, Some(&stop));
     let duration = args.duration.duration;
     let announcement = format!(
         "stackscope: sampling {what} at {} {}",

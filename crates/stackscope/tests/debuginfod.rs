@@ -211,6 +211,33 @@ fn record(
     (run, profile)
 }
 
+/// `perf record` of the program, then `stackscope report` of its perf.data with the server at
+/// `url` and an empty cache.
+fn report_perf_data(dir: &Path, url: &str, built: &Built) -> (Run, Profile) {
+    let data = dir.join("perf.data");
+    // -N: no copy into perf's build-id cache in the home directory.
+    run(Command::new("perf")
+        .args(["record", "-N", "-q", "-F", "999", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&built.program)
+        .arg("300")
+        .env_remove("DEBUGINFOD_URLS"));
+    let out = dir.join("reported.json");
+    let mut cmd = Command::new(common::stackscope_bin());
+    cmd.current_dir(dir)
+        .arg("report")
+        .arg(&data)
+        .arg("-o")
+        .arg(&out)
+        .env("DEBUGINFOD_URLS", url)
+        .env("DEBUGINFOD_CACHE_PATH", dir.join("report-cache"));
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
 /// Each hot static function is named, in the stripped program, with a line of its source.
 fn assert_named_with_lines(profile: &Profile, run: &Run) {
     for name in ["warm_alpha", "warm_beta"] {
@@ -285,6 +312,10 @@ fn a_debuginfod_server_names_a_stripped_program_and_its_cache_serves_the_next_ru
         .join(&built.build_id)
         .join("debuginfo");
     assert!(cached.is_file(), "nothing kept in elfutils' cache layout");
+
+    // `report perf.data` names from the server too (with a cache of its own, so it asks).
+    let (run, reported) = report_perf_data(dir.path(), &url, &built);
+    assert_named_with_lines(&reported, &run);
 
     // The server gone, its port closed: the cache alone names them, and nothing is asked.
     drop(server);

@@ -91,3 +91,49 @@ fn an_unreachable_server_is_asked_once() {
     let cached = cache.store(&"02".repeat(20), &mut &b"debug"[..]).unwrap();
     assert_eq!(client.fetch_debuginfo(&[2; 20]), Some(cached));
 }
+
+/// A Ctrl-C that stopped the recording leaves the fetching after it alone; one during the
+/// fetching stops it.
+#[test]
+fn ctrl_c_stops_fetching_only_once_it_began() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use super::transport::Session;
+
+    let timeouts = Timeouts::from_env();
+    let stop = Arc::new(AtomicBool::new(true));
+    let session = Session::new(timeouts);
+    session.stop_on(Arc::clone(&stop));
+    session.begin("after a stopped recording");
+    assert!(session.budget("http://server").is_ok());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let session = Session::new(timeouts);
+    session.stop_on(Arc::clone(&stop));
+    session.begin("first");
+    assert!(session.budget("http://server").is_ok());
+    stop.store(true, Ordering::Relaxed);
+    assert!(session.budget("http://server").is_err());
+}
+
+/// Past the bound for all fetching, nothing more is asked.
+#[test]
+fn the_overall_bound_ends_fetching() {
+    use super::transport::Session;
+
+    let session = Session::new(Timeouts {
+        start: None,
+        file: Some(Duration::from_secs(7)),
+        overall: Duration::from_secs(3600),
+    });
+    session.begin("first");
+    assert_eq!(session.budget("http://server"), Ok(Duration::from_secs(7)));
+    let session = Session::new(Timeouts {
+        start: None,
+        file: None,
+        overall: Duration::ZERO,
+    });
+    session.begin("first");
+    assert!(session.budget("http://server").is_err());
+}

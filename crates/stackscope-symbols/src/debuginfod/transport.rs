@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io::{self, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,10 @@ pub(crate) struct Session {
     timeouts: Timeouts,
     /// When the first fetch began: the overall bound counts from there.
     began: OnceLock<Instant>,
+    /// Set by Ctrl-C, and whether it was set when fetching began: a Ctrl-C that stopped
+    /// the recording must not stop the fetching that follows; one during it does.
+    stop: OnceLock<Arc<AtomicBool>>,
+    stop_at_start: OnceLock<bool>,
     state: Mutex<State>,
 }
 
@@ -33,6 +38,17 @@ struct State {
     fetching: String,
     progress: Option<Progress>,
     overall_said: bool,
+    interrupt_said: bool,
+}
+
+impl State {
+    /// Prints `line` on stderr, around the progress bar if one shows.
+    fn say(&self, line: &str) {
+        match &self.progress {
+            Some(progress) => progress.say(line),
+            None => eprintln!("{line}"),
+        }
+    }
 }
 
 impl Session {
@@ -40,8 +56,34 @@ impl Session {
         Session {
             timeouts,
             began: OnceLock::new(),
+            stop: OnceLock::new(),
+            stop_at_start: OnceLock::new(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Fetching stops when `stop` is set after it began.
+    pub(crate) fn stop_on(&self, stop: Arc<AtomicBool>) {
+        let _ = self.stop.set(stop);
+    }
+
+    /// Whether Ctrl-C came since fetching began; the first time it did, says so.
+    pub(crate) fn interrupted(&self) -> bool {
+        let interrupted = self.stop.get().is_some_and(|flag| {
+            let now = flag.load(Ordering::Relaxed);
+            let at_start = *self.stop_at_start.get_or_init(|| now);
+            now && !at_start
+        });
+        if interrupted {
+            let mut state = self.state();
+            if !std::mem::replace(&mut state.interrupt_said, true) {
+                state.say(
+                    "stackscope: debuginfod: fetching stopped at Ctrl-C; the profile keeps \
+                     the names it has",
+                );
+            }
+        }
+        interrupted
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -52,6 +94,7 @@ impl Session {
     /// A fetch of what `name` says begins.
     pub(crate) fn begin(&self, name: &str) {
         self.began.get_or_init(Instant::now);
+        self.interrupted();
         self.state().fetching = name.to_string();
     }
 
@@ -64,6 +107,9 @@ impl Session {
 
     /// How long a request to `server` may take, or why it is not made.
     pub(super) fn budget(&self, server: &str) -> Result<Duration, String> {
+        if self.interrupted() {
+            return Err("stopped at Ctrl-C".to_string());
+        }
         let mut state = self.state();
         if state.down.iter().any(|s| s == server) {
             return Err(format!("{server} could not be reached before"));
@@ -76,12 +122,12 @@ impl Session {
             .filter(|l| !l.is_zero())
         else {
             if !std::mem::replace(&mut state.overall_said, true) {
-                eprintln!(
+                state.say(&format!(
                     "stackscope: warning: debuginfod: stopped fetching debug info after {} s, \
                      the bound for all fetching; the binaries not yet fetched keep the names \
                      they have",
                     self.timeouts.overall.as_secs()
-                );
+                ));
             }
             return Err("the bound for all fetching was reached".to_string());
         };
@@ -114,11 +160,9 @@ impl Session {
             return;
         }
         state.warned.push(server.to_string());
-        let line = format!("stackscope: warning: debuginfod server {server} {what}");
-        match &state.progress {
-            Some(progress) => progress.say(&line),
-            None => eprintln!("{line}"),
-        }
+        state.say(&format!(
+            "stackscope: warning: debuginfod server {server} {what}"
+        ));
     }
 
     fn start_progress(&self, server: &str, length: Option<u64>) -> Progress {
@@ -172,6 +216,7 @@ impl HttpClient for Transport {
                 Ok(Box::new(Download {
                     body: response.into_body().into_reader(),
                     progress,
+                    session: Arc::clone(&self.session),
                 }))
             }
             Err(ureq::Error::StatusCode(code)) => {
@@ -202,6 +247,7 @@ fn server_of(url: &str) -> &str {
 struct Download {
     body: BodyReader<'static>,
     progress: Progress,
+    session: Arc<Session>,
 }
 
 impl fmt::Debug for Download {
@@ -212,6 +258,10 @@ impl fmt::Debug for Download {
 
 impl Read for Download {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.session.interrupted() {
+            // Not ErrorKind::Interrupted, which readers retry.
+            return Err(io::Error::other("stopped at Ctrl-C"));
+        }
         let n = self.body.read(buf)?;
         self.progress.advance(n as u64);
         Ok(n)

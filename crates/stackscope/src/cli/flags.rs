@@ -102,7 +102,8 @@ pub struct OutputArgs {
 pub struct DebuginfodArg {
     /// Fetch no debug info from debuginfod servers. Without it, when DEBUGINFOD_URLS names
     /// servers (space-separated, as for perf and gdb), the debug files of binaries whose
-    /// frames no local file names are fetched by build-id once sampling ends, read first from
+    /// frames no local file names are fetched by build-id as frames are named (after sampling
+    /// or reading perf.data), read first from
     /// and kept in elfutils' cache ($DEBUGINFOD_CACHE_PATH, else
     /// ~/.cache/debuginfod_client), with a progress bar on a terminal (a line per file
     /// otherwise). DEBUGINFOD_TIMEOUT (seconds, default 90) bounds the wait for a server to
