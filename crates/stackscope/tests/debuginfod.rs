@@ -400,3 +400,88 @@ fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
         baseline.wall
     );
 }
+
+/// A server that answers with a large file and then sends it a little at a time, for far
+/// longer than any test waits.
+fn trickling_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n");
+                while stream.write_all(&[0u8; 1000]).is_ok() {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn ctrl_c_during_a_download_still_writes_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let url = trickling_server();
+    let out = dir.path().join("interrupted.json");
+    let command = [built.program.as_os_str(), OsStr::new("100")];
+    let stderr_path = dir.path().join("stderr.txt");
+    let mut cmd = record_command(dir.path(), &out, &["--format", "json"], &command);
+    cmd.env("DEBUGINFOD_URLS", &url)
+        .env("DEBUGINFOD_CACHE_PATH", dir.path().join("cache"))
+        .env_remove("DEBUGINFOD_TIMEOUT")
+        .env_remove("DEBUGINFOD_MAXTIME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut stackscope = Running(cmd.spawn().expect("start stackscope"));
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let start = Instant::now();
+    while !stderr().contains("fetching the debug info") {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "no download began:\n{}",
+            stderr()
+        );
+        if let Some(status) = stackscope.0.try_wait().unwrap() {
+            panic!(
+                "stackscope ended ({status}) before downloading:\n{}",
+                stderr()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill only sends a signal, to the child this test started and still holds.
+    unsafe { libc::kill(stackscope.0.id() as libc::pid_t, libc::SIGINT) };
+    // The download would last for hours: ending at all within the deadline is the stop.
+    let status = loop {
+        if let Some(status) = stackscope.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "Ctrl-C did not stop the download:\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}:\n{}", stderr());
+    assert!(stderr().contains("stopped at Ctrl-C"), "{}", stderr());
+    let profile = read_json(&out);
+    assert!(profile.total_samples() > 0, "an empty profile was written");
+    // Nothing half-downloaded passes for a debug file.
+    let entry = dir
+        .path()
+        .join("cache")
+        .join(&built.build_id)
+        .join("debuginfo");
+    assert!(
+        !entry.exists(),
+        "a partial download was kept as {}",
+        entry.display()
+    );
+}
