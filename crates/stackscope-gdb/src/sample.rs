@@ -143,7 +143,6 @@ pub fn record<S: Stream>(
     let mut stacks = StackTable::default();
     stacks.set_naming(Naming {
         short_rust_names: options.rust_clean,
-        unknown_without_module: true,
     });
     let mut sampling = Sampling::new(stacks, target.image().name());
     let mut pauses = Vec::new();

@@ -118,6 +118,10 @@ pub struct UnwindStats {
     pub complete: u64,
     /// User stacks that hold at least one frame whose function is unknown.
     pub with_unknown: u64,
+    /// User stacks that hold code of a known module that no symbol names, shown as the module
+    /// and the start of its function (`libz.so.1+0x2f40`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub with_unnamed: u64,
     /// User stacks cut short because the copied stack memory ended.
     pub truncated: u64,
     /// User stacks the kernel could not copy at all (e.g. samples inside execve, after the

@@ -116,9 +116,6 @@ pub struct StackTable {
 pub struct Naming {
     /// Shorten Rust names as the Asterinas OSDK does ([`rust_clean`]).
     pub short_rust_names: bool,
-    /// Leave an address of a module that no symbol covers without the module's name, as
-    /// `gdb` has always written it.
-    pub unknown_without_module: bool,
 }
 
 impl StackTable {

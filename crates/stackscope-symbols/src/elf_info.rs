@@ -13,6 +13,8 @@ pub(crate) struct ElfInfo {
     pub(crate) id: FileId,
     pub(crate) has_dwarf: bool,
     pub(crate) build_id: Option<Vec<u8>>,
+    /// It has a `.gnu_debugdata` section.
+    pub(crate) has_mini_debuginfo: bool,
     loads: Vec<Segment>,
 }
 
@@ -31,6 +33,7 @@ impl ElfInfo {
             has_dwarf: elf.section(".debug_info").is_some()
                 || elf.section(".zdebug_info").is_some(),
             build_id: elf.build_id().map(<[u8]>::to_vec),
+            has_mini_debuginfo: elf.section(".gnu_debugdata").is_some(),
             loads: elf.segments().to_vec(),
         })
     }

@@ -1,7 +1,9 @@
 //! Turns code addresses into named frames: functions in ELF files (with inlined functions and
-//! demangled names, separate debug files found by build-id), kernel functions from
-//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, and the vDSO. Addresses are resolved in
-//! batches, each unique address once.
+//! demangled names; from separate debug files found by build-id, by debug link or by a
+//! fetcher, and from MiniDebugInfo, for stripped binaries), kernel functions from
+//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, and the vDSO; and, for code no symbol
+//! names, where its function starts. Addresses are resolved in batches, each unique address
+//! once.
 //!
 //! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
 //! rest of stackscope reads binaries through, as the lowest crate that reads them.
@@ -14,6 +16,7 @@ pub mod elf;
 mod elf_info;
 mod error;
 mod file_id;
+mod mini_debuginfo;
 mod perf_map;
 mod symbolizer;
 

@@ -2,11 +2,12 @@
 //! (separate debug files in [`crate::debug_file`]'s order, perf maps from a configurable
 //! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
 
+mod binary;
+
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use blazesym::symbolize::evict::{self, Evict};
 use blazesym::symbolize::source::{Elf, Kernel, Process, Source};
 use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
@@ -78,156 +79,6 @@ impl Symbolizer {
         self.perf_map_dir = dir.into();
         self.perf_maps.clear();
         self
-    }
-
-    /// `offsets` are FILE OFFSETS into the ELF file at `path` (what you get from a mapping:
-    /// addr - mapping.start + mapping.offset). Returns, for each offset, its frames OUTERMOST
-    /// FIRST: the real function containing the address, then the functions inlined into it,
-    /// the innermost last. An empty Vec means no symbol names it. Errors only when the file
-    /// cannot be read at all (missing/unreadable/not ELF), with the path in the message.
-    ///
-    /// Names come from the first of these that names an address: the file's own DWARF; a
-    /// separate debug file ([`DebugFiles::find`]: by `build_id`, else the file's own, under
-    /// the debug directories, then by `.gnu_debuglink`); the file's symbol tables; its
-    /// MiniDebugInfo (`.gnu_debugdata`); and, for a file whose addresses are still not all
-    /// named, a debug file fetched by build-id, whose names then replace the symbol tables'.
-    ///
-    /// What was parsed for the file (symbol tables, DWARF, its debug file) is released on
-    /// return, so that naming a whole system holds one file's symbols at a time: pass all
-    /// of a file's offsets in one call.
-    pub fn symbolize_file(
-        &mut self,
-        path: &Path,
-        build_id: Option<&[u8]>,
-        offsets: &[u64],
-    ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
-        let mut opened = Vec::new();
-        let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
-        for file in opened {
-            // Eviction only fails for a file that was never cached, which is fine.
-            let _ = self.inner.evict(&Evict::Elf(evict::Elf::new(file)));
-        }
-        result
-    }
-
-    /// [`Symbolizer::symbolize_file`] without the release; pushes onto `opened` the files
-    /// blazesym was asked to parse.
-    fn symbolize_file_cached(
-        &mut self,
-        path: &Path,
-        build_id: Option<&[u8]>,
-        offsets: &[u64],
-        opened: &mut Vec<PathBuf>,
-    ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
-        let info = self.elf_info(path)?;
-        let mut out = vec![Vec::new(); offsets.len()];
-        if offsets.is_empty() {
-            return Ok(out);
-        }
-        if !info.has_dwarf {
-            if let Some(debug_file) = self.local_debug_file(path, &info, build_id) {
-                self.name_from_debug_file(&debug_file.path, &info, offsets, &mut out, opened);
-            }
-        }
-        self.name_from_binary(path, info.has_dwarf, offsets, &mut out, opened)?;
-        if info.has_dwarf || out.iter().all(|frames| !frames.is_empty()) {
-            return Ok(out);
-        }
-        let build_id = build_id.or(info.build_id.as_deref());
-        if let Some(fetched) = build_id.and_then(|id| self.fetch(id)) {
-            self.name_from_debug_file(&fetched.path, &info, offsets, &mut out, opened);
-        }
-        Ok(out)
-    }
-
-    /// The local separate debug file of the binary at `path`, looked up once per binary.
-    fn local_debug_file(
-        &mut self,
-        path: &Path,
-        info: &ElfInfo,
-        build_id: Option<&[u8]>,
-    ) -> Option<DebugFile> {
-        let debug_files = &self.debug_files;
-        self.found
-            .entry((info.id, build_id.map(<[u8]>::to_vec)))
-            .or_insert_with(|| debug_files.find(path, build_id))
-            .clone()
-    }
-
-    /// The fetcher's debug file for `build_id`, asked once per build-id.
-    fn fetch(&mut self, build_id: &[u8]) -> Option<DebugFile> {
-        if !self.debug_files.has_fetcher() {
-            return None;
-        }
-        let debug_files = &self.debug_files;
-        self.fetched
-            .entry(build_id.to_vec())
-            .or_insert_with(|| debug_files.fetch(build_id))
-            .clone()
-    }
-
-    /// Names from the separate debug file at `debug_file` replace what `out` holds for the
-    /// offsets it names.
-    fn name_from_debug_file(
-        &self,
-        debug_file: &Path,
-        info: &ElfInfo,
-        offsets: &[u64],
-        out: &mut [Vec<SymFrame>],
-        opened: &mut Vec<PathBuf>,
-    ) {
-        opened.push(debug_file.to_path_buf());
-        // A debug file has no loadable contents, so it is addressed by virtual address,
-        // which only the original file's program headers can give.
-        let (indices, vaddrs): (Vec<usize>, Vec<u64>) = offsets
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &off)| info.file_offset_to_vaddr(off).map(|v| (i, v)))
-            .unzip();
-        // A broken debug file must not cost the symbols the binary itself has.
-        if let Ok(found) = self.symbolize_elf(debug_file, true, AddrKind::Virtual, &vaddrs) {
-            for (i, frames) in indices.into_iter().zip(found) {
-                if !frames.is_empty() {
-                    out[i] = frames;
-                }
-            }
-        }
-    }
-
-    /// Names the offsets `out` holds nothing for from the binary at `path` itself, with its
-    /// DWARF when `dwarf`.
-    fn name_from_binary(
-        &self,
-        path: &Path,
-        dwarf: bool,
-        offsets: &[u64],
-        out: &mut [Vec<SymFrame>],
-        opened: &mut Vec<PathBuf>,
-    ) -> Result<(), SymbolError> {
-        let (indices, remaining): (Vec<usize>, Vec<u64>) = offsets
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| out[*i].is_empty())
-            .map(|(i, &off)| (i, off))
-            .unzip();
-        if remaining.is_empty() {
-            return Ok(());
-        }
-        opened.push(path.to_path_buf());
-        let syms = match self.symbolize_elf(path, dwarf, AddrKind::FileOffset, &remaining) {
-            Ok(syms) => Ok(syms),
-            // Debug data can be unusable while the symbol table is fine.
-            Err(_) if dwarf => self.symbolize_elf(path, false, AddrKind::FileOffset, &remaining),
-            Err(e) => Err(e),
-        }
-        .map_err(|e| SymbolError::Parse {
-            path: path.to_path_buf(),
-            message: format!("{e:#}"),
-        })?;
-        for (i, frames) in indices.into_iter().zip(syms) {
-            out[i] = frames;
-        }
-        Ok(())
     }
 
     /// Kernel addresses via `/proc/kallsyms` (read once). `None` = unknown.
@@ -366,7 +217,7 @@ impl Symbolizer {
 
 /// What the numbers given to blazesym for an ELF file are.
 #[derive(Debug, Clone, Copy)]
-enum AddrKind {
+pub(crate) enum AddrKind {
     FileOffset,
     /// ELF virtual addresses (`p_vaddr` based), as a separate debug file is indexed by.
     Virtual,

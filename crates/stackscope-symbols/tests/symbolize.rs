@@ -1,11 +1,15 @@
 //! End-to-end checks of the symbolizer on binaries compiled here with gcc, g++ and rustc, on
 //! this machine's kernel symbols and vDSO, and on perf map files.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use common::{frames_at, line_of, symbol_offset, vaddr_to_offset};
+use object::{Object, ObjectSymbol};
 use stackscope_symbols::{SymFrame, SymbolError, Symbolizer};
+use stackscope_testkit::shipped::{keep_debug, strip};
 use stackscope_testkit::{compile, run};
 use tempfile::TempDir;
 
@@ -123,67 +127,6 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// `strip STRIP_FLAG -o out binary`.
-fn strip(strip_flag: &str, binary: &Path, out: &Path) {
-    run(Command::new("strip")
-        .arg(strip_flag)
-        .arg("-o")
-        .arg(out)
-        .arg(binary));
-}
-
-/// Copies the debug sections of `binary` into `out`.
-fn keep_debug(binary: &Path, out: &Path) {
-    run(Command::new("objcopy")
-        .arg("--only-keep-debug")
-        .arg(binary)
-        .arg(out));
-}
-
-/// Frames of the one `offset` of `binary`, outermost first.
-fn frames_at(
-    symbolizer: &mut Symbolizer,
-    binary: &Path,
-    build_id: Option<&[u8]>,
-    offset: u64,
-) -> Vec<SymFrame> {
-    symbolizer
-        .symbolize_file(binary, build_id, &[offset])
-        .unwrap()
-        .remove(0)
-}
-
-/// 1-based line of the first line of `source` containing `marker`.
-fn line_of(source: &str, marker: &str) -> u32 {
-    let idx = source
-        .lines()
-        .position(|l| l.contains(marker))
-        .unwrap_or_else(|| panic!("marker {marker} not in source"));
-    u32::try_from(idx + 1).unwrap()
-}
-
-/// File offset and size of the symtab symbol `pred` picks, translated from its virtual address
-/// through the loadable segments.
-fn symbol_offset(binary: &Path, pred: impl Fn(&str) -> bool) -> (u64, u64) {
-    let data = std::fs::read(binary).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let sym = file
-        .symbols()
-        .find(|s| s.name().map(&pred).unwrap_or(false))
-        .unwrap_or_else(|| panic!("symbol not found in {}", binary.display()));
-    (vaddr_to_offset(&file, sym.address()), sym.size())
-}
-
-fn vaddr_to_offset(file: &object::File<'_>, vaddr: u64) -> u64 {
-    file.segments()
-        .find_map(|seg| {
-            let (off, size) = seg.file_range();
-            (vaddr >= seg.address() && vaddr < seg.address() + size)
-                .then(|| vaddr - seg.address() + off)
-        })
-        .expect("address in no loadable segment")
 }
 
 fn names(frames: &[SymFrame]) -> Vec<&str> {

@@ -60,7 +60,12 @@ pub enum Command {
         exits with the command's exit code.\n\n\
         Without root: profiling your own processes needs kernel.perf_event_paranoid <= 2 \
         (kernel stacks need <= 1); -a needs <= 0, or CAP_PERFMON (setcap cap_perfmon+ep). \
-        `stackscope doctor` checks all of it.")]
+        `stackscope doctor` checks all of it.\n\n\
+        Names: a stripped binary's functions are named from its MiniDebugInfo \
+        (.gnu_debugdata) and from separate debug files found by build-id and by \
+        .gnu_debuglink under /usr/lib/debug, or the directories listed (colon-separated) in \
+        STACKSCOPE_DEBUG_FILE_DIRECTORY. Code no symbol names shows as MODULE+0xADDRESS, the \
+        start of its function in the module (as objdump and addr2line number it).")]
     Record(RecordArgs),
     /// Re-render a saved profile (stackscope JSON, folded stacks, OSDK JSON, or a perf.data file
     /// written by `perf record`) into another format.
@@ -68,7 +73,9 @@ pub enum Command {
         stackscope report profile.json -o flame.svg\n  \
         stackscope report perf.data -o flame.svg        # perf record's file, -g or --call-graph dwarf\n  \
         stackscope report profile.json -o prof.pb.gz    # pprof; also .speedscope.json, .firefox.json\n  \
-        stackscope report profile.json -o out.folded --delimited --annotate-kernel")]
+        stackscope report profile.json -o out.folded --delimited --annotate-kernel\n\n\
+        A perf.data file is named as `record` names its frames (see `stackscope record --help`: \
+        debug files, STACKSCOPE_DEBUG_FILE_DIRECTORY, MODULE+0xADDRESS).")]
     Report(ReportArgs),
     /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
     Profile(ProfileArgs),

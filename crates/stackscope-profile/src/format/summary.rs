@@ -6,7 +6,8 @@ use std::fmt::Write;
 
 /// The end-of-run summary for stderr, a few short lines: samples, lost samples, duration, share
 /// of user stacks that unwound completely, share with unknown frames, truncated ones (and, when
-/// there are any, ones the kernel could not copy), then each of meta.hints on its own line.
+/// there are any, ones the kernel could not copy and ones holding functions no symbol names),
+/// then each of meta.hints on its own line.
 ///
 /// ```text
 /// 1500 samples in 3.0 s, 2 lost
@@ -38,6 +39,13 @@ pub fn summary(profile: &Profile) -> String {
         );
         if unwind.unreadable > 0 {
             let _ = write!(s, ", {:.1}% unreadable", share(unwind.unreadable));
+        }
+        if unwind.with_unnamed > 0 {
+            let _ = write!(
+                s,
+                ", {:.1}% with functions named by module+address",
+                share(unwind.with_unnamed)
+            );
         }
         s.push('\n');
     }

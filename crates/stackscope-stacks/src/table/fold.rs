@@ -52,11 +52,13 @@ impl StackTable {
             self.frames_of(key.stack, &mut raw);
             chain.clear();
             let mut unknown_user = false;
+            let mut unnamed_user = false;
             let mut in_exec = false;
             // Root first; one address may expand to several frames (inlined functions),
             // already outermost first.
             let mut outermost_user = None;
             for raw in &raw {
+                unnamed_user |= names.is_unnamed(raw);
                 for &id in names.frames(raw) {
                     let frame = builder.frame_at(id);
                     match frame.kind {
@@ -72,6 +74,9 @@ impl StackTable {
             }
             let rooted = outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name));
             tally.count(&key.end, *count, unknown_user, rooted);
+            if unnamed_user && key.end != UserEnd::NoStack {
+                tally.stats.with_unnamed += count;
+            }
             if key.end == UserEnd::Unreadable && in_exec {
                 tally.unreadable_in_exec += count;
             }

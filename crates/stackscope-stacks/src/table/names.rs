@@ -1,7 +1,7 @@
 //! The naming step: every unique raw frame of a table named once, addresses batched per
 //! module for the symbolizer, and interned in the profile being built.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use stackscope_profile::{Frame, FrameId, FrameKind, ProfileBuilder, UNKNOWN};
@@ -16,6 +16,8 @@ pub(super) struct Names {
     /// several).
     spans: HashMap<RawFrame, (u32, u32)>,
     ids: Vec<FrameId>,
+    /// The raw frames of user code in a known module that no symbol names.
+    unnamed: HashSet<RawFrame>,
 }
 
 /// Addresses waiting for their symbolizer.
@@ -35,6 +37,7 @@ impl Names {
         let mut names = Names {
             spans: HashMap::new(),
             ids: Vec::new(),
+            unnamed: HashSet::new(),
         };
         let queued = names.queue(table, builder);
         names.name_kernel(&queued.kernel, symbolizer, builder);
@@ -98,7 +101,9 @@ impl Names {
         }
     }
 
-    /// Names the addresses of one module, as offsets in its file, in one batch.
+    /// Names the addresses of one module, as offsets in its file, in one batch. An address no
+    /// symbol names is named by the module and the start of its function
+    /// ([`address_name`]).
     fn name_module(
         &mut self,
         table: &StackTable,
@@ -107,10 +112,11 @@ impl Names {
         symbolizer: &mut Symbolizer,
         builder: &mut ProfileBuilder,
     ) {
-        let (module_name, kind, resolved) = match &table.modules[module as usize] {
+        let (module_name, kind, path, resolved) = match &table.modules[module as usize] {
             ModuleKey::Vdso => (
                 "[vdso]".to_string(),
                 FrameKind::User,
+                None,
                 symbolizer.symbolize_vdso(offsets),
             ),
             ModuleKey::File {
@@ -121,18 +127,18 @@ impl Names {
                 let resolved = symbolizer
                     .symbolize_file(Path::new(&**path), build_id.as_deref(), offsets)
                     .unwrap_or_else(|_| vec![Vec::new(); offsets.len()]);
-                (file_name(path), *kind, resolved)
+                (file_name(path), *kind, Some(path), resolved)
             }
         };
         let naming = table.naming;
+        let mut unnamed = Vec::new();
         for (offset, syms) in offsets.iter().zip(resolved) {
             let raw = RawFrame::User {
                 module,
                 offset: *offset,
             };
             if syms.is_empty() {
-                let module = (!naming.unknown_without_module).then_some(module_name.as_str());
-                self.insert(builder, raw, [unknown(kind, module)]);
+                unnamed.push(*offset);
             } else {
                 let frames = syms.into_iter().map(|mut s| {
                     if naming.short_rust_names {
@@ -141,6 +147,23 @@ impl Names {
                     frame_from(s, kind, Some(&module_name))
                 });
                 self.insert(builder, raw, frames);
+            }
+        }
+        let starts = match path {
+            Some(path) => symbolizer.function_starts(Path::new(&**path), &unnamed),
+            None => unnamed.clone(),
+        };
+        for (offset, start) in unnamed.into_iter().zip(starts) {
+            let raw = RawFrame::User { module, offset };
+            let frame = Frame {
+                name: address_name(&module_name, start),
+                module: Some(module_name.clone()),
+                kind,
+                ..Frame::default()
+            };
+            self.insert(builder, raw, [frame]);
+            if kind == FrameKind::User {
+                self.unnamed.insert(raw);
             }
         }
     }
@@ -176,6 +199,11 @@ impl Names {
         self.spans.insert(raw, span);
     }
 
+    /// Whether `raw` is user code of a known module that no symbol names.
+    pub(super) fn is_unnamed(&self, raw: &RawFrame) -> bool {
+        self.unnamed.contains(raw)
+    }
+
     pub(super) fn frames(&self, raw: &RawFrame) -> &[FrameId] {
         match self.spans.get(raw) {
             Some(&(start, len)) => &self.ids[start as usize..(start + len) as usize],
@@ -202,6 +230,12 @@ fn unknown(kind: FrameKind, module: Option<&str>) -> Frame {
         kind,
         ..Frame::default()
     }
+}
+
+/// The name of code in `module` that no symbol names: the module's file name and the address
+/// its function starts at, as `perf report` shows such code (`liblzma.so.5+0x1f3a0`).
+fn address_name(module: &str, address: u64) -> String {
+    format!("{module}+{address:#x}")
 }
 
 /// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; for a copy
@@ -255,37 +289,42 @@ mod tests {
             tid,
             ..Thread::default()
         };
-        for unknown_without_module in [false, true] {
-            let mut table = StackTable::default();
-            table.set_naming(Naming {
-                short_rust_names: true,
-                unknown_without_module,
-            });
-            let inside = kernel.start + 0x10;
-            let frames = [
-                table.frame_in(1, inside, Some(&kernel), FrameKind::Kernel),
-                table.frame_in(1, kernel.end + 0x10, None, FrameKind::Kernel),
-                table.frame_in(1, 0x1000, None, FrameKind::User),
-            ];
-            table.add(1, 0, 0, &frames, UserEnd::Complete);
-            let (profile, _) =
-                table.into_profile(&mut Symbolizer::new(), Metadata::default(), &thread);
-            let mut named: Vec<(&str, Option<&str>, FrameKind)> = profile
-                .frames
-                .iter()
-                .map(|f| (f.name.as_str(), f.module.as_deref(), f.kind))
-                .collect();
-            named.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
-            let module = (!unknown_without_module).then_some("guest-kernel.elf");
-            let mut expected = vec![
-                (UNKNOWN, None, FrameKind::Kernel),
-                (UNKNOWN, None, FrameKind::User),
-                (UNKNOWN, module, FrameKind::Kernel),
-            ];
-            expected.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
-            // Frames are interned: two alike are one.
-            expected.dedup();
-            assert_eq!(named, expected);
-        }
+        let mut table = StackTable::default();
+        table.set_naming(Naming {
+            short_rust_names: true,
+        });
+        let inside = kernel.start + 0x10;
+        let frames = [
+            table.frame_in(1, inside, Some(&kernel), FrameKind::Kernel),
+            table.frame_in(1, kernel.end + 0x10, None, FrameKind::Kernel),
+            table.frame_in(1, 0x1000, None, FrameKind::User),
+        ];
+        table.add(1, 0, 0, &frames, UserEnd::Complete);
+        let (profile, tally) =
+            table.into_profile(&mut Symbolizer::new(), Metadata::default(), &thread);
+        let mut named: Vec<(&str, Option<&str>, FrameKind)> = profile
+            .frames
+            .iter()
+            .map(|f| (f.name.as_str(), f.module.as_deref(), f.kind))
+            .collect();
+        named.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
+        // Addresses in no module are unknown; one in a module whose file cannot be read is
+        // named by the module and its file offset.
+        let mut expected = vec![
+            (UNKNOWN, None, FrameKind::Kernel),
+            (UNKNOWN, None, FrameKind::User),
+            (
+                "guest-kernel.elf+0x1010",
+                Some("guest-kernel.elf"),
+                FrameKind::Kernel,
+            ),
+        ];
+        expected.sort_by_key(|f| (f.1, f.2 == FrameKind::User));
+        assert_eq!(named, expected);
+        assert_eq!(tally.stats.with_unknown, 1);
+        assert_eq!(
+            tally.stats.with_unnamed, 0,
+            "kernel frames are not user code"
+        );
     }
 }

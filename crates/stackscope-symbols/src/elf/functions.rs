@@ -1,6 +1,8 @@
 //! The functions an ELF file's symbol tables name, their code, and which of them its
-//! `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI.
+//! `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI, and
+//! where a function no symbol names starts.
 
+use gimli::{BaseAddresses, EhFrame, EhFrameHdr, RunTimeEndian, UnwindSection};
 use object::elf::{self, FileHeader32, FileHeader64};
 use object::read::elf::{FileHeader, Sym};
 use object::{Endianness, SymbolIndex};
@@ -74,6 +76,54 @@ impl ElfFile {
             .collect();
         starts.sort_unstable();
         Some(starts)
+    }
+}
+
+impl ElfFile {
+    /// For each of `addresses` (ELF virtual addresses), the start of the function holding it
+    /// as the unwind tables tell it: the initial address of the `.eh_frame` FDE that covers
+    /// it, found through `.eh_frame_hdr`'s search table. `None` where no FDE covers it, or
+    /// the file has no such table.
+    pub fn function_starts(&self, addresses: &[u64]) -> Vec<Option<u64>> {
+        let mut starts = vec![None; addresses.len()];
+        let (Some(hdr), Some(eh_frame)) =
+            (self.section(".eh_frame_hdr"), self.section(".eh_frame"))
+        else {
+            return starts;
+        };
+        let (Some(hdr_data), Some(eh_data)) = (hdr.data(), eh_frame.data()) else {
+            return starts;
+        };
+        let endian = if self.is_big_endian() {
+            RunTimeEndian::Big
+        } else {
+            RunTimeEndian::Little
+        };
+        let mut bases = BaseAddresses::default()
+            .set_eh_frame_hdr(hdr.address())
+            .set_eh_frame(eh_frame.address());
+        if let Some(text) = self.section(".text") {
+            bases = bases.set_text(text.address());
+        }
+        if let Some(got) = self.section(".got") {
+            bases = bases.set_got(got.address());
+        }
+        let address_size = if self.is_64() { 8 } else { 4 };
+        let Ok(parsed) = EhFrameHdr::new(hdr_data, endian).parse(&bases, address_size) else {
+            return starts;
+        };
+        let Some(table) = parsed.table() else {
+            return starts;
+        };
+        let mut eh_frame = EhFrame::new(eh_data, endian);
+        eh_frame.set_address_size(address_size);
+        for (start, &address) in starts.iter_mut().zip(addresses) {
+            *start = table
+                .fde_for_address(&eh_frame, &bases, address, EhFrame::cie_from_offset)
+                .ok()
+                .map(|fde| fde.initial_address());
+        }
+        starts
     }
 }
 
