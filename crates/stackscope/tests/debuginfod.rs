@@ -334,16 +334,28 @@ fn a_debuginfod_server_names_a_stripped_program_and_its_cache_serves_the_next_ru
     );
 }
 
+/// A loopback port whose connections never complete, as at a blackholed address: a listener
+/// whose queue of connections (cut to one) is held full and never accepted from, so the
+/// kernel drops every further SYN. Returns what must stay alive, and the URL.
+fn blackholed_port() -> ((TcpListener, TcpStream), String) {
+    use std::os::fd::AsRawFd;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen on a socket this test owns; a second listen only resizes its queue.
+    let listening = unsafe { libc::listen(listener.as_raw_fd(), 0) };
+    assert_eq!(listening, 0, "cannot resize the listen queue");
+    let addr = listener.local_addr().unwrap();
+    let filler = TcpStream::connect(addr).expect("fill the listen queue");
+    ((listener, filler), format!("http://{addr}"))
+}
+
 #[test]
 fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
     let dir = tempfile::tempdir().unwrap();
     let built = build(dir.path());
-    // A closed port refuses at once; a listener that never answers holds every request
-    // until the timeout, as a blackholed address does.
+    // A closed port refuses at once; a blackholed one never completes a connection.
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent = format!("http://{}", silent.local_addr().unwrap());
-    let urls = format!("{closed} {silent}");
+    let (_blackhole, blackholed) = blackholed_port();
+    let urls = format!("{closed} {blackholed}");
     let timeout = 20;
     let timeout_text = timeout.to_string();
 
@@ -372,7 +384,7 @@ fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
             .any(|f| f.module.as_deref() == Some("debuginfod_pair"))
     });
     assert!(in_program > 0.5, "the profile lacks the program's samples");
-    for server in [&closed, &silent] {
+    for server in [&closed, &blackholed] {
         let warnings: Vec<&str> = run
             .stderr_lines()
             .into_iter()
@@ -385,12 +397,12 @@ fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
             run.stderr
         );
     }
-    // The program and its library both wanted debug info: asked per file, the silent
+    // The program and its library both wanted debug info: asked per file, the blackholed
     // server would cost the timeout twice. Asked once, it costs it once, and at least once.
     let timeout = Duration::from_secs(timeout);
     assert!(
         run.wall >= timeout,
-        "the silent server was not waited for: {:?}",
+        "the blackholed server was not waited for: {:?}",
         run.wall
     );
     assert!(

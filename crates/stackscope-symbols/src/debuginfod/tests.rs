@@ -137,3 +137,25 @@ fn the_overall_bound_ends_fetching() {
     session.begin("first");
     assert!(session.budget("http://server").is_err());
 }
+
+/// A server that takes connections and never answers is given up on at the timeout, and not
+/// asked again.
+#[test]
+fn a_server_that_never_answers_is_given_up_on() {
+    let silent = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", silent.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let timeouts = Timeouts {
+        start: Some(Duration::from_secs(1)),
+        file: None,
+        overall: Duration::from_secs(600),
+    };
+    let client = Debuginfod::new(&[&url], dir.path(), timeouts)
+        .unwrap()
+        .unwrap();
+    assert_eq!(client.fetch_debuginfo(&[3; 20]), None);
+    assert!(
+        client.session.budget(&url).is_err(),
+        "{url} was not marked down"
+    );
+}
