@@ -9,6 +9,7 @@
 //! `DEBUGINFOD_MAXTIME` (seconds, default none) for one whole file, and
 //! [`OVERALL_BOUND`] for all fetching in one process. A server that cannot be reached is
 //! named in one warning and not asked again, so it costs the timeout once, not once per file.
+//! A Ctrl-C while fetching stops it, so the profile is written with the names it has.
 //!
 //! The server list, the URLs asked and the reading of answers are the `debuginfod` crate's;
 //! the transport under it (with the timeouts), the cache and the progress are here. What it
@@ -17,6 +18,7 @@
 
 mod cache;
 mod progress;
+mod session;
 mod transport;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +30,8 @@ use debuginfod::BuildId;
 
 use crate::debug_file::FetchDebugFile;
 use cache::{Cache, Cached};
-use transport::{Session, Transport};
+use session::Session;
+use transport::Transport;
 
 /// How long all fetching of one process may take together, past which the files not yet
 /// fetched stay unfetched: a slow server must not hold a finished recording back for long.

@@ -99,7 +99,7 @@ fn ctrl_c_stops_fetching_only_once_it_began() {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
-    use super::transport::Session;
+    use super::session::Session;
 
     let timeouts = Timeouts::from_env();
     let stop = Arc::new(AtomicBool::new(true));
@@ -120,7 +120,7 @@ fn ctrl_c_stops_fetching_only_once_it_began() {
 /// Past the bound for all fetching, nothing more is asked.
 #[test]
 fn the_overall_bound_ends_fetching() {
-    use super::transport::Session;
+    use super::session::Session;
 
     let session = Session::new(Timeouts {
         start: None,
