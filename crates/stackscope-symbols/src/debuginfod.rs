@@ -124,6 +124,10 @@ impl Debuginfod {
             Cached::Missing => return None,
             Cached::Unknown => {}
         }
+        if let Err(e) = self.cache.prepare(&hex) {
+            self.session.warn_cache(self.cache.dir(), &e);
+            return None;
+        }
         let name = format!("build-id {hex}");
         self.session.begin(&name);
         let answer = self.client.fetch_debug_info(&build_id);

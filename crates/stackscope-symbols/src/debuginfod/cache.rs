@@ -83,6 +83,16 @@ impl Cache {
         Duration::from_secs(seconds)
     }
 
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Makes the directory of the entry of `build_id`, so that a cache that cannot be
+    /// written is known before anything is downloaded into it.
+    pub(super) fn prepare(&self, build_id: &str) -> io::Result<()> {
+        fs::create_dir_all(self.dir.join(build_id))
+    }
+
     /// Writes `body` as the entry of `build_id`, whole or not at all: into a temporary file
     /// beside it, renamed into place once complete, so that an interrupted download never
     /// looks like a debug file.

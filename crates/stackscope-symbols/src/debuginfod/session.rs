@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::io;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ struct State {
     progress: Option<Progress>,
     overall_said: bool,
     interrupt_said: bool,
+    cache_said: bool,
 }
 
 impl State {
@@ -147,6 +149,18 @@ impl Session {
     pub(super) fn warn_download(&self, server: &str, name: &str, why: &io::Error) {
         let server = server.trim_end_matches('/');
         self.mark_down(server, &format!("fetching the debug info of {name}: {why}"));
+    }
+
+    /// The cache at `dir` cannot be written: said once; nothing is fetched without it.
+    pub(super) fn warn_cache(&self, dir: &Path, why: &io::Error) {
+        let mut state = self.state();
+        if !std::mem::replace(&mut state.cache_said, true) {
+            state.say(&format!(
+                "stackscope: warning: debuginfod: cannot keep debug files in {} ({why}); \
+                 none is fetched",
+                dir.display()
+            ));
+        }
     }
 
     /// One warning per server, whatever else goes wrong with it later.

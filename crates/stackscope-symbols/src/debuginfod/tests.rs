@@ -159,3 +159,18 @@ fn a_server_that_never_answers_is_given_up_on() {
         "{url} was not marked down"
     );
 }
+
+/// A cache that cannot be written stops fetching before any server is asked, and is not
+/// taken for a server that cannot be reached.
+#[test]
+fn an_unwritable_cache_fetches_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_dir = dir.path().join("file");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let url = "http://127.0.0.1:9";
+    let client = Debuginfod::new(&[url], &not_a_dir, Timeouts::from_env())
+        .unwrap()
+        .unwrap();
+    assert_eq!(client.fetch_debuginfo(&[4; 20]), None);
+    assert!(client.session.budget(url).is_ok(), "the server was asked");
+}
