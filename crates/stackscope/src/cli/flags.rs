@@ -108,7 +108,8 @@ pub struct DebuginfodArg {
     /// ~/.cache/debuginfod_client), with a progress bar on a terminal (a line per file
     /// otherwise). DEBUGINFOD_TIMEOUT (seconds, default 90) bounds the wait for a server to
     /// answer, DEBUGINFOD_MAXTIME one file, and 5 minutes all fetching; a server that cannot
-    /// be reached is named in one warning, and the profile is written all the same.
+    /// be reached is named in one warning, and the profile is written all the same (as at a
+    /// Ctrl-C while fetching, which stops it).
     #[arg(long)]
     pub no_debuginfod: bool,
 }
