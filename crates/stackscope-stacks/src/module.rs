@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use framehop::ExplicitModuleSectionInfo;
 use stackscope_symbols::elf::{ElfError, ElfFile, Section, Segment};
@@ -98,8 +98,8 @@ impl ModuleFile {
     /// Distributions install `.debug_frame` for stripped files in separate debug files found
     /// by build-id.
     fn debug_frame_from_debug_file(&self) -> Option<SectionData> {
-        let dirs = [PathBuf::from(stackscope_symbols::DEFAULT_DEBUG_DIR)];
-        let path = stackscope_symbols::find_debug_file(&dirs, self.build_id.as_deref()?)?;
+        let debug_files = stackscope_symbols::DebugFiles::from_env();
+        let path = debug_files.by_build_id(self.build_id.as_deref()?)?;
         debug_frame(&ElfFile::open(&path).ok()?)
     }
 

@@ -8,8 +8,6 @@
 //! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
 //! rest of stackscope reads binaries through, as the lowest crate that reads them.
 
-use std::path::PathBuf;
-
 pub mod debug_file;
 pub mod debuginfod;
 pub mod elf;
@@ -25,12 +23,6 @@ pub use elf_info::{unwind_sources, FramePointers, UnwindSources};
 pub use error::SymbolError;
 pub use file_id::FileId;
 pub use symbolizer::Symbolizer;
-
-/// The separate debug file for `build_id` at `<dir>/.build-id/xx/rest.debug` in the first of
-/// `debug_dirs` that has one.
-pub fn find_debug_file(debug_dirs: &[PathBuf], build_id: &[u8]) -> Option<PathBuf> {
-    DebugFiles::new(debug_dirs.to_vec()).by_build_id(build_id)
-}
 
 /// One named frame for one address. An address inside inlined code gives several.
 #[derive(Debug, Clone, PartialEq, Eq)]
