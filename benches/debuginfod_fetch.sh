@@ -33,10 +33,6 @@ build_unless_set STACKSCOPE stackscope
 make_work_dir
 cd "$work"
 
-now() { date +%s.%N; }
-calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-
 # The program: FUNCS small functions (called once, so that they stay), and two hot ones.
 {
     echo 'static volatile unsigned long sink;'
