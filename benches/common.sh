@@ -47,3 +47,9 @@ install_perf_tools() {
         cargo install --locked inferno || return
     fi
 }
+
+# Timing arithmetic: seconds since the epoch, an awk expression to 3 decimals, and the median
+# of the numbers on standard input, one a line.
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }

@@ -23,10 +23,8 @@ cd "$work"
 gcc -O2 -g -fomit-frame-pointer "$workloads/split.c" -o split_nofp
 rustc -C opt-level=3 -C debuginfo=1 -C force-frame-pointers=no "$workloads/rust_deep.rs" -o rust_deep
 
-now() { date +%s.%N; }
 # CPU seconds (user + sys) from a /usr/bin/time -f '%U %S' file.
 cpu_of() { awk '{ print $1 + $2 }' "$1"; }
-calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 
 # Total sample count and share (%) of frames named `main`, read from an inferno SVG: the
 # root rectangle's title holds the total, each `main` rectangle's title its percentage.

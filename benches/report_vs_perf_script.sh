@@ -30,9 +30,6 @@ build_unless_set STACKSCOPE stackscope
 make_work_dir
 cd "$work"
 
-now() { date +%s.%N; }
-calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 svg_total() { grep -o '<title>all ([0-9,]* samples' "$1" | head -n1 | tr -dc '0-9'; }
 
 # A large folded file for the recorded program to render: 300k random stacks.

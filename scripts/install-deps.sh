@@ -20,6 +20,7 @@ test_packages=(
     linux-perf                 # perf.data recordings read by `stackscope report`, and the benches
     libssl3                    # libcrypto's hand-written unwind rules, exercised by the BPF walker tests
     binutils xz-utils          # stripped test programs: strip, objcopy, nm, and xz for MiniDebugInfo
+    debuginfod elfutils        # a real debuginfod server that the debug-info fetching tests read from
 )
 
 mode=${1:-test}

@@ -150,6 +150,9 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub output: OutputArgs,
 
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
+
     /// The command to launch and profile, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -175,6 +178,9 @@ pub struct ReportArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
 }
 
 #[cfg(test)]

@@ -2,13 +2,15 @@
 //! shims (`stackscope-perf`, `stackscope-dtrace`) share one implementation of each.
 //!
 //! The modules are layered, each using only those below it: `cli` (every flag and default);
-//! `hint` (the sources' hints in the flags' words); `sink`, `output` (where and in which
+//! `hint` (the sources' hints in the flags' words); `debuginfod` (where debug info may be
+//! fetched from); `sink`, `output` (where and in which
 //! format), `input`, `status` (signals, exit status), `summary` (the end of every recording)
 //! and `source_bpf`; `doctor`, to which the recording commands point errors about the
 //! machine; the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
 //! over `record`.
 
 pub mod cli;
+mod debuginfod;
 mod diff;
 mod doctor;
 mod gdb;

@@ -36,6 +36,7 @@ pub(crate) fn run_with(
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
+    crate::debuginfod::install(&args.debuginfod, Some(&stop));
     let duration = args.duration.duration;
     let announcement = format!(
         "stackscope: sampling {what} at {} {}",

@@ -12,6 +12,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     let title = format!("stackscope: {}", args.input.display());
     let output = Output::from_args(&args.output, Fallback::file(title));
     output.check_writable()?;
+    crate::debuginfod::install(&args.debuginfod, None);
     let profile = read_profile(&args.input)?;
     output.write(&profile)?;
     if !output.is_stdout() {

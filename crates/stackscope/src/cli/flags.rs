@@ -108,6 +108,24 @@ pub struct OutputArgs {
     pub style: StyleArgs,
 }
 
+/// `--no-debuginfod`: whether debug info may come from debuginfod servers (`record`, `report`,
+/// `profile`).
+#[derive(Args)]
+pub struct DebuginfodArg {
+    /// Fetch no debug info from debuginfod servers. Without it, when DEBUGINFOD_URLS names
+    /// servers (space-separated, as for perf and gdb), the debug files of binaries whose
+    /// frames no local file names are fetched by build-id as frames are named (after sampling
+    /// or reading perf.data), read first from
+    /// and kept in elfutils' cache ($DEBUGINFOD_CACHE_PATH, else
+    /// ~/.cache/debuginfod_client), with a progress bar on a terminal (a line per file
+    /// otherwise). DEBUGINFOD_TIMEOUT (seconds, default 90) bounds the wait for a server to
+    /// answer, DEBUGINFOD_MAXTIME one file, and 5 minutes all fetching; a server that cannot
+    /// be reached is named in one warning, and the profile is written all the same (as at a
+    /// Ctrl-C while fetching, which stops it).
+    #[arg(long)]
+    pub no_debuginfod: bool,
+}
+
 /// How stacks are drawn or written, in every command that writes a flamegraph or folded stacks.
 #[derive(Args)]
 pub struct StyleArgs {

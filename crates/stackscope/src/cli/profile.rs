@@ -5,7 +5,8 @@ use clap::Args;
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 
 use super::flags::{
-    CpuArg, MaxStackArg, OutputArgs, RateArgs, StacksArgs, TargetArgs, PROFILE_FREQUENCY,
+    CpuArg, DebuginfodArg, MaxStackArg, OutputArgs, RateArgs, StacksArgs, TargetArgs,
+    PROFILE_FREQUENCY,
 };
 
 #[derive(Args)]
@@ -80,4 +81,7 @@ pub struct ProfileArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+
+    #[command(flatten)]
+    pub debuginfod: DebuginfodArg,
 }

@@ -1,0 +1,184 @@
+//! What one process has learnt of its debuginfod servers while fetching: which could not be
+//! reached (named once, not asked again), how much of the overall bound is left, whether
+//! Ctrl-C came, and what the user is shown meanwhile.
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::progress::Progress;
+use super::Timeouts;
+
+/// What one process has learnt of its servers, shared by the transport and the fetching.
+#[derive(Debug)]
+pub(super) struct Session {
+    pub(super) timeouts: Timeouts,
+    /// When the first fetch began: the overall bound counts from there.
+    began: OnceLock<Instant>,
+    /// Set by Ctrl-C, and whether it was set when fetching began: a Ctrl-C that stopped
+    /// the recording must not stop the fetching that follows; one during it does.
+    stop: OnceLock<Arc<AtomicBool>>,
+    stop_at_start: OnceLock<bool>,
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Servers that could not be reached, not asked again.
+    down: Vec<String>,
+    /// Servers already named in a warning.
+    warned: Vec<String>,
+    /// What is being fetched, in words: the library's client hands the transport only a URL.
+    fetching: String,
+    progress: Option<Progress>,
+    overall_said: bool,
+    interrupt_said: bool,
+    cache_said: bool,
+}
+
+impl State {
+    /// Prints `line` on stderr, around the progress bar if one shows.
+    fn say(&self, line: &str) {
+        match &self.progress {
+            Some(progress) => progress.say(line),
+            None => eprintln!("{line}"),
+        }
+    }
+}
+
+impl Session {
+    pub(super) fn new(timeouts: Timeouts) -> Self {
+        Session {
+            timeouts,
+            began: OnceLock::new(),
+            stop: OnceLock::new(),
+            stop_at_start: OnceLock::new(),
+            state: Mutex::new(State::default()),
+        }
+    }
+
+    /// Fetching stops when `stop` is set after it began.
+    pub(super) fn stop_on(&self, stop: Arc<AtomicBool>) {
+        let _ = self.stop.set(stop);
+    }
+
+    /// Whether Ctrl-C came since fetching began; the first time it did, says so.
+    pub(super) fn interrupted(&self) -> bool {
+        let interrupted = self.stop.get().is_some_and(|flag| {
+            let now = flag.load(Ordering::Relaxed);
+            let at_start = *self.stop_at_start.get_or_init(|| now);
+            now && !at_start
+        });
+        if interrupted {
+            let mut state = self.state();
+            if !std::mem::replace(&mut state.interrupt_said, true) {
+                state.say(
+                    "stackscope: debuginfod: fetching stopped at Ctrl-C; the profile keeps \
+                     the names it has",
+                );
+            }
+        }
+        interrupted
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding it left nothing half-done that matters here.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A fetch of what `name` says begins.
+    pub(super) fn begin(&self, name: &str) {
+        self.began.get_or_init(Instant::now);
+        self.interrupted();
+        self.state().fetching = name.to_string();
+    }
+
+    /// A fetch ended.
+    pub(super) fn end(&self) {
+        if let Some(progress) = self.state().progress.take() {
+            progress.finish();
+        }
+    }
+
+    /// How long a request to `server` may take, or why it is not made.
+    pub(super) fn budget(&self, server: &str) -> Result<Duration, String> {
+        if self.interrupted() {
+            return Err("stopped at Ctrl-C".to_string());
+        }
+        let mut state = self.state();
+        if state.down.iter().any(|s| s == server) {
+            return Err(format!("{server} could not be reached before"));
+        }
+        let spent = self.began.get().map_or(Duration::ZERO, Instant::elapsed);
+        let Some(left) = self
+            .timeouts
+            .overall
+            .checked_sub(spent)
+            .filter(|l| !l.is_zero())
+        else {
+            if !std::mem::replace(&mut state.overall_said, true) {
+                state.say(&format!(
+                    "stackscope: warning: debuginfod: stopped fetching debug info after {} s, \
+                     the bound for all fetching; the binaries not yet fetched keep the names \
+                     they have",
+                    self.timeouts.overall.as_secs()
+                ));
+            }
+            return Err("the bound for all fetching was reached".to_string());
+        };
+        Ok(self.timeouts.file.map_or(left, |file| file.min(left)))
+    }
+
+    /// `server` cannot be reached: said once, and not asked again.
+    pub(super) fn mark_down(&self, server: &str, why: &dyn fmt::Display) {
+        self.warn(
+            server,
+            &format!("cannot be reached ({why}); debug info from it is left out"),
+        );
+        let mut state = self.state();
+        if !state.down.iter().any(|s| s == server) {
+            state.down.push(server.to_string());
+        }
+    }
+
+    /// A download from `server` of the debug info of `name` broke off: said once, and the
+    /// server not asked again, since what broke this one would cost the next one as much.
+    pub(super) fn warn_download(&self, server: &str, name: &str, why: &io::Error) {
+        let server = server.trim_end_matches('/');
+        self.mark_down(server, &format!("fetching the debug info of {name}: {why}"));
+    }
+
+    /// The cache at `dir` cannot be written: said once; nothing is fetched without it.
+    pub(super) fn warn_cache(&self, dir: &Path, why: &io::Error) {
+        let mut state = self.state();
+        if !std::mem::replace(&mut state.cache_said, true) {
+            state.say(&format!(
+                "stackscope: warning: debuginfod: cannot keep debug files in {} ({why}); \
+                 none is fetched",
+                dir.display()
+            ));
+        }
+    }
+
+    /// One warning per server, whatever else goes wrong with it later.
+    pub(super) fn warn(&self, server: &str, what: &str) {
+        let mut state = self.state();
+        if state.warned.iter().any(|s| s == server) {
+            return;
+        }
+        state.warned.push(server.to_string());
+        state.say(&format!(
+            "stackscope: warning: debuginfod server {server} {what}"
+        ));
+    }
+
+    pub(super) fn start_progress(&self, server: &str, length: Option<u64>) -> Progress {
+        let mut state = self.state();
+        let progress = Progress::start(&state.fetching, server, length);
+        state.progress = Some(progress.clone());
+        progress
+    }
+}

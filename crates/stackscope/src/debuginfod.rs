@@ -1,0 +1,29 @@
+//! Whether frames may be named from debug files fetched from debuginfod servers: the
+//! process's fetcher, set once before any naming begins, so that every source's naming step
+//! uses it.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use stackscope_symbols::debug_file::{set_process_fetcher, FetchDebugFile};
+use stackscope_symbols::debuginfod::Debuginfod;
+
+use crate::cli::DebuginfodArg;
+
+/// Fetches from the servers `DEBUGINFOD_URLS` names, unless `--no-debuginfod` says not to;
+/// a Ctrl-C that sets `stop` while fetching stops it, so that the profile is written at once
+/// with the names it has.
+pub(crate) fn install(arg: &DebuginfodArg, stop: Option<&Arc<AtomicBool>>) {
+    let fetcher = if arg.no_debuginfod {
+        None
+    } else {
+        Debuginfod::from_env().map(|client| {
+            let client = match stop {
+                Some(stop) => client.stop_on(Arc::clone(stop)),
+                None => client,
+            };
+            Arc::new(client) as Arc<dyn FetchDebugFile>
+        })
+    };
+    set_process_fetcher(fetcher);
+}

@@ -1,0 +1,499 @@
+//! Debug info fetched from a real debuginfod server (elfutils', from apt) started on a
+//! loopback port over a directory holding only the split-off debug file of a program built
+//! here with -g and shipped stripped: its hot static functions are named, with source lines,
+//! only through the server; a second run reads elfutils' cache with the server gone; and
+//! servers that cannot be reached cost the timeout once, are named in one warning each, and
+//! the profile is written all the same.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{read_json, record_command, run_with_deadline, share_of, Run};
+use stackscope_profile::Profile;
+use stackscope_symbols::elf::ElfFile;
+use stackscope_testkit::{compile, run, Running};
+
+/// Two hot static functions in the program, and work in a library of its own, both shipped
+/// stripped: nothing on this machine names the static functions. noipa keeps gcc from cloning
+/// or inlining them, so each is one function under its own name.
+const PROGRAM: &str = r#"
+#include <stdlib.h>
+unsigned long helper_work(unsigned long n, unsigned long seed);
+static volatile unsigned long sink;
+
+static __attribute__((noipa)) unsigned long warm_alpha(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+    return seed;
+}
+
+static __attribute__((noipa)) unsigned long warm_beta(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = (seed ^ (seed >> 29)) * 0xbf58476d1ce4e5b9UL;
+    return seed;
+}
+
+int main(int argc, char **argv)
+{
+    unsigned long rounds = argc > 1 ? strtoul(argv[1], 0, 10) : 300;
+    for (unsigned long r = 0; r < rounds; r++) {
+        sink += warm_alpha(1000000, r);
+        sink += warm_beta(1000000, r);
+        sink += helper_work(300000, r);
+    }
+    return 0;
+}
+"#;
+
+const LIBRARY: &str = r#"
+static __attribute__((noipa)) unsigned long helper_spin(unsigned long n, unsigned long seed)
+{
+    for (unsigned long i = 0; i < n; i++)
+        seed = seed * 2862933555777941757UL + 3037000493UL;
+    return seed;
+}
+
+unsigned long helper_work(unsigned long n, unsigned long seed)
+{
+    return helper_spin(n, seed) ^ 1;
+}
+"#;
+
+/// The stripped program (linked to its stripped library) and the directory the server
+/// serves, holding the program's split-off debug file only.
+struct Built {
+    program: PathBuf,
+    served: PathBuf,
+    build_id: String,
+}
+
+fn build(dir: &Path) -> Built {
+    let lib_full = compile(
+        "gcc",
+        dir,
+        ("helper.c", LIBRARY),
+        &["-O2", "-g", "-shared", "-fPIC"],
+        &[],
+        "libhelper.so.full",
+    );
+    run(Command::new("strip")
+        .args(["-s", "-o"])
+        .arg(dir.join("libhelper.so"))
+        .arg(&lib_full));
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let lib_dir = format!("-L{}", dir.display());
+    let full = compile(
+        "gcc",
+        dir,
+        ("debuginfod_pair.c", PROGRAM),
+        &["-O2", "-g", "-Wl,--build-id"],
+        &[&lib_dir, "-lhelper", &rpath],
+        "debuginfod_pair.full",
+    );
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(served.join("debuginfod_pair.debug")));
+    let program = dir.join("debuginfod_pair");
+    run(Command::new("strip")
+        .args(["-s", "-o"])
+        .arg(&program)
+        .arg(&full));
+    let elf = ElfFile::open(&program).expect("read the stripped program");
+    let build_id = elf
+        .build_id()
+        .expect("gcc gave the program a build-id")
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    Built {
+        program,
+        served,
+        build_id,
+    }
+}
+
+/// A port nothing listens on (taken from the kernel, then closed).
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
+    listener.local_addr().unwrap().port()
+}
+
+/// elfutils' debuginfod over `served`, on a loopback port, killed on drop.
+struct Server {
+    _process: Running,
+    url: String,
+    log: PathBuf,
+}
+
+impl Server {
+    fn start(dir: &Path, served: &Path) -> Server {
+        let port = free_port();
+        let log = dir.join("debuginfod.log");
+        let process = Command::new("debuginfod")
+            .args(["-F", "-p", &port.to_string(), "-d"])
+            .arg(dir.join("debuginfod.sqlite"))
+            .arg(served)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start debuginfod (apt: debuginfod)");
+        Server {
+            _process: Running(process),
+            url: format!("http://127.0.0.1:{port}"),
+            log,
+        }
+    }
+
+    /// Polls until the server answers for `build_id` (it listens before its first scan
+    /// ends), bounded so that a server that never comes up fails the test with its log.
+    fn wait_for(&self, build_id: &str) {
+        let start = Instant::now();
+        let addr = self.url.trim_start_matches("http://");
+        while start.elapsed() < Duration::from_secs(60) {
+            if http_status(addr, &format!("/buildid/{build_id}/debuginfo")) == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "debuginfod did not serve {build_id} within 60 s; its log:\n{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        );
+    }
+}
+
+/// The status code of a GET of `path` at `addr`, or `None` while nothing answers there.
+fn http_status(addr: &str, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect(addr).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    std::str::from_utf8(&head[9..12]).ok()?.parse().ok()
+}
+
+/// Records the program with the environment's debuginfod variables set to `env` (and no
+/// others from the test's own environment).
+fn record(
+    dir: &Path,
+    name: &str,
+    options: &[&str],
+    env: &[(&str, &str)],
+    built: &Built,
+) -> (Run, Profile) {
+    let out = dir.join(name);
+    let command = [built.program.as_os_str(), OsStr::new("300")];
+    let mut cmd = record_command(dir, &out, options, &command);
+    for var in [
+        "DEBUGINFOD_URLS",
+        "DEBUGINFOD_TIMEOUT",
+        "DEBUGINFOD_MAXTIME",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("DEBUGINFOD_CACHE_PATH", dir.join("cache"));
+    cmd.envs(env.iter().copied());
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
+/// `perf record` of the program, then `stackscope report` of its perf.data with the server at
+/// `url` and an empty cache.
+fn report_perf_data(dir: &Path, url: &str, built: &Built) -> (Run, Profile) {
+    let data = dir.join("perf.data");
+    // -N: no copy into perf's build-id cache in the home directory.
+    run(Command::new("perf")
+        .args(["record", "-N", "-q", "-F", "999", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&built.program)
+        .arg("300")
+        .env_remove("DEBUGINFOD_URLS"));
+    let out = dir.join("reported.json");
+    let mut cmd = Command::new(common::stackscope_bin());
+    cmd.current_dir(dir)
+        .arg("report")
+        .arg(&data)
+        .arg("-o")
+        .arg(&out)
+        .env("DEBUGINFOD_URLS", url)
+        .env("DEBUGINFOD_CACHE_PATH", dir.join("report-cache"));
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    let profile = read_json(&out);
+    (run, profile)
+}
+
+/// Each hot static function is named, in the stripped program, with a line of its source.
+fn assert_named_with_lines(profile: &Profile, run: &Run) {
+    for name in ["warm_alpha", "warm_beta"] {
+        let frame = profile
+            .frames
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| {
+                panic!(
+                    "{name} not named; top stacks:\n{}\nstderr:\n{}",
+                    common::top_stacks(profile, 8),
+                    run.stderr
+                )
+            });
+        assert_eq!(
+            frame.module.as_deref(),
+            Some("debuginfod_pair"),
+            "{frame:?}"
+        );
+        assert!(
+            frame
+                .file
+                .as_deref()
+                .is_some_and(|f| f.ends_with("debuginfod_pair.c"))
+                && frame.line.is_some(),
+            "{name} has no source line: {frame:?}"
+        );
+        // Hot: a real share of the samples, whatever the machine's load.
+        assert!(share_of(profile, name) > 0.05, "{name} holds few samples");
+    }
+}
+
+#[test]
+fn a_debuginfod_server_names_a_stripped_program_and_its_cache_serves_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = Server::start(dir.path(), &built.served);
+    server.wait_for(&built.build_id);
+    let url = server.url.clone();
+    let env = [("DEBUGINFOD_URLS", url.as_str())];
+
+    // Without the server nothing names the static functions: the names below are its doing.
+    let (_, bare) = record(
+        dir.path(),
+        "bare.json",
+        &["--format", "json", "--no-debuginfod"],
+        &env,
+        &built,
+    );
+    assert!(
+        !bare.frames.iter().any(|f| f.name == "warm_alpha"),
+        "warm_alpha was named without debuginfod"
+    );
+
+    let (run, fetched) = record(
+        dir.path(),
+        "fetched.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+    assert_named_with_lines(&fetched, &run);
+    assert!(
+        run.stderr
+            .contains(&format!("debug info of build-id {}", built.build_id)),
+        "no note of the download on stderr:\n{}",
+        run.stderr
+    );
+    let cached = dir
+        .path()
+        .join("cache")
+        .join(&built.build_id)
+        .join("debuginfo");
+    assert!(cached.is_file(), "nothing kept in elfutils' cache layout");
+
+    // `report perf.data` names from the server too (with a cache of its own, so it asks).
+    let (run, reported) = report_perf_data(dir.path(), &url, &built);
+    assert_named_with_lines(&reported, &run);
+
+    // The server gone, its port closed: the cache alone names them, and nothing is asked.
+    drop(server);
+    let (run, again) = record(
+        dir.path(),
+        "cached.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+    assert_named_with_lines(&again, &run);
+    assert!(
+        !run.stderr.contains("fetching the debug info") && !run.stderr.contains("warning"),
+        "the cache was not read first:\n{}",
+        run.stderr
+    );
+}
+
+/// A loopback port whose connections never complete, as at a blackholed address: a listener
+/// whose queue of connections (cut to one) is held full and never accepted from, so the
+/// kernel drops every further SYN. Returns what must stay alive, and the URL.
+fn blackholed_port() -> ((TcpListener, TcpStream), String) {
+    use std::os::fd::AsRawFd;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen on a socket this test owns; a second listen only resizes its queue.
+    let listening = unsafe { libc::listen(listener.as_raw_fd(), 0) };
+    assert_eq!(listening, 0, "cannot resize the listen queue");
+    let addr = listener.local_addr().unwrap();
+    let filler = TcpStream::connect(addr).expect("fill the listen queue");
+    ((listener, filler), format!("http://{addr}"))
+}
+
+#[test]
+fn unreachable_servers_cost_the_timeout_once_and_the_profile_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    // A closed port refuses at once; a blackholed one never completes a connection.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let (_blackhole, blackholed) = blackholed_port();
+    let urls = format!("{closed} {blackholed}");
+    let timeout = 20;
+    let timeout_text = timeout.to_string();
+
+    let (baseline, _) = record(
+        dir.path(),
+        "off.json",
+        &["--format", "json", "--no-debuginfod"],
+        &[],
+        &built,
+    );
+    let env = [
+        ("DEBUGINFOD_URLS", urls.as_str()),
+        ("DEBUGINFOD_TIMEOUT", &timeout_text),
+    ];
+    let (run, profile) = record(
+        dir.path(),
+        "unreachable.json",
+        &["--format", "json"],
+        &env,
+        &built,
+    );
+
+    let in_program = common::share(&profile, |frames| {
+        frames
+            .iter()
+            .any(|f| f.module.as_deref() == Some("debuginfod_pair"))
+    });
+    assert!(in_program > 0.5, "the profile lacks the program's samples");
+    for server in [&closed, &blackholed] {
+        let warnings: Vec<&str> = run
+            .stderr_lines()
+            .into_iter()
+            .filter(|l| l.contains("warning") && l.contains(server.as_str()))
+            .collect();
+        assert_eq!(
+            warnings.len(),
+            1,
+            "not one warning naming {server}:\n{}",
+            run.stderr
+        );
+    }
+    // The program and its library both wanted debug info: asked per file, the blackholed
+    // server would cost the timeout twice. Asked once, it costs it once, and at least once.
+    let timeout = Duration::from_secs(timeout);
+    assert!(
+        run.wall >= timeout,
+        "the blackholed server was not waited for: {:?}",
+        run.wall
+    );
+    assert!(
+        run.wall < baseline.wall + timeout + timeout / 2,
+        "fetching cost {:?} beyond a run without it ({:?}), more than the timeout {timeout:?}",
+        run.wall.saturating_sub(baseline.wall),
+        baseline.wall
+    );
+}
+
+/// A server that answers with a large file and then sends it a little at a time, for far
+/// longer than any test waits.
+fn trickling_server() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            std::thread::spawn(move || {
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n");
+                while stream.write_all(&[0u8; 1000]).is_ok() {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            });
+        }
+    });
+    url
+}
+
+#[test]
+fn ctrl_c_during_a_download_still_writes_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let url = trickling_server();
+    let out = dir.path().join("interrupted.json");
+    let command = [built.program.as_os_str(), OsStr::new("100")];
+    let stderr_path = dir.path().join("stderr.txt");
+    let mut cmd = record_command(dir.path(), &out, &["--format", "json"], &command);
+    cmd.env("DEBUGINFOD_URLS", &url)
+        .env("DEBUGINFOD_CACHE_PATH", dir.path().join("cache"))
+        .env_remove("DEBUGINFOD_TIMEOUT")
+        .env_remove("DEBUGINFOD_MAXTIME")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    let mut stackscope = Running(cmd.spawn().expect("start stackscope"));
+    let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let start = Instant::now();
+    while !stderr().contains("fetching the debug info") {
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "no download began:\n{}",
+            stderr()
+        );
+        if let Some(status) = stackscope.0.try_wait().unwrap() {
+            panic!(
+                "stackscope ended ({status}) before downloading:\n{}",
+                stderr()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: kill only sends a signal, to the child this test started and still holds.
+    unsafe { libc::kill(stackscope.0.id() as libc::pid_t, libc::SIGINT) };
+    // The download would last for hours: ending at all within the deadline is the stop.
+    let status = loop {
+        if let Some(status) = stackscope.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < common::DEADLINE,
+            "Ctrl-C did not stop the download:\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}:\n{}", stderr());
+    assert!(stderr().contains("stopped at Ctrl-C"), "{}", stderr());
+    let profile = read_json(&out);
+    assert!(profile.total_samples() > 0, "an empty profile was written");
+    // Nothing half-downloaded passes for a debug file.
+    let entry = dir
+        .path()
+        .join("cache")
+        .join(&built.build_id)
+        .join("debuginfo");
+    assert!(
+        !entry.exists(),
+        "a partial download was kept as {}",
+        entry.display()
+    );
+}
