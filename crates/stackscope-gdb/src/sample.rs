@@ -91,6 +91,7 @@ pub fn prepare<S: Stream>(
     mut image: Image,
     cpu_mask: u128,
 ) -> Result<Target, Error> {
+    client.describe(image.arch(), image.path())?;
     client.status()?;
     let threads = client.threads()?;
     let vcpus: Vec<(u32, u64)> = threads
