@@ -251,8 +251,11 @@ pub fn walk<R: ArchRegs, E>(
         match result {
             Ok(None) | Ok(Some(0)) => return Ok(WalkEnd::Complete),
             Ok(Some(return_address)) => {
-                // Every real frame pops at least its return address; anything else loops.
-                if R::unwind_sp(&uregs) <= sp_before {
+                // Every real frame pops at least its return address; anything else loops. A
+                // leaf whose return address is still in the link register (aarch64, riscv64)
+                // may have popped nothing.
+                let sp = R::unwind_sp(&uregs);
+                if sp < sp_before || (sp == sp_before && address.is_return_address()) {
                     return Ok(WalkEnd::Broken);
                 }
                 let lookup = lookup_address(return_address);
