@@ -91,7 +91,6 @@ pub fn prepare<S: Stream>(
     mut image: Image,
     cpu_mask: u128,
 ) -> Result<Target, Error> {
-    client.describe(image.arch(), image.path())?;
     client.status()?;
     let threads = client.threads()?;
     let vcpus: Vec<(u32, u64)> = threads
@@ -113,6 +112,8 @@ pub fn prepare<S: Stream>(
     if let Some(libraries) = client.libraries()? {
         space.add_libraries(&libraries);
     }
+    // After `?`: gdbserver describes the thread it last reported, and without one it aborts.
+    client.describe(space.main().arch(), space.main().path())?;
     Ok(Target {
         vcpus,
         all_vcpus: threads.len(),
