@@ -229,6 +229,40 @@ fn an_elf_file_of_another_architecture_is_one_clear_error() {
 }
 
 #[test]
+fn an_elf_file_of_an_unknown_architecture_is_one_clear_error() {
+    let dir = tempdir();
+    let source = dir.path().join("f.c");
+    std::fs::write(&source, "int f(void) { return 1; }\n").unwrap();
+    let object = dir.path().join("f.o");
+    stackscope_testkit::run(
+        Command::new("clang")
+            .args(["--target=powerpc64le-linux-gnu", "-c", "-o"])
+            .arg(&object)
+            .arg(&source),
+    );
+    // Refused before any stub is asked: nothing listens on port 1.
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            "127.0.0.1:1",
+            "--kernel",
+            object.to_str().unwrap(),
+        ],
+    );
+    assert!(!run.status.success());
+    let line = run.stderr.trim();
+    assert!(
+        !line.contains('\n')
+            && line.contains("ppc64")
+            && line.contains("x86-64, riscv64 and aarch64"),
+        "one line naming the file's architecture and the known ones:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
 fn a_stub_that_ignores_interrupts_is_said_to() {
     let _serial = serial();
     let dir = tempdir();
