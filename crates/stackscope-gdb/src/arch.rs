@@ -206,12 +206,10 @@ impl Unwinder {
 /// Rules already looked up, kept from round to round; made on the first walk, for the
 /// architecture walked.
 #[derive(Default)]
-pub enum WalkCache {
-    #[default]
-    Empty,
-    X86_64(Box<CacheX86_64>),
-    Riscv64(CacheRiscv64),
-    Aarch64(Box<CacheAarch64>),
+pub struct WalkCache {
+    x86_64: Option<Box<CacheX86_64>>,
+    riscv64: Option<CacheRiscv64>,
+    aarch64: Option<Box<CacheAarch64>>,
 }
 
 /// Walks one stack from `regs` with `unwinder`'s rules into `out` (see
@@ -225,49 +223,21 @@ pub fn walk_stack<E>(
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
     let is_code = |_| true;
+    let Registers { pc, sp, fp, lr } = regs;
     match unwinder {
         Unwinder::X86_64(unwinder) => {
-            if !matches!(cache, WalkCache::X86_64(_)) {
-                *cache = WalkCache::X86_64(Box::new(CacheX86_64::new()));
-            }
-            let WalkCache::X86_64(cache) = cache else {
-                unreachable!("made above")
-            };
-            let regs = RegsX86_64 {
-                ip: regs.pc,
-                sp: regs.sp,
-                bp: regs.fp,
-            };
+            let cache = cache.x86_64.get_or_insert_with(Default::default);
+            let regs = RegsX86_64 { ip: pc, sp, bp: fp };
             walk(unwinder, &mut **cache, regs, leaf, is_code, read, out)
         }
         Unwinder::Aarch64(unwinder) => {
-            if !matches!(cache, WalkCache::Aarch64(_)) {
-                *cache = WalkCache::Aarch64(Box::new(CacheAarch64::new()));
-            }
-            let WalkCache::Aarch64(cache) = cache else {
-                unreachable!("made above")
-            };
-            let regs = RegsAarch64 {
-                pc: regs.pc,
-                sp: regs.sp,
-                fp: regs.fp,
-                lr: regs.lr,
-            };
+            let cache = cache.aarch64.get_or_insert_with(Default::default);
+            let regs = RegsAarch64 { pc, sp, fp, lr };
             walk(unwinder, &mut **cache, regs, leaf, is_code, read, out)
         }
         Unwinder::Riscv64(unwinder) => {
-            if !matches!(cache, WalkCache::Riscv64(_)) {
-                *cache = WalkCache::Riscv64(CacheRiscv64::new());
-            }
-            let WalkCache::Riscv64(cache) = cache else {
-                unreachable!("made above")
-            };
-            let regs = RegsRiscv64 {
-                pc: regs.pc,
-                sp: regs.sp,
-                fp: regs.fp,
-                ra: regs.lr,
-            };
+            let cache = cache.riscv64.get_or_insert_with(Default::default);
+            let regs = RegsRiscv64 { pc, sp, fp, ra: lr };
             walk(unwinder, cache, regs, leaf, is_code, read, out)
         }
     }
