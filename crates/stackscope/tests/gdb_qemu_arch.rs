@@ -54,10 +54,14 @@ fn measured(serial: &Path) -> BTreeMap<u32, (u64, u64)> {
     times
 }
 
-/// spin_a's share of the time both vCPUs spent in the two functions between two reports.
-fn measured_share(before: &BTreeMap<u32, (u64, u64)>, after: &BTreeMap<u32, (u64, u64)>) -> f64 {
+/// spin_a's share of the time vCPUs `cpus` spent in the two functions between two reports.
+fn measured_share(
+    cpus: &[u32],
+    before: &BTreeMap<u32, (u64, u64)>,
+    after: &BTreeMap<u32, (u64, u64)>,
+) -> f64 {
     let (mut a, mut b) = (0, 0);
-    for (cpu, &(a1, b1)) in after {
+    for (cpu, &(a1, b1)) in after.iter().filter(|(cpu, _)| cpus.contains(cpu)) {
         let (a0, b0) = before.get(cpu).copied().unwrap_or((0, 0));
         a += a1 - a0;
         b += b1 - b0;
@@ -69,10 +73,10 @@ fn measured_share(before: &BTreeMap<u32, (u64, u64)>, after: &BTreeMap<u32, (u64
     a as f64 / (a + b) as f64
 }
 
-/// Samples the `kernel` build of `arch` for [`ROUNDS`] rounds into folded stacks; returns
-/// each vCPU's stacks (root first, without the vCPU) and the kernel's measured share of
-/// spin_a over the same time.
-fn sample(arch: Arch, kernel: Kernel) -> (BTreeMap<u32, Stacks>, f64) {
+/// Samples vCPUs `cpus` of the `kernel` build of `arch` for [`ROUNDS`] rounds into folded
+/// stacks; returns each vCPU's stacks (root first, without the vCPU) and the kernel's
+/// measured share of spin_a on those vCPUs over the same time.
+fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, f64) {
     let _serial = serial();
     let dir = tempdir();
     let qemu = Qemu::boot_arch(arch, kernel, 2, Stub::Tcp, dir.path());
@@ -83,6 +87,7 @@ fn sample(arch: Arch, kernel: Kernel) -> (BTreeMap<u32, Stacks>, f64) {
     });
     let out = dir.path().join("guest.folded");
     let rounds = ROUNDS.to_string();
+    let mask = format!("{:#x}", cpus.iter().map(|c| 1u32 << c).sum::<u32>());
     let run = stackscope(
         dir.path(),
         [
@@ -95,6 +100,8 @@ fn sample(arch: Arch, kernel: Kernel) -> (BTreeMap<u32, Stacks>, f64) {
             &rounds,
             "-F",
             HZ,
+            "--cpu-mask",
+            &mask,
             "-o",
             out.to_str().unwrap(),
         ],
@@ -116,7 +123,7 @@ fn sample(arch: Arch, kernel: Kernel) -> (BTreeMap<u32, Stacks>, f64) {
             .unwrap_or_else(|| panic!("folded line does not start with its vCPU: {thread:?}"));
         vcpus.entry(cpu).or_default().push((frames, count));
     }
-    (vcpus, measured_share(&before, &after))
+    (vcpus, measured_share(cpus, &before, &after))
 }
 
 fn describe(stacks: &[(Vec<String>, u64)]) -> String {
@@ -129,13 +136,13 @@ fn describe(stacks: &[(Vec<String>, u64)]) -> String {
         .collect()
 }
 
-/// Samples `kernel` of `arch` and checks the split against the kernel's measure, and that
-/// the stacks reach each vCPU's entry.
-fn assert_split_and_stacks(arch: Arch, kernel: Kernel) {
-    let (vcpus, truth) = sample(arch, kernel);
+/// Samples vCPUs `cpus` of `kernel` of `arch` and checks the split against the kernel's
+/// measure, and that the stacks reach each vCPU's entry.
+fn assert_split_and_stacks(arch: Arch, kernel: Kernel, cpus: &[u32]) {
+    let (vcpus, truth) = sample(arch, kernel, cpus);
     assert_eq!(
         vcpus.keys().copied().collect::<Vec<_>>(),
-        [0, 1],
+        cpus,
         "one thread per vCPU"
     );
     let count = |stacks: &[(Vec<String>, u64)], keep: &dyn Fn(&[String]) -> bool| -> u64 {
@@ -162,33 +169,37 @@ fn assert_split_and_stacks(arch: Arch, kernel: Kernel) {
     let got = a as f64 / both.max(1) as f64;
     assert!(
         (got - truth).abs() <= TOLERANCE,
-        "{arch:?} {kernel:?}: spin_a has {:.1}% of the samples in spin_a or spin_b, the kernel measured {:.1}% ± {:.0} points\n{}{}",
+        "{arch:?} {kernel:?}: spin_a has {:.1}% of the samples in spin_a or spin_b, the kernel measured {:.1}% ± {:.0} points\n{}",
         got * 100.0,
         truth * 100.0,
         TOLERANCE * 100.0,
-        describe(&vcpus[&0]),
-        describe(&vcpus[&1]),
+        vcpus.values().map(|s| describe(s)).collect::<String>(),
     );
 }
 
 #[test]
 fn riscv64_frame_pointer_kernel() {
-    assert_split_and_stacks(Arch::Riscv64, Kernel::FramePointers);
+    assert_split_and_stacks(Arch::Riscv64, Kernel::FramePointers, &[0, 1]);
 }
 
 #[test]
 fn riscv64_cfi_kernel() {
-    assert_split_and_stacks(Arch::Riscv64, Kernel::Cfi);
+    assert_split_and_stacks(Arch::Riscv64, Kernel::Cfi, &[0, 1]);
 }
 
 #[test]
 fn aarch64_frame_pointer_kernel() {
-    assert_split_and_stacks(Arch::Aarch64, Kernel::FramePointers);
+    assert_split_and_stacks(Arch::Aarch64, Kernel::FramePointers, &[0, 1]);
 }
 
 #[test]
 fn aarch64_cfi_kernel() {
-    assert_split_and_stacks(Arch::Aarch64, Kernel::Cfi);
+    assert_split_and_stacks(Arch::Aarch64, Kernel::Cfi, &[0, 1]);
+}
+
+#[test]
+fn aarch64_cpu_mask_selects_vcpu1() {
+    assert_split_and_stacks(Arch::Aarch64, Kernel::Cfi, &[1]);
 }
 
 #[test]

@@ -3,7 +3,7 @@
  * work_loop, which calls spin_a for SHARE_A_PERMILLE of its iterations and spin_b for the
  * rest, and measures with the architecture's counter how much time each really took (the
  * share a sampler should find: under software emulation two loops of equal iteration counts
- * need not take equal time). CPU 0 enters through kmain, the others through ap_main. Every
+ * need not take equal time), in the rounds the host ran it through. CPU 0 enters through kmain, the others through ap_main. Every
  * CPU prints its measured times to the serial port about every REPORT_TICKS, one line at a
  * time under a lock: "stackscope-guest: cpuN a=HEX b=HEX".
  *
@@ -37,7 +37,8 @@ static volatile u32 serial_lock;
 static struct {
     volatile u64 value;
     volatile u64 time_a, time_b, last_report;
-    u8 pad[32];
+    u64 best; /* fewest ticks a unit of work has taken */
+    u8 pad[24];
 } per_cpu[MAX_CPUS];
 
 static void serial_write(const char *s)
@@ -115,8 +116,19 @@ __attribute__((noinline)) void work_loop(u32 cpu)
         u64 t1 = counter_now();
         spin_b(cpu, b);
         u64 t2 = counter_now();
-        per_cpu[cpu].time_a += t1 - t0;
-        per_cpu[cpu].time_b += t2 - t1;
+        u64 per_unit = (t2 - t0) / units;
+        if (per_cpu[cpu].best == 0 || per_unit < per_cpu[cpu].best)
+            per_cpu[cpu].best = per_unit;
+        /*
+         * A round that took far longer than the fastest is one in which the host did not run
+         * this vCPU for a while: the time it stood still went on the counter all the same,
+         * whichever function it stood in, and a few such rounds would swamp the split of the
+         * time the vCPU ran. Only rounds that ran through count.
+         */
+        if (per_unit <= 3 * per_cpu[cpu].best) {
+            per_cpu[cpu].time_a += t1 - t0;
+            per_cpu[cpu].time_b += t2 - t1;
+        }
         if (t2 - per_cpu[cpu].last_report >= REPORT_TICKS) {
             per_cpu[cpu].last_report = t2;
             report(cpu);
