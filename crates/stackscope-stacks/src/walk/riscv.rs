@@ -7,8 +7,8 @@ use std::ops::Range;
 
 use framehop::{Error as FramehopError, ExplicitModuleSectionInfo, FrameAddress};
 use gimli::{
-    BaseAddresses, CfaRule, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register, RegisterRule,
-    UnwindContext, UnwindSection,
+    BaseAddresses, CfaRule, CieOrFde, DebugFrame, EhFrame, EndianSlice, LittleEndian, Register,
+    RegisterRule, UnwindContext, UnwindSection,
 };
 
 use super::{ArchRegs, FrameRecord};
@@ -42,7 +42,81 @@ pub struct UnwindRegsRiscv64 {
 struct Module {
     avma: Range<u64>,
     bias: u64,
-    sections: ExplicitModuleSectionInfo<SectionData>,
+    eh_frame: Option<Table>,
+    debug_frame: Option<Table>,
+}
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// One CFI section with its FDEs sorted by address, so that finding a frame's rules is a
+/// binary search, not a walk over every FDE of a large kernel.
+struct Table {
+    data: SectionData,
+    bases: BaseAddresses,
+    /// `.eh_frame` rather than `.debug_frame`.
+    eh: bool,
+    /// (first address, end, offset of the FDE in the section), by first address.
+    fdes: Vec<(u64, u64, usize)>,
+}
+
+impl Table {
+    fn new(data: SectionData, bases: BaseAddresses, eh: bool) -> Table {
+        let mut table = Table {
+            data,
+            bases,
+            eh,
+            fdes: Vec::new(),
+        };
+        table.fdes = if eh {
+            fdes_of(&table.eh_frame(), &table.bases)
+        } else {
+            fdes_of(&table.debug_frame(), &table.bases)
+        };
+        table
+    }
+
+    fn eh_frame(&self) -> EhFrame<Slice<'_>> {
+        EhFrame::new(&self.data, LittleEndian)
+    }
+
+    fn debug_frame(&self) -> DebugFrame<Slice<'_>> {
+        let mut section = DebugFrame::new(&self.data, LittleEndian);
+        section.set_address_size(8);
+        section
+    }
+
+    /// The rules at `svma`, when an FDE covers it.
+    fn rules(&self, context: &mut UnwindContext<usize>, svma: u64) -> Option<Rules> {
+        let i = self.fdes.partition_point(|f| f.0 <= svma).checked_sub(1)?;
+        let (_, end, offset) = self.fdes[i];
+        if svma >= end {
+            return None;
+        }
+        if self.eh {
+            Rules::of(&self.eh_frame(), &self.bases, context, offset, svma)
+        } else {
+            Rules::of(&self.debug_frame(), &self.bases, context, offset, svma)
+        }
+    }
+}
+
+/// Every FDE of `section`, sorted by address.
+fn fdes_of<'a, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    bases: &BaseAddresses,
+) -> Vec<(u64, u64, usize)> {
+    let mut fdes = Vec::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(S::cie_from_offset) {
+                let start = fde.initial_address();
+                fdes.push((start, start.saturating_add(fde.len()), fde.offset()));
+            }
+        }
+    }
+    fdes.sort_unstable();
+    fdes
 }
 
 /// The CFI of the files of one address space.
@@ -64,34 +138,38 @@ impl UnwinderRiscv64 {
         bias: u64,
         sections: ExplicitModuleSectionInfo<SectionData>,
     ) {
+        let mut bases = BaseAddresses::default();
+        if let Some(text) = &sections.text_svma {
+            bases = bases.set_text(text.start);
+        }
+        let eh_frame = match (sections.eh_frame, sections.eh_frame_svma) {
+            (Some(data), Some(at)) => {
+                Some(Table::new(data, bases.clone().set_eh_frame(at.start), true))
+            }
+            _ => None,
+        };
+        let debug_frame = sections
+            .debug_frame
+            .map(|data| Table::new(data, bases, false));
         self.modules.push(Module {
             avma,
             bias,
-            sections,
+            eh_frame,
+            debug_frame,
         });
     }
 
     /// The CFA and the rules for `ra` and `fp` at `address`, from `.eh_frame` first, then
     /// `.debug_frame`; `None` where no FDE covers it.
-    fn rules(&self, context: &mut CacheRiscv64, address: u64) -> Option<Rules> {
+    fn rules(&self, cache: &mut CacheRiscv64, address: u64) -> Option<Rules> {
         let module = self.modules.iter().find(|m| m.avma.contains(&address))?;
         let svma = address.wrapping_sub(module.bias);
-        let info = &module.sections;
-        let mut bases = BaseAddresses::default();
-        if let Some(text) = &info.text_svma {
-            bases = bases.set_text(text.start);
-        }
-        if let (Some(data), Some(at)) = (&info.eh_frame, &info.eh_frame_svma) {
-            let section = EhFrame::new(data, LittleEndian);
-            let bases = bases.clone().set_eh_frame(at.start);
-            if let Some(rules) = Rules::of(&section, &bases, &mut context.context, svma) {
-                return Some(rules);
-            }
-        }
-        let data = info.debug_frame.as_ref()?;
-        let mut section = DebugFrame::new(data, LittleEndian);
-        section.set_address_size(8);
-        Rules::of(&section, &bases, &mut context.context, svma)
+        let context = &mut cache.context;
+        let from_eh = module
+            .eh_frame
+            .as_ref()
+            .and_then(|t| t.rules(context, svma));
+        from_eh.or_else(|| module.debug_frame.as_ref()?.rules(context, svma))
     }
 }
 
@@ -139,14 +217,19 @@ struct Rules {
 }
 
 impl Rules {
-    fn of<'a, S: UnwindSection<EndianSlice<'a, LittleEndian>>>(
+    /// The row at `svma` of the FDE at `offset` in `section`.
+    fn of<'a, S: UnwindSection<Slice<'a>>>(
         section: &S,
         bases: &BaseAddresses,
         context: &mut UnwindContext<usize>,
+        offset: usize,
         svma: u64,
     ) -> Option<Rules> {
-        let row = section
-            .unwind_info_for_address(bases, context, svma, S::cie_from_offset)
+        let fde = section
+            .fde_from_offset(bases, S::Offset::from(offset), S::cie_from_offset)
+            .ok()?;
+        let row = fde
+            .unwind_info_for_address(section, bases, context, svma)
             .ok()?;
         let cfa = match row.cfa() {
             CfaRule::RegisterAndOffset { register, offset } => Some((*register, *offset)),
