@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use framehop::aarch64::{CacheAarch64, UnwinderAarch64};
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
-use framehop::Unwinder as _;
+use framehop::Module;
 use object::elf;
 use stackscope_stacks::module::SectionData;
 use stackscope_stacks::walk::{
@@ -174,22 +174,8 @@ impl Unwinder {
     /// The rules of `images`, all of architecture `arch`.
     pub fn of(arch: Arch, images: &[Image]) -> Unwinder {
         match arch {
-            Arch::X86_64 => {
-                let mut unwinder = UnwinderX86_64::new();
-                images
-                    .iter()
-                    .filter_map(Image::framehop_module)
-                    .for_each(|m| unwinder.add_module(m));
-                Unwinder::X86_64(unwinder)
-            }
-            Arch::Aarch64 => {
-                let mut unwinder = UnwinderAarch64::new();
-                images
-                    .iter()
-                    .filter_map(Image::framehop_module)
-                    .for_each(|m| unwinder.add_module(m));
-                Unwinder::Aarch64(unwinder)
-            }
+            Arch::X86_64 => Unwinder::X86_64(with_modules(UnwinderX86_64::new(), images)),
+            Arch::Aarch64 => Unwinder::Aarch64(with_modules(UnwinderAarch64::new(), images)),
             Arch::Riscv64 => {
                 let mut unwinder = UnwinderRiscv64::new();
                 for image in images {
@@ -201,6 +187,17 @@ impl Unwinder {
             }
         }
     }
+}
+
+/// A framehop unwinder with the CFI of `images`.
+fn with_modules<U>(mut unwinder: U, images: &[Image]) -> U
+where
+    U: framehop::Unwinder<Module = Module<SectionData>>,
+{
+    for module in images.iter().filter_map(Image::framehop_module) {
+        unwinder.add_module(module);
+    }
+    unwinder
 }
 
 /// Rules already looked up, kept from round to round; made on the first walk, for the
