@@ -16,6 +16,9 @@ test_packages=(
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
     strace                     # the test that no stack memory reaches stackscope (what it reads)
     qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
+    qemu-system-misc qemu-system-arm  # riscv64 and aarch64 guest-kernel tests
+    lld                        # links those test kernels (built by clang --target, so no cross gcc)
+    qemu-user                  # a GDB stub that ignores interrupts (qemu-x86_64 -g), in the gdb tests
     gdbserver                  # stackscope gdb tested against a second real stub
     linux-perf                 # perf.data recordings read by `stackscope report`, and the benches
     libssl3                    # libcrypto's hand-written unwind rules, exercised by the BPF walker tests

@@ -1,7 +1,8 @@
 //! The commands a sampler needs from a GDB stub (QEMU's, gdbserver): the handshake, the thread
-//! list, registers, memory, stopping and resuming, the target's auxiliary vector and load
-//! offsets, and detaching.
+//! list, the target description, registers, memory, stopping and resuming, the target's
+//! auxiliary vector and load offsets, and detaching.
 
+mod description;
 mod loaded;
 mod memory;
 mod registers;
@@ -12,9 +13,11 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::arch::{Arch, Layout};
 use crate::error::{shown, Error};
 use crate::packet::{decode_hex, error_code, frame, Connection, Stream};
 
+pub use description::Description;
 pub use loaded::parse_svr4;
 pub use registers::Registers;
 
@@ -70,6 +73,8 @@ pub struct Features {
     pub libraries_svr4: bool,
     /// The binary memory read `x` (GDB 16's `binary-upload`).
     pub binary_upload: bool,
+    /// The target description (`qXfer:features:read`).
+    pub target_description: bool,
 }
 
 /// A connected client.
@@ -78,6 +83,11 @@ pub struct Client<S> {
     features: Features,
     /// The thread `Hg` last selected, to skip selecting it again.
     selected: Option<u64>,
+    /// Where the registers a walk needs sit in a `g` reply.
+    layout: Layout,
+    /// True once an interrupt has stopped the target: a stub that never stops it ignores
+    /// interrupts.
+    interrupt_stops: bool,
 }
 
 /// Reply timeout used when the caller does not choose one.
@@ -88,6 +98,9 @@ pub const MAX_THREADS: usize = 1 << 16;
 pub const MAX_CONSOLE: usize = 1 << 20;
 /// Largest `qXfer` object read (auxiliary vector, library list).
 pub const MAX_OBJECT: usize = 16 << 20;
+/// Shortest wait for the first stop after an interrupt that is taken as the stub ignoring
+/// interrupts when the recording's end cuts it (a longer one is due within a reply timeout).
+const LEAST_STOP_WAIT: Duration = Duration::from_millis(500);
 
 impl Client<Box<dyn Stream>> {
     /// Connects over TCP or a Unix socket and does the handshake.
@@ -161,6 +174,8 @@ impl<S: Stream> Client<S> {
             conn,
             features,
             selected: None,
+            layout: Arch::X86_64.default_layout(),
+            interrupt_stops: false,
         })
     }
 
@@ -225,10 +240,32 @@ impl<S: Stream> Client<S> {
     }
 
     /// Stops the running target and returns why it stopped. A stop the target made on its
-    /// own (a signal) while running is returned the same way.
+    /// own (a signal) while running is returned the same way. A stub that has never stopped
+    /// the target on an interrupt and lets the wait run out is said to ignore interrupts
+    /// ([`Error::NoStop`]), rather than leaving an empty profile unexplained.
     pub fn interrupt(&mut self) -> Result<Stop, Error> {
         self.conn.send_raw(0x03)?;
-        self.stop_reply()
+        let start = Instant::now();
+        let stop = self.stop_reply();
+        let waited = start.elapsed();
+        match stop {
+            Ok(stop) => {
+                self.interrupt_stops = true;
+                Ok(stop)
+            }
+            Err(Error::Timeout { .. }) if !self.interrupt_stops => Err(self.no_stop(waited)),
+            Err(Error::Cut { .. }) if !self.interrupt_stops && waited >= LEAST_STOP_WAIT => {
+                Err(self.no_stop(waited))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn no_stop(&self, waited: Duration) -> Error {
+        Error::NoStop {
+            peer: self.conn.peer().to_string(),
+            secs: (waited.as_secs_f64() * 10.0).round() / 10.0,
+        }
     }
 
     /// Lets the target run; `signal` is delivered to it (gdbserver) when not 0.
@@ -339,6 +376,7 @@ fn parse_features(reply: &[u8]) -> Features {
             "qXfer:auxv:read+" => features.auxv = true,
             "qXfer:libraries-svr4:read+" => features.libraries_svr4 = true,
             "binary-upload+" => features.binary_upload = true,
+            "qXfer:features:read+" => features.target_description = true,
             _ => {
                 if let Some(size) = item.strip_prefix("PacketSize=") {
                     features.packet_size = usize::from_str_radix(size, 16).ok();

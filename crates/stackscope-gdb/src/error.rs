@@ -78,6 +78,17 @@ pub enum Error {
     /// `--cpu-mask` selects none of the target's vCPUs.
     #[error("the target has {vcpus} vCPU(s), none of which the CPU mask {mask:#x} selects")]
     NoVcpu { vcpus: usize, mask: u128 },
+    /// The ELF file is built for another architecture than the stub runs.
+    #[error("{file} is built for {arch}, but {peer} runs {described} (its target description says so): give the ELF file of what runs there")]
+    Architecture {
+        file: String,
+        arch: &'static str,
+        peer: String,
+        described: String,
+    },
+    /// The stub never stopped the target after an interrupt.
+    #[error("{peer} did not stop the target within {secs} s of an interrupt (\\x03): it ignores interrupts, as QEMU's user-mode stub (qemu-x86_64 -g) does; sample a program under gdbserver, or a guest under QEMU system emulation")]
+    NoStop { peer: String, secs: f64 },
     /// The target exited or was killed (`W`/`X` stop reply).
     #[error("the target {0}")]
     Exited(String),

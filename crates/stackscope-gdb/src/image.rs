@@ -1,21 +1,24 @@
-//! The ELF file the stub runs (a guest kernel, or a program under gdbserver): where it is
-//! loaded, its unwind tables as a framehop module, and how its addresses map to file offsets
-//! for the symbolizer.
+//! The ELF file the stub runs (a guest kernel, or a program under gdbserver): its
+//! architecture, where it is loaded, its unwind tables, and how its addresses map to file
+//! offsets for the symbolizer.
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use framehop::Module;
+use framehop::{ExplicitModuleSectionInfo, Module};
 use object::elf;
 use stackscope_stacks::module::{ModuleFile, SectionData};
 use stackscope_stacks::Mapping;
 use stackscope_symbols::elf::{ElfError, ElfFile, Segment, SymbolTable};
 
+use crate::arch::Arch;
+
 /// The target's ELF file.
 #[derive(Debug)]
 pub struct Image {
     path: PathBuf,
+    arch: Arch,
     entry: u64,
     position_independent: bool,
     loads: Vec<Segment>,
@@ -37,7 +40,8 @@ pub struct ImageError {
 }
 
 impl Image {
-    /// Reads the headers and unwind tables of the 64-bit ELF file at `path`.
+    /// Reads the headers and unwind tables of the 64-bit ELF file at `path`, built for an
+    /// architecture stackscope knows ([`Arch`]).
     pub fn open(path: &Path) -> Result<Image, ImageError> {
         let err = |why: String| ImageError {
             path: path.display().to_string(),
@@ -52,9 +56,12 @@ impl Image {
         if !elf.is_64() {
             return Err(err("not a 64-bit ELF file (it is 32-bit)".into()));
         }
-        if elf.machine() != elf::EM_X86_64 {
-            return Err(err("not an x86-64 ELF file".into()));
-        }
+        let Some(arch) = Arch::of_machine(elf.machine()) else {
+            return Err(err(format!(
+                "it is built for {}, and stackscope gdb knows x86-64, riscv64 and aarch64",
+                machine_name(elf.machine())
+            )));
+        };
         if elf.segments().is_empty() {
             return Err(err("it has no loadable segments".into()));
         }
@@ -67,6 +74,7 @@ impl Image {
         };
         Ok(Image {
             path: path.to_path_buf(),
+            arch,
             entry: elf.entry(),
             position_independent: elf.kind() == elf::ET_DYN,
             loads: elf.segments().to_vec(),
@@ -78,6 +86,11 @@ impl Image {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The architecture the file is built for, from its header.
+    pub fn arch(&self) -> Arch {
+        self.arch
     }
 
     /// The entry point the file states (before relocation).
@@ -131,13 +144,17 @@ impl Image {
 
     /// This file's CFI as a framehop module at its load address; `None` without CFI.
     pub fn framehop_module(&self) -> Option<Module<SectionData>> {
-        let unwind = self.unwind.as_ref()?;
         Some(Module::new(
             self.path.display().to_string(),
             self.address_range(),
             self.bias,
-            unwind.section_info(),
+            self.unwind_sections()?,
         ))
+    }
+
+    /// This file's CFI sections and their stated addresses; `None` without CFI.
+    pub fn unwind_sections(&self) -> Option<ExplicitModuleSectionInfo<SectionData>> {
+        Some(self.unwind.as_ref()?.section_info())
     }
 
     /// Where the file's loadable segments sit in the target, one mapping each, as the stack
@@ -171,6 +188,21 @@ impl Image {
             |n| n.to_string_lossy().into_owned(),
         )
     }
+}
+
+/// An ELF `e_machine` as a reader would name it.
+fn machine_name(machine: elf::Machine) -> String {
+    let name = match machine {
+        elf::EM_386 => "i386",
+        elf::EM_ARM => "32-bit ARM",
+        elf::EM_PPC64 => "ppc64",
+        elf::EM_S390 => "s390x",
+        elf::EM_MIPS => "MIPS",
+        elf::EM_SPARCV9 => "sparc64",
+        elf::EM_LOONGARCH => "loongarch64",
+        _ => return format!("machine {machine}"),
+    };
+    name.to_string()
 }
 
 /// Functions (from the symbol table) whose start address has no `.eh_frame_hdr` entry.

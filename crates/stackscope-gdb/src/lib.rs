@@ -8,11 +8,13 @@
 //! named by its naming step into a [`stackscope_profile::Profile`], each vCPU a thread.
 //!
 //! Layers: [`packet`] (framing over any byte stream, so it is tested on recorded exchanges),
-//! [`client`] (the commands), [`image`] (an ELF file at its load address), [`space`] (the
+//! [`client`] (the commands), [`arch`] (x86-64, riscv64, aarch64: registers and unwinders),
+//! [`image`] (an ELF file at its load address), [`space`] (the
 //! target's files), [`sample`] (the sampling loop: its rounds, the memory it reads and the
 //! pace).
 //! It does not parse arguments nor format output.
 
+pub mod arch;
 pub mod client;
 mod error;
 pub mod image;

@@ -112,6 +112,8 @@ pub fn prepare<S: Stream>(
     if let Some(libraries) = client.libraries()? {
         space.add_libraries(&libraries);
     }
+    // After `?`: gdbserver describes the thread it last reported, and without one it aborts.
+    client.describe(space.main().arch(), space.main().path())?;
     Ok(Target {
         vcpus,
         all_vcpus: threads.len(),

@@ -1,20 +1,17 @@
 //! The code the target runs: its ELF file and, for a Linux program under gdbserver, the shared
 //! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
-//! framehop unwinder over all of them.
+//! unwinder over all of them, for the main file's architecture.
 
 use std::path::{Path, PathBuf};
 
-use framehop::x86_64::UnwinderX86_64;
-use framehop::Unwinder as _;
-
+use crate::arch::Unwinder;
 use crate::image::Image;
-use stackscope_stacks::module::SectionData;
 use stackscope_stacks::Mapping;
 
 /// The target's files, the main one first.
 pub struct Space {
     images: Vec<Image>,
-    unwinder: UnwinderX86_64<SectionData>,
+    unwinder: Unwinder,
     /// The images' loadable segments, sorted by address.
     mappings: Vec<Mapping>,
 }
@@ -22,8 +19,8 @@ pub struct Space {
 impl Space {
     pub fn new(main: Image) -> Space {
         let mut space = Space {
+            unwinder: Unwinder::of(main.arch(), &[]),
             images: vec![main],
-            unwinder: UnwinderX86_64::new(),
             mappings: Vec::new(),
         };
         space.rebuild();
@@ -60,7 +57,7 @@ impl Space {
             .is_some_and(|image| image.lacks_cfi(addr))
     }
 
-    pub fn unwinder(&self) -> &UnwinderX86_64<SectionData> {
+    pub fn unwinder(&self) -> &Unwinder {
         &self.unwinder
     }
 
@@ -75,6 +72,9 @@ impl Space {
             let Ok(mut image) = Image::open(path) else {
                 continue;
             };
+            if image.arch() != self.main().arch() {
+                continue;
+            }
             image.set_bias(*bias);
             // A second file over the same addresses would be a stale entry; the first wins.
             let range = image.address_range();
@@ -100,13 +100,7 @@ impl Space {
     }
 
     fn rebuild(&mut self) {
-        let mut unwinder = UnwinderX86_64::new();
-        for image in &self.images {
-            if let Some(module) = image.framehop_module() {
-                unwinder.add_module(module);
-            }
-        }
-        self.unwinder = unwinder;
+        self.unwinder = Unwinder::of(self.main().arch(), &self.images);
         self.mappings = self.images.iter().flat_map(Image::mappings).collect();
         self.mappings.sort_by_key(|m| m.start);
     }

@@ -198,9 +198,10 @@ fn ack_mode_acknowledges_each_reply_and_retransmits_on_a_bad_checksum() {
     assert_eq!(
         got,
         Registers {
-            ip: 0x5555_5555_5140,
+            pc: 0x5555_5555_5140,
             sp: 0x7ffc_0000_0ff0,
-            bp: 0x7ffc_0000_1000
+            fp: 0x7ffc_0000_1000,
+            lr: 0
         }
     );
 }
@@ -268,9 +269,10 @@ fn run_length_encoded_registers_decode() {
     assert_eq!(
         client.registers(1).unwrap(),
         Registers {
-            ip: 0x10_1234,
+            pc: 0x10_1234,
             sp: 0x0f_fff0,
-            bp: 0x10_0000
+            fp: 0x10_0000,
+            lr: 0
         }
     );
 }
@@ -315,7 +317,7 @@ fn requests_without_acks_go_out_together() {
     let stream = Recorded::new(&[b"+", &supported, b"+", &ok, &all]);
     let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
     let regs = client.registers_of(&[1, 2]).unwrap();
-    assert_eq!((regs[0].ip, regs[1].sp), (0x3000, 0x5000));
+    assert_eq!((regs[0].pc, regs[1].sp), (0x3000, 0x5000));
     let chunks = client
         .read_memory_of(&[(1, 0x2000, 512), (2, 0x5000, 512)])
         .unwrap();
@@ -474,7 +476,7 @@ fn a_stub_without_threads_has_one_and_needs_no_selecting() {
     let g = packet(&g_reply(0x10, 0x20, 0x30));
     let mut client = no_ack_client("QStartNoAckMode+", &[&none, &g]);
     assert_eq!(client.threads().unwrap(), vec![0]);
-    assert_eq!(client.registers(0).unwrap().ip, 0x30);
+    assert_eq!(client.registers(0).unwrap().pc, 0x30);
 }
 
 #[test]

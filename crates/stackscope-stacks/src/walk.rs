@@ -11,6 +11,10 @@ use framehop::{Error as FramehopError, FrameAddress, Unwinder as _};
 
 use crate::module::SectionData;
 
+mod riscv;
+
+pub use riscv::{CacheRiscv64, RegsRiscv64, UnwinderRiscv64};
+
 /// Deepest stack followed; deeper stacks end as [`WalkEnd::Truncated`].
 pub const MAX_FRAMES: usize = 1024;
 
@@ -34,6 +38,16 @@ pub trait ArchRegs: Copy {
     /// pointer and its frame pointer.
     fn caller(return_address: u64, sp: u64, fp: u64) -> Self::Unwind;
     fn unwind_sp(regs: &Self::Unwind) -> u64;
+    /// Where the frame record at frame pointer `fp` keeps the caller's frame pointer and the
+    /// return address, and the caller's stack pointer: `[fp]`, `[fp + 8]` and `fp + 16`
+    /// unless the architecture lays it out otherwise.
+    fn frame_record(fp: u64) -> FrameRecord {
+        FrameRecord {
+            caller_fp: fp,
+            return_address: fp.wrapping_add(8),
+            caller_sp: fp.wrapping_add(16),
+        }
+    }
     /// Unwinds one frame: the caller's return address (`None` or 0 at the outermost frame),
     /// with `regs` moved to the caller.
     fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
@@ -43,6 +57,14 @@ pub trait ArchRegs: Copy {
         regs: &mut Self::Unwind,
         read: &mut F,
     ) -> Result<Option<u64>, FramehopError>;
+}
+
+/// A frame record's layout: where its two words are, and the caller's stack pointer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRecord {
+    pub caller_fp: u64,
+    pub return_address: u64,
+    pub caller_sp: u64,
 }
 
 /// x86-64 registers: instruction, stack and frame (`rbp`) pointers.
@@ -191,7 +213,8 @@ pub fn walk<R: ArchRegs, E>(
                 WalkEnd::Broken
             });
         }
-        let (caller_bp, return_address) = match frame_record(&mut read, bp)? {
+        let record = R::frame_record(bp);
+        let (caller_bp, return_address) = match frame_record(&mut read, record)? {
             Ok(record) => record,
             Err(end) => return Ok(end),
         };
@@ -203,7 +226,7 @@ pub fn walk<R: ArchRegs, E>(
             return Ok(WalkEnd::Broken);
         }
         out.push(lookup);
-        uregs = R::caller(return_address, bp + 16, caller_bp);
+        uregs = R::caller(return_address, record.caller_sp, caller_bp);
         address = next;
     }
     loop {
@@ -228,8 +251,11 @@ pub fn walk<R: ArchRegs, E>(
         match result {
             Ok(None) | Ok(Some(0)) => return Ok(WalkEnd::Complete),
             Ok(Some(return_address)) => {
-                // Every real frame pops at least its return address; anything else loops.
-                if R::unwind_sp(&uregs) <= sp_before {
+                // Every real frame pops at least its return address; anything else loops. A
+                // leaf whose return address is still in the link register (aarch64, riscv64)
+                // may have popped nothing.
+                let sp = R::unwind_sp(&uregs);
+                if sp < sp_before || (sp == sp_before && address.is_return_address()) {
                     return Ok(WalkEnd::Broken);
                 }
                 let lookup = lookup_address(return_address);
@@ -248,11 +274,11 @@ pub fn walk<R: ArchRegs, E>(
     }
 }
 
-/// The caller's frame pointer and return address saved at `fp`, or how the walk ends when
+/// The caller's frame pointer and return address saved in `record`, or how the walk ends when
 /// they cannot be read.
 fn frame_record<E>(
     read: &mut impl FnMut(u64) -> Result<u64, Unread<E>>,
-    fp: u64,
+    record: FrameRecord,
 ) -> Result<Result<(u64, u64), WalkEnd>, E> {
     let mut end = None;
     let mut word = |addr: u64| match read(addr) {
@@ -267,8 +293,8 @@ fn frame_record<E>(
             Ok(0)
         }
     };
-    let caller_fp = word(fp)?;
-    let return_address = word(fp.wrapping_add(8))?;
+    let caller_fp = word(record.caller_fp)?;
+    let return_address = word(record.return_address)?;
     Ok(match end {
         None => Ok((caller_fp, return_address)),
         Some(end) => Err(end),

@@ -13,7 +13,7 @@ impl<S: Stream> Client<S> {
         if !self.features.auxv {
             return Ok(None);
         }
-        let data = self.read_object("auxv")?;
+        let data = self.read_object("auxv", "")?;
         Ok(Some(
             data.chunks_exact(16)
                 .map(|p| {
@@ -51,18 +51,18 @@ impl<S: Stream> Client<S> {
         if !self.features.libraries_svr4 {
             return Ok(None);
         }
-        let data = self.read_object("libraries-svr4")?;
+        let data = self.read_object("libraries-svr4", "")?;
         Ok(Some(parse_svr4(&String::from_utf8_lossy(&data))))
     }
 
-    /// Reads a whole `qXfer` object in packet-sized pieces, all due within one reply timeout;
-    /// at most [`MAX_OBJECT`] bytes.
-    fn read_object(&mut self, object: &str) -> Result<Vec<u8>, Error> {
+    /// Reads a whole `qXfer` object (`annex`: which one of its kind, as a file name) in
+    /// packet-sized pieces, all due within one reply timeout; at most [`MAX_OBJECT`] bytes.
+    pub(super) fn read_object(&mut self, object: &str, annex: &str) -> Result<Vec<u8>, Error> {
         let piece = self.features.packet_size.unwrap_or(4096).clamp(64, 65536) - 8;
         let deadline = self.conn.deadline();
         let mut data = Vec::new();
         loop {
-            let request = format!("qXfer:{object}:read::{:x},{piece:x}", data.len());
+            let request = format!("qXfer:{object}:read:{annex}:{:x},{piece:x}", data.len());
             let reply = self.conn.request_by(request.as_bytes(), deadline)?;
             let (last, body) = match reply.split_first() {
                 Some((b'l', body)) => (true, body),
@@ -93,27 +93,30 @@ impl<S: Stream> Client<S> {
 /// `<library name="/lib/x86_64-linux-gnu/libc.so.6" lm="0x..." l_addr="0x7ffff7dd5000" .../>`
 /// elements of a `library-list-svr4` document, as (name, l_addr).
 pub fn parse_svr4(xml: &str) -> Vec<(PathBuf, u64)> {
-    let attr = |element: &str, name: &str| -> Option<String> {
-        let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
-        let len = element[start..].find('"')?;
-        Some(
-            element[start..start + len]
-                .replace("&quot;", "\"")
-                .replace("&apos;", "'")
-                .replace("&lt;", "<")
-                .replace("&gt;", ">")
-                .replace("&amp;", "&"),
-        )
-    };
     xml.split("<library ")
         .skip(1)
         .filter_map(|element| {
             let element = &element[..element.find('>').unwrap_or(element.len())];
             let element = format!(" {element}");
-            let name = attr(&element, "name").filter(|n| !n.is_empty())?;
-            let l_addr = attr(&element, "l_addr")?;
+            let name = attribute(&element, "name").filter(|n| !n.is_empty())?;
+            let l_addr = attribute(&element, "l_addr")?;
             let l_addr = u64::from_str_radix(l_addr.trim_start_matches("0x"), 16).ok()?;
             Some((PathBuf::from(name), l_addr))
         })
         .collect()
+}
+
+/// The value of attribute `name` in the inside of an XML start tag that starts with a space,
+/// its entities replaced.
+pub(super) fn attribute(element: &str, name: &str) -> Option<String> {
+    let start = element.find(&format!(" {name}=\""))? + name.len() + 3;
+    let len = element[start..].find('"')?;
+    Some(
+        element[start..start + len]
+            .replace("&quot;", "\"")
+            .replace("&apos;", "'")
+            .replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&amp;", "&"),
+    )
 }

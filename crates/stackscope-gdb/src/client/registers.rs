@@ -1,16 +1,22 @@
 //! Register reads: `Hg` + `g` for each thread, sent at once, and the registers an unwinder
-//! needs decoded from the `g` reply.
+//! needs decoded from the `g` reply where the target's [`Layout`] puts them.
 
 use super::Client;
+use crate::arch::Arch;
 use crate::error::Error;
-use crate::packet::{decode_hex, error_code, Stream};
+use crate::packet::{error_code, hex_digit, Stream};
 
-/// x86-64 registers an unwinder needs, from the `g` packet.
+/// The registers a walk starts from, on every architecture, from the `g` packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Registers {
-    pub ip: u64,
+    /// The program counter (`rip`, `pc`).
+    pub pc: u64,
     pub sp: u64,
-    pub bp: u64,
+    /// The frame pointer (`rbp`, `s0`, `x29`).
+    pub fp: u64,
+    /// The link register (`ra`, `x30`), which holds a leaf's return address until the leaf
+    /// saves it; 0 on x86-64.
+    pub lr: u64,
 }
 
 impl<S: Stream> Client<S> {
@@ -19,9 +25,8 @@ impl<S: Stream> Client<S> {
         Ok(self.registers_of(&[thread])?[0])
     }
 
-    /// Registers of each thread (`Hg` + `g`, all sent at once without acks), in the x86-64
-    /// order both QEMU and gdbserver use: rax rbx rcx rdx rsi rdi rbp rsp r8..r15 rip, 8 bytes
-    /// each, little-endian.
+    /// Registers of each thread (`Hg` + `g`, all sent at once without acks), where the stub's
+    /// target description puts them (see [`Client::describe`]), little-endian.
     pub fn registers_of(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
         let result = self.registers_of_inner(threads);
         if result.is_err() {
@@ -47,23 +52,33 @@ impl<S: Stream> Client<S> {
             if let Some(code) = error_code(reply) {
                 return Err(self.stub_error(packet, code));
             }
-            let reg = |i: usize| -> Option<u64> {
-                let hex = reply.get(i * 16..(i + 1) * 16)?;
-                // `xx` marks a register the stub cannot read.
-                let bytes = decode_hex(hex)?;
-                Some(u64::from_le_bytes(bytes.try_into().ok()?))
-            };
-            match (reg(16), reg(7), reg(6)) {
-                (Some(ip), Some(sp), Some(bp)) => out.push(Registers { ip, sp, bp }),
-                _ => {
-                    return Err(self.malformed(
-                        packet,
-                        reply,
-                        "expected at least 17 x86-64 registers in hex",
-                    ))
+            match register_bytes(reply).and_then(|bytes| self.layout.decode(&bytes)) {
+                Some(regs) => out.push(regs),
+                None => {
+                    let why = match self.layout.arch() {
+                        Arch::X86_64 => "expected at least 17 x86-64 registers in hex",
+                        Arch::Riscv64 => "expected hex up to pc, sp, s0 and ra readable",
+                        Arch::Aarch64 => "expected hex up to pc, sp, x29 and x30 readable",
+                    };
+                    return Err(self.malformed(packet, reply, why));
                 }
             }
         }
         Ok(out)
     }
+}
+
+/// The bytes of a `g` reply, `None` for each `xx` (a register the stub cannot read); `None`
+/// altogether when it is not hex.
+fn register_bytes(reply: &[u8]) -> Option<Vec<Option<u8>>> {
+    if !reply.len().is_multiple_of(2) {
+        return None;
+    }
+    reply
+        .chunks_exact(2)
+        .map(|pair| match pair {
+            b"xx" => Some(None),
+            _ => Some(Some(hex_digit(pair[0])? << 4 | hex_digit(pair[1])?)),
+        })
+        .collect()
 }

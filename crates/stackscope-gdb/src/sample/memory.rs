@@ -2,9 +2,9 @@
 
 use std::collections::HashMap;
 
-use framehop::x86_64::CacheX86_64;
-use stackscope_stacks::walk::{walk, Leaf, RegsX86_64, Unread, WalkEnd};
+use stackscope_stacks::walk::{Leaf, Unread, WalkEnd};
 
+use crate::arch::{walk_stack, WalkCache};
 use crate::client::{Client, Registers};
 use crate::error::Error;
 use crate::packet::Stream;
@@ -82,26 +82,21 @@ impl Memory {
     pub(super) fn unwind<S: Stream>(
         &mut self,
         space: &Space,
-        cache: &mut CacheX86_64,
+        cache: &mut WalkCache,
         client: &mut Client<S>,
         regs: Registers,
         out: &mut Vec<u64>,
     ) -> Result<WalkEnd, Error> {
-        let leaf = if space.lacks_cfi(regs.ip) {
+        let leaf = if space.lacks_cfi(regs.pc) {
             Leaf::FramePointer
         } else {
             Leaf::Rules
-        };
-        let regs = RegsX86_64 {
-            ip: regs.ip,
-            sp: regs.sp,
-            bp: regs.bp,
         };
         let read = |addr| match self.word(client, addr) {
             Ok(Some(word)) => Ok(word),
             Ok(None) => Err(Unread::Unreadable),
             Err(e) => Err(Unread::Failed(e)),
         };
-        walk(space.unwinder(), cache, regs, leaf, |_| true, read, out)
+        walk_stack(space.unwinder(), cache, regs, leaf, read, out)
     }
 }

@@ -5,11 +5,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use framehop::x86_64::CacheX86_64;
 use stackscope_profile::FrameKind;
 use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_stacks::walk::WalkEnd;
 
+use crate::arch::WalkCache;
 use crate::client::{Client, Stop};
 use crate::error::Error;
 use crate::packet::Stream;
@@ -33,7 +33,7 @@ pub(super) struct Sampling {
     pub(super) counted: u64,
     /// True while the target runs.
     pub(super) running: bool,
-    cache: CacheX86_64,
+    cache: WalkCache,
     addrs: Vec<u64>,
     frames: Vec<RawFrame>,
     /// The main file's name, as every vCPU's process name.
@@ -53,7 +53,7 @@ impl Sampling {
             stacks,
             counted: 0,
             running: false,
-            cache: CacheX86_64::new(),
+            cache: WalkCache::default(),
             addrs: Vec::with_capacity(64),
             frames: Vec::with_capacity(64),
             process,

@@ -15,6 +15,8 @@ use super::flags::{
     stackscope gdb --remote localhost:1234 --kernel mykernel.elf -F 200 -d 10 -o guest.svg\n  \
     stackscope gdb --remote .osdk-gdb-socket --kernel vmlinux --samples 2000 --cpu-mask 0x1 -o g.folded\n  \
     gdbserver 127.0.0.1:2345 ./prog & stackscope gdb --remote 127.0.0.1:2345 --kernel ./prog -o prog.svg\n\n\
+    x86-64, riscv64 and aarch64 targets: the ELF file's architecture is checked against the \
+    stub's target description. \
     Each round stops the guest, reads every selected vCPU's registers and stack, and resumes it. \
     Each vCPU is a thread of the profile (cpu0, cpu1, ...). Sampling ends after --samples \
     rounds, after --duration, at Ctrl-C, or when the guest exits; in every case the profile \

@@ -1,7 +1,7 @@
-//! The guest side of the `stackscope gdb` tests: builds the test kernel in `tests/guest/` (once
-//! per test binary) and boots it in QEMU (software emulation, two vCPUs) with the GDB stub on a
-//! loopback port or a Unix socket. A booted guest is killed when its [`Qemu`] is dropped, also
-//! when a test panics.
+//! The guest side of the `stackscope gdb` tests: builds the test kernel of an architecture
+//! (`tests/guest/` for x86-64, `tests/guest/multiarch/` for riscv64 and aarch64; once per test
+//! binary) and boots it in QEMU (software emulation) with the GDB stub on a loopback port or a
+//! Unix socket. A booted guest is killed when its [`Qemu`] is dropped, also when a test panics.
 #![allow(dead_code)]
 
 use std::io::Read;
@@ -18,6 +18,65 @@ pub const RUNNING_LINE: &str = "cpus running";
 /// guest is taken as broken.
 const BOOT_DEADLINE: Duration = Duration::from_secs(60);
 
+/// The guest's architecture, each with its QEMU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    X86_64,
+    Riscv64,
+    Aarch64,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86_64",
+            Arch::Riscv64 => "riscv64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+
+    /// The directory holding both builds of this architecture's kernel; builds them on first
+    /// use in this test binary.
+    fn kernels(self) -> &'static Path {
+        static BUILT: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        BUILT[self as usize].get_or_init(|| {
+            let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+            let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest");
+            let mut build = Command::new("bash");
+            let dir = match self {
+                Arch::X86_64 => {
+                    let dir = tmp.join("guest-kernel");
+                    build.arg(guest.join("build.sh")).arg(&dir);
+                    dir
+                }
+                arch => {
+                    let dir = tmp.join(format!("guest-kernel-{}", arch.name()));
+                    build.arg(guest.join("multiarch/build.sh"));
+                    build.arg(arch.name()).arg(&dir);
+                    dir
+                }
+            };
+            stackscope_testkit::run(&mut build);
+            dir
+        })
+    }
+
+    /// QEMU for this architecture, with its machine.
+    fn qemu(self) -> Command {
+        let mut qemu = Command::new(format!("qemu-system-{}", self.name()));
+        match self {
+            Arch::X86_64 => {}
+            Arch::Riscv64 => {
+                qemu.args(["-machine", "virt", "-bios", "none"]);
+            }
+            Arch::Aarch64 => {
+                qemu.args(["-machine", "virt", "-cpu", "cortex-a57"]);
+            }
+        }
+        qemu
+    }
+}
+
 /// The two builds of the test kernel.
 #[derive(Clone, Copy, Debug)]
 pub enum Kernel {
@@ -28,15 +87,14 @@ pub enum Kernel {
 }
 
 impl Kernel {
-    /// Path of this build; builds both on first use in this test binary.
+    /// Path of the x86-64 build; builds both on first use in this test binary.
     pub fn path(self) -> PathBuf {
-        static BUILT: OnceLock<PathBuf> = OnceLock::new();
-        let dir = BUILT.get_or_init(|| {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-kernel");
-            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/build.sh");
-            stackscope_testkit::run(Command::new("bash").arg(script).arg(&dir));
-            dir
-        });
+        self.path_for(Arch::X86_64)
+    }
+
+    /// Path of this build for `arch`; builds both on first use in this test binary.
+    pub fn path_for(self, arch: Arch) -> PathBuf {
+        let dir = arch.kernels();
         let name = match self {
             Kernel::FramePointers => "kernel-fp.elf",
             Kernel::Cfi => "kernel-cfi.elf",
@@ -62,9 +120,14 @@ pub struct Qemu {
 }
 
 impl Qemu {
-    /// Boots `kernel` with `cpus` vCPUs, files (serial log, QEMU's stderr) in `dir`, and waits
-    /// until every vCPU runs the work loop.
+    /// Boots the x86-64 `kernel`; see [`Qemu::boot_arch`].
     pub fn boot(kernel: Kernel, cpus: u32, stub: Stub, dir: &Path) -> Qemu {
+        Qemu::boot_arch(Arch::X86_64, kernel, cpus, stub, dir)
+    }
+
+    /// Boots `kernel` of `arch` with `cpus` vCPUs, files (serial log, QEMU's stderr) in
+    /// `dir`, and waits until every vCPU runs the work loop.
+    pub fn boot_arch(arch: Arch, kernel: Kernel, cpus: u32, stub: Stub, dir: &Path) -> Qemu {
         // A port found free may be taken before QEMU binds it: then QEMU exits at once, and
         // another port is tried.
         for _ in 0..5 {
@@ -89,19 +152,25 @@ impl Qemu {
             let serial = dir.join("serial.log");
             let stderr = dir.join("qemu.stderr");
             let _ = std::fs::remove_file(&serial);
-            let child = Command::new("qemu-system-x86_64")
+            let child = arch
+                .qemu()
                 .args(["-accel", "tcg", "-smp", &cpus.to_string(), "-m", "64"])
                 .args(["-display", "none", "-nic", "none", "-no-reboot"])
                 .arg("-serial")
                 .arg(format!("file:{}", serial.display()))
                 .arg("-kernel")
-                .arg(kernel.path())
+                .arg(kernel.path_for(arch))
                 .args(&args)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&stderr).expect("create qemu.stderr"))
                 .spawn()
-                .expect("cannot start qemu-system-x86_64 (scripts/install-deps.sh installs it)");
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start qemu-system-{} (scripts/install-deps.sh installs it): {e}",
+                        arch.name()
+                    )
+                });
             let mut qemu = Qemu {
                 child,
                 remote,

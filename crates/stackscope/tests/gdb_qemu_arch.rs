@@ -1,0 +1,339 @@
+//! `stackscope gdb` against real QEMU guests of the other architectures: the test kernel in
+//! `tests/guest/multiarch/` boots on riscv64 (`-machine virt -bios none`) and aarch64
+//! (`-machine virt -cpu cortex-a57`) with two vCPUs, each spinning in `spin_a` and `spin_b`
+//! under `work_loop`, entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from `_start`.
+//! The kernel measures the time each function really takes and prints it on its serial port:
+//! that is the split the samples must show. Each architecture's kernel is built with frame
+//! pointers and no unwind tables, and without frame pointers with `.eh_frame`, so each
+//! unwinding method is the only one that works on one of the builds. Beside them: the ELF
+//! file of another architecture than the stub's, and a stub that ignores interrupts.
+
+mod common;
+mod qemu;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+use qemu::{Arch, Kernel, Qemu, Stub};
+
+/// How far the split of both vCPUs' samples may be off the kernel's own measure.
+const TOLERANCE: f64 = 0.05;
+/// Stacks that must reach the entry (`_start` → `kmain`/`ap_main` → `work_loop`); a stop
+/// on a function's first instructions can still hide a caller from a frame-pointer walk.
+const MIN_COMPLETE: f64 = 0.95;
+/// Rounds per run, and their rate.
+const ROUNDS: u64 = 1500;
+const HZ: &str = "150";
+
+/// One vCPU's stacks, each root first, with counts.
+type Stacks = Vec<(Vec<String>, u64)>;
+
+/// Time (counter ticks) each vCPU spent in spin_a and spin_b so far, by the kernel's last
+/// report of each on the serial port.
+fn measured(serial: &Path) -> BTreeMap<u32, (u64, u64)> {
+    let log = std::fs::read_to_string(serial).unwrap_or_default();
+    let mut times = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix("stackscope-guest: cpu") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let hex = |f: Option<&&str>, key: &str| {
+            f.and_then(|f| f.strip_prefix(key))
+                .and_then(|v| u64::from_str_radix(v, 16).ok())
+        };
+        let cpu = fields.first().and_then(|c| c.parse().ok());
+        if let (Some(cpu), Some(a), Some(b)) =
+            (cpu, hex(fields.get(1), "a="), hex(fields.get(2), "b="))
+        {
+            times.insert(cpu, (a, b));
+        }
+    }
+    times
+}
+
+/// spin_a's share of the time vCPUs `cpus` spent in the two functions between two reports.
+fn measured_share(
+    cpus: &[u32],
+    before: &BTreeMap<u32, (u64, u64)>,
+    after: &BTreeMap<u32, (u64, u64)>,
+) -> f64 {
+    let (mut a, mut b) = (0, 0);
+    for (cpu, &(a1, b1)) in after.iter().filter(|(cpu, _)| cpus.contains(cpu)) {
+        let (a0, b0) = before.get(cpu).copied().unwrap_or((0, 0));
+        a += a1 - a0;
+        b += b1 - b0;
+    }
+    assert!(
+        a + b > 0,
+        "the kernel reported no time: {before:?} {after:?}"
+    );
+    a as f64 / (a + b) as f64
+}
+
+/// Samples vCPUs `cpus` of the `kernel` build of `arch` for [`ROUNDS`] rounds into folded
+/// stacks; returns each vCPU's stacks (root first, without the vCPU) and the kernel's
+/// measured share of spin_a on those vCPUs over the same time.
+fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, f64) {
+    let _serial = serial();
+    let dir = tempdir();
+    let qemu = Qemu::boot_arch(arch, kernel, 2, Stub::Tcp, dir.path());
+    let path = kernel.path_for(arch);
+    // The kernel reports five times a second of guest time: wait for a report of each vCPU.
+    let before = wait_until("both vCPUs report their times", || {
+        Some(measured(&qemu.serial)).filter(|m| m.len() == 2)
+    });
+    let out = dir.path().join("guest.folded");
+    let rounds = ROUNDS.to_string();
+    let mask = format!("{:#x}", cpus.iter().map(|c| 1u32 << c).sum::<u32>());
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &qemu.remote,
+            "--kernel",
+            path.to_str().unwrap(),
+            "--samples",
+            &rounds,
+            "-F",
+            HZ,
+            "--cpu-mask",
+            &mask,
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    run.assert_ok();
+    // The guest runs on after stackscope detaches: its next report covers the sampled time.
+    let after = wait_until("a report after sampling", || {
+        let now = measured(&qemu.serial);
+        let moved = now.iter().all(|(cpu, t)| before.get(cpu) != Some(t));
+        (now.len() == 2 && moved).then_some(now)
+    });
+    let text = std::fs::read_to_string(&out).expect("the profile was written");
+    let mut vcpus: BTreeMap<u32, Stacks> = BTreeMap::new();
+    for (mut frames, count) in parse_folded(&text) {
+        let thread = frames.remove(0);
+        let cpu = thread
+            .strip_prefix("cpu")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("folded line does not start with its vCPU: {thread:?}"));
+        vcpus.entry(cpu).or_default().push((frames, count));
+    }
+    (vcpus, measured_share(cpus, &before, &after))
+}
+
+fn describe(stacks: &[(Vec<String>, u64)]) -> String {
+    let mut sorted: Vec<_> = stacks.iter().collect();
+    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
+    sorted
+        .iter()
+        .take(8)
+        .map(|(frames, count)| format!("  {count:5} {}\n", frames.join(";")))
+        .collect()
+}
+
+/// Samples vCPUs `cpus` of `kernel` of `arch` and checks the split against the kernel's
+/// measure, and that the stacks reach each vCPU's entry.
+fn assert_split_and_stacks(arch: Arch, kernel: Kernel, cpus: &[u32]) {
+    let (vcpus, truth) = sample(arch, kernel, cpus);
+    assert_eq!(
+        vcpus.keys().copied().collect::<Vec<_>>(),
+        cpus,
+        "one thread per vCPU"
+    );
+    let count = |stacks: &[(Vec<String>, u64)], keep: &dyn Fn(&[String]) -> bool| -> u64 {
+        stacks.iter().filter(|s| keep(&s.0)).map(|s| s.1).sum()
+    };
+    let leaf_is = |name: &'static str| move |f: &[String]| f.last().is_some_and(|l| l == name);
+    let mut a = 0;
+    let mut both = 0;
+    for (cpu, stacks) in &vcpus {
+        let total = count(stacks, &|_| true);
+        assert_eq!(total, ROUNDS, "vCPU {cpu}: one sample per round");
+        let entry = if *cpu == 0 { "kmain" } else { "ap_main" };
+        let complete = count(stacks, &|f| {
+            f.len() >= 3 && f[0] == "_start" && f[1] == entry && f.iter().any(|n| n == "work_loop")
+        });
+        assert!(
+            complete as f64 >= MIN_COMPLETE * total as f64,
+            "{arch:?} {kernel:?} vCPU {cpu}: only {complete} of {total} stacks go _start;{entry};work_loop\n{}",
+            describe(stacks)
+        );
+        a += count(stacks, &leaf_is("spin_a"));
+        both += count(stacks, &leaf_is("spin_a")) + count(stacks, &leaf_is("spin_b"));
+    }
+    let got = a as f64 / both.max(1) as f64;
+    assert!(
+        (got - truth).abs() <= TOLERANCE,
+        "{arch:?} {kernel:?}: spin_a has {:.1}% of the samples in spin_a or spin_b, the kernel measured {:.1}% ± {:.0} points\n{}",
+        got * 100.0,
+        truth * 100.0,
+        TOLERANCE * 100.0,
+        vcpus.values().map(|s| describe(s)).collect::<String>(),
+    );
+}
+
+#[test]
+fn riscv64_frame_pointer_kernel() {
+    assert_split_and_stacks(Arch::Riscv64, Kernel::FramePointers, &[0, 1]);
+}
+
+#[test]
+fn riscv64_cfi_kernel() {
+    assert_split_and_stacks(Arch::Riscv64, Kernel::Cfi, &[0, 1]);
+}
+
+#[test]
+fn aarch64_frame_pointer_kernel() {
+    assert_split_and_stacks(Arch::Aarch64, Kernel::FramePointers, &[0, 1]);
+}
+
+#[test]
+fn aarch64_cfi_kernel() {
+    assert_split_and_stacks(Arch::Aarch64, Kernel::Cfi, &[0, 1]);
+}
+
+#[test]
+fn aarch64_cpu_mask_selects_vcpu1() {
+    assert_split_and_stacks(Arch::Aarch64, Kernel::Cfi, &[1]);
+}
+
+#[test]
+fn an_elf_file_of_another_architecture_is_one_clear_error() {
+    let _serial = serial();
+    let dir = tempdir();
+    let qemu = Qemu::boot_arch(Arch::Riscv64, Kernel::Cfi, 2, Stub::Tcp, dir.path());
+    let x86 = Kernel::Cfi.path_for(Arch::X86_64);
+    let out = dir.path().join("guest.folded");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &qemu.remote,
+            "--kernel",
+            x86.to_str().unwrap(),
+            "--samples",
+            "10",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !run.status.success(),
+        "stackscope sampled a riscv64 guest with an x86-64 ELF file"
+    );
+    let errors: Vec<&str> = run.stderr.lines().filter(|l| l.contains("error")).collect();
+    assert_eq!(errors.len(), 1, "one error line:\n{}", run.stderr);
+    for part in ["x86-64", "riscv:rv64", &qemu.remote] {
+        assert!(
+            errors[0].contains(part),
+            "the error does not name {part}: {}",
+            errors[0]
+        );
+    }
+    assert!(!out.exists(), "nothing is written");
+}
+
+#[test]
+fn an_elf_file_of_an_unknown_architecture_is_one_clear_error() {
+    let dir = tempdir();
+    let source = dir.path().join("f.c");
+    std::fs::write(&source, "int f(void) { return 1; }\n").unwrap();
+    let object = dir.path().join("f.o");
+    stackscope_testkit::run(
+        Command::new("clang")
+            .args(["--target=powerpc64le-linux-gnu", "-c", "-o"])
+            .arg(&object)
+            .arg(&source),
+    );
+    // Refused before any stub is asked: nothing listens on port 1.
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            "127.0.0.1:1",
+            "--kernel",
+            object.to_str().unwrap(),
+        ],
+    );
+    assert!(!run.status.success());
+    let line = run.stderr.trim();
+    assert!(
+        !line.contains('\n')
+            && line.contains("ppc64")
+            && line.contains("x86-64, riscv64 and aarch64"),
+        "one line naming the file's architecture and the known ones:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_stub_that_ignores_interrupts_is_said_to() {
+    let _serial = serial();
+    let dir = tempdir();
+    let program = workload("spin");
+    // QEMU's user-mode stub runs the program on `c` and never answers an interrupt.
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("address").port()
+    };
+    let stub = Command::new("qemu-x86_64")
+        .args(["-g", &port.to_string()])
+        .arg(&program)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("cannot start qemu-x86_64 (scripts/install-deps.sh installs qemu-user)");
+    let _stub = stackscope_testkit::Running(stub);
+    let remote = format!("127.0.0.1:{port}");
+    // Not by connecting: the stub serves one connection only.
+    wait_until("qemu-x86_64 listens", || listening(port).then_some(()));
+    let out = dir.path().join("prog.folded");
+    let run = stackscope(
+        dir.path(),
+        [
+            "gdb",
+            "--remote",
+            &remote,
+            "--kernel",
+            program.to_str().unwrap(),
+            "--timeout",
+            "2",
+            "-d",
+            "10",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        !run.status.success(),
+        "an empty profile is a failure:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("did not stop the target within")
+            && run.stderr.contains("ignores interrupts"),
+        "stackscope does not say that the stub ignores interrupts:\n{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("within 2 s"),
+        "the wait is bounded by --timeout (2 s), not the duration (10 s):\n{}",
+        run.stderr
+    );
+}
+
+/// True when a socket listens on loopback TCP `port` (a `0A` state in /proc/net/tcp).
+fn listening(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let local = format!(":{port:04X}");
+    table.lines().skip(1).any(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields.len() > 3 && fields[1].ends_with(&local) && fields[3] == "0A"
+    })
+}
