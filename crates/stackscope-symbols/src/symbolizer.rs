@@ -3,6 +3,7 @@
 //! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
 
 mod binary;
+mod nameless;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -183,7 +184,16 @@ impl Symbolizer {
             .inner
             .symbolize(&source(debug_syms), kind.input(addrs))?;
         let starts: Vec<Option<u64>> = syms.iter().map(|s| s.as_sym().map(|s| s.addr)).collect();
+        let nameless: Vec<usize> = syms
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.as_sym().is_some_and(|s| s.name.is_empty()))
+            .map(|(i, _)| i)
+            .collect();
         let mut out: Vec<Vec<SymFrame>> = syms.into_iter().map(frames).collect();
+        if !nameless.is_empty() {
+            self.name_nameless(path, kind, addrs, &nameless, &mut out);
+        }
         if !debug_syms {
             return Ok(out);
         }
