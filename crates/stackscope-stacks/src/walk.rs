@@ -144,14 +144,90 @@ pub enum Unread<E> {
 /// How a walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WalkEnd {
-    /// Reached the outermost frame (the return address is undefined or 0, or the frame
-    /// pointer is 0).
+    /// Reached the outermost frame: the unwind rules say the return address is undefined, or
+    /// the return address or frame pointer is 0.
     Complete,
     /// The stack is deeper than the memory copied with the sample, or than [`MAX_FRAMES`].
     Truncated,
     /// Could not go on past the last address found: no unwind info and no usable frame
     /// pointer, a return address outside the code, or a frame that does not pop anything.
     Broken,
+}
+
+/// Why a walk stopped short of the outermost frame, as far as the walker can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stop {
+    /// The last frame's code has no unwind table, and its frame pointer led nowhere.
+    NoTable,
+    /// The table storage was full, so the last frame's module had no table.
+    TableFull,
+    /// [`MAX_FRAMES`] (or a source's own limit) frames were followed.
+    FrameLimit,
+    /// The rules asked for memory that could not be read.
+    UnreadableMemory,
+    /// The module has a table, but none of its rules covers the address (the frame-pointer
+    /// guess tried instead led nowhere), or the rule there led outside the code.
+    NoRule,
+    /// The copied stack memory ended.
+    CopyShort,
+    /// The address lies in no mapped code.
+    Unmapped,
+}
+
+impl Stop {
+    /// The reason in a few words, for hints.
+    pub fn words(self) -> &'static str {
+        match self {
+            Stop::NoTable => "no unwind table",
+            Stop::TableFull => "unwind table storage full",
+            Stop::FrameLimit => "frame limit reached",
+            Stop::UnreadableMemory => "unreadable stack memory",
+            Stop::NoRule => "no unwind rule for the address",
+            Stop::CopyShort => "stack copy too short",
+            Stop::Unmapped => "address in no mapping",
+        }
+    }
+}
+
+/// What an address holds, as far as the walk needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// No code: a return address here is bogus.
+    Outside,
+    /// Code of a module with unwind tables.
+    Tabled,
+    /// Code without unwind tables (JIT code, a binary without CFI): frame pointers only.
+    Untabled,
+}
+
+/// A walk's frames, leaf first, and why it stopped when it did not reach the outermost frame.
+#[derive(Debug, Default, Clone)]
+pub struct Trail {
+    /// The address to symbolize of each frame: the pc, then each return address stepped back
+    /// into its call ([`lookup_address`]).
+    pub addrs: Vec<u64>,
+    /// The stack pointer in each frame: where the frame's locals end and its callee's begin.
+    pub sps: Vec<u64>,
+    /// Why a [`WalkEnd::Broken`] or [`WalkEnd::Truncated`] walk stopped.
+    pub stop: Option<Stop>,
+}
+
+impl Trail {
+    fn clear(&mut self) {
+        self.addrs.clear();
+        self.sps.clear();
+        self.stop = None;
+    }
+
+    fn push(&mut self, addr: u64, sp: u64) {
+        self.addrs.push(addr);
+        self.sps.push(sp);
+    }
+
+    fn stopped(&mut self, end: WalkEnd, stop: Stop) -> WalkEnd {
+        self.stop = Some(stop);
+        end
+    }
 }
 
 /// Where the walk starts.
@@ -175,40 +251,65 @@ pub fn walk<R: ArchRegs, E>(
     regs: R,
     leaf: Leaf,
     is_code: impl Fn(u64) -> bool,
-    mut read: impl FnMut(u64) -> Result<u64, Unread<E>>,
+    read: impl FnMut(u64) -> Result<u64, Unread<E>>,
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
+    let code = |addr| match is_code(addr) {
+        true => Code::Tabled,
+        false => Code::Outside,
+    };
+    let mut trail = Trail {
+        addrs: std::mem::take(out),
+        ..Trail::default()
+    };
+    let end = walk_trail(unwinder, cache, (regs, leaf), code, read, &mut trail);
+    *out = trail.addrs;
+    end
+}
+
+/// [`walk`], keeping each frame's stack pointer and why the walk stopped. `code` says what
+/// each address holds: a walk that finds no caller in code without unwind tables (a zero
+/// frame pointer) has not been told by any table that the chain ends, so it ends
+/// [`WalkEnd::Broken`] with [`Stop::NoTable`], to be judged by its outermost frame.
+pub fn walk_trail<R: ArchRegs, E>(
+    unwinder: &R::Unwinder,
+    cache: &mut R::Cache,
+    (regs, leaf): (R, Leaf),
+    code: impl Fn(u64) -> Code,
+    mut read: impl FnMut(u64) -> Result<u64, Unread<E>>,
+    out: &mut Trail,
+) -> Result<WalkEnd, E> {
     out.clear();
-    out.push(regs.pc());
+    out.push(regs.pc(), regs.sp());
     let mut uregs = regs.unwind_regs();
     let mut address = FrameAddress::from_instruction_pointer(regs.pc());
     if leaf == Leaf::FramePointer {
         let (bp, sp) = (regs.fp(), regs.sp());
-        if bp == 0 || bp < sp {
-            return Ok(if bp == 0 {
-                WalkEnd::Complete
-            } else {
-                WalkEnd::Broken
-            });
+        let here = code(regs.pc());
+        if bp == 0 {
+            return Ok(outermost(out, here));
+        }
+        if bp < sp {
+            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
         }
         let (caller_bp, return_address) = match frame_record(&mut read, bp)? {
             Ok(record) => record,
-            Err(end) => return Ok(end),
+            Err(end) => return Ok(end_of_record(out, end)),
         };
         let Some(next) = FrameAddress::from_return_address(return_address) else {
-            return Ok(WalkEnd::Complete);
+            return Ok(outermost(out, here));
         };
         let lookup = lookup_address(return_address);
-        if !is_code(lookup) {
-            return Ok(WalkEnd::Broken);
+        if code(lookup) == Code::Outside {
+            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
         }
-        out.push(lookup);
+        out.push(lookup, bp + 16);
         uregs = R::caller(return_address, bp + 16, caller_bp);
         address = next;
     }
     loop {
-        if out.len() >= MAX_FRAMES {
-            return Ok(WalkEnd::Truncated);
+        if out.addrs.len() >= MAX_FRAMES {
+            return Ok(out.stopped(WalkEnd::Truncated, Stop::FrameLimit));
         }
         let sp_before = R::unwind_sp(&uregs);
         // Tells "the copy was too short" apart from "the unwind info led somewhere bogus".
@@ -225,26 +326,55 @@ pub fn walk<R: ArchRegs, E>(
         if let Some(e) = failed {
             return Err(e);
         }
+        // What the frame being unwound has: a stop there is its module's.
+        let here = code(address.address_for_lookup());
+        let no_rule = match here {
+            Code::Untabled => Stop::NoTable,
+            _ => Stop::NoRule,
+        };
         match result {
-            Ok(None) | Ok(Some(0)) => return Ok(WalkEnd::Complete),
+            Ok(None) | Ok(Some(0)) => return Ok(outermost(out, here)),
             Ok(Some(return_address)) => {
                 // Every real frame pops at least its return address; anything else loops.
                 if R::unwind_sp(&uregs) <= sp_before {
-                    return Ok(WalkEnd::Broken);
+                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
                 }
                 let lookup = lookup_address(return_address);
-                if !is_code(lookup) {
-                    return Ok(WalkEnd::Broken);
+                if code(lookup) == Code::Outside {
+                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
                 }
                 let Some(next) = FrameAddress::from_return_address(return_address) else {
-                    return Ok(WalkEnd::Complete);
+                    return Ok(outermost(out, here));
                 };
-                out.push(lookup);
+                out.push(lookup, R::unwind_sp(&uregs));
                 address = next;
             }
-            Err(FramehopError::CouldNotReadStack(_)) if past_copy => return Ok(WalkEnd::Truncated),
-            Err(_) => return Ok(WalkEnd::Broken),
+            Err(FramehopError::CouldNotReadStack(_)) if past_copy => {
+                return Ok(out.stopped(WalkEnd::Truncated, Stop::CopyShort))
+            }
+            Err(FramehopError::CouldNotReadStack(_)) => {
+                return Ok(out.stopped(WalkEnd::Broken, Stop::UnreadableMemory))
+            }
+            Err(_) => return Ok(out.stopped(WalkEnd::Broken, no_rule)),
         }
+    }
+}
+
+/// How a walk that found no caller ends: at the outermost frame where unwind tables cover the
+/// code (they say so, or the frame-pointer convention the tables' code keeps does), broken
+/// where frame pointers alone said it.
+fn outermost(out: &mut Trail, here: Code) -> WalkEnd {
+    match here {
+        Code::Untabled => out.stopped(WalkEnd::Broken, Stop::NoTable),
+        _ => WalkEnd::Complete,
+    }
+}
+
+/// How a walk whose leaf frame record could not be read ends.
+fn end_of_record(out: &mut Trail, end: WalkEnd) -> WalkEnd {
+    match end {
+        WalkEnd::Truncated => out.stopped(end, Stop::CopyShort),
+        _ => out.stopped(end, Stop::UnreadableMemory),
     }
 }
 
@@ -339,6 +469,33 @@ mod tests {
             let (end, out) = walk_chain(leaf, REGS, read);
             assert_eq!(end, Ok(WalkEnd::Complete));
             assert_eq!(out, [0x4000, 0x5004, 0x6005]);
+        }
+    }
+
+    #[test]
+    fn a_zero_frame_pointer_ends_the_walk_only_where_tables_cover_the_code() {
+        let memory = chain();
+        let unwinder = UnwinderX86_64::<SectionData>::new();
+        let mut cache = CacheX86_64::new();
+        let mut trail = Trail::default();
+        for (code, end, stop) in [
+            (Code::Tabled, WalkEnd::Complete, None),
+            (Code::Untabled, WalkEnd::Broken, Some(Stop::NoTable)),
+        ] {
+            let read = |addr| memory.get(&addr).copied().ok_or(Unread::<()>::Unreadable);
+            let walked = walk_trail(
+                &unwinder,
+                &mut cache,
+                (REGS, Leaf::Rules),
+                |_| code,
+                read,
+                &mut trail,
+            );
+            assert_eq!(walked, Ok(end));
+            assert_eq!(trail.stop, stop);
+            assert_eq!(trail.addrs, [0x4000, 0x5004, 0x6005]);
+            // Each caller's stack pointer is just above the frame record it was found in.
+            assert_eq!(trail.sps, [0x1000, 0x1020, 0x1040]);
         }
     }
 

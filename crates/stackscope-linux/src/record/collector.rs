@@ -14,8 +14,9 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
+use crate::unwind::roots::{Roots, Spot};
 use crate::unwind::{UnwindEnd, Unwinder};
-use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, MAX_FRAMES};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
 /// table.
@@ -49,8 +50,12 @@ pub(crate) struct Collector {
     user: bool,
     kernel: bool,
     stack_bytes: Option<u32>,
-    addrs: Vec<u64>,
+    trail: Trail,
     frames: Vec<RawFrame>,
+    /// The outer frames of each live thread's deep stacks, and its samples waiting for them.
+    roots: Roots<Waiting>,
+    /// What ran the stack copies out.
+    pub(super) room: Room,
     /// False when replaying a saved file: its pids are no longer the live ones, so /proc must
     /// not fill in what the file lacks, and the hints speak of perf record's options.
     live: bool,
@@ -71,8 +76,10 @@ impl Collector {
                 StackMode::Dwarf { stack_bytes } => Some(stack_bytes),
                 StackMode::FramePointer => None,
             },
-            addrs: Vec::new(),
+            trail: Trail::default(),
             frames: Vec::new(),
+            roots: Roots::default(),
+            room: Room::default(),
             live: true,
         }
     }
@@ -98,6 +105,9 @@ impl Collector {
                 exec,
             } => {
                 if exec {
+                    // The thread's old stack is gone with the old program.
+                    self.settle(tid);
+                    self.roots.forget(tid);
                     let process = self.processes.entry(pid).or_default();
                     process.before_exec = Some(std::mem::take(&mut process.maps));
                     process.known = true;
@@ -132,6 +142,8 @@ impl Collector {
                 }
             }
             Event::Exit { pid, tid } => {
+                self.settle(tid);
+                self.roots.forget(tid);
                 self.comms.remove(&tid);
                 if pid == tid {
                     self.processes.remove(&pid);
@@ -158,17 +170,102 @@ impl Collector {
         }
         let comm = self.comm(sample.pid, sample.tid);
         let process = self.comm(sample.pid, sample.pid);
-        self.table.add_named(
-            (sample.pid, sample.tid),
-            (&comm, &process),
-            sample.cpu,
-            &self.frames,
-            end,
-            1,
-        );
+        if end == UserEnd::Truncated {
+            // The stack's outer frames may be known from earlier walks of the thread, or
+            // found by later ones.
+            if let Some(from) = Spot::outermost(&self.trail) {
+                if let Some(end) = self.outer_frames(sample.pid, sample.tid, from, false) {
+                    let names = (&*comm, &*process);
+                    let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
+                    self.count((pid, tid), names, cpu, end);
+                    return;
+                }
+                let waiting = Waiting {
+                    pid: sample.pid,
+                    tid: sample.tid,
+                    cpu: sample.cpu,
+                    names: (comm, process),
+                    frames: self.frames.clone(),
+                    from,
+                };
+                for waiting in self.roots.wait(sample.tid, waiting) {
+                    self.count_waiting(waiting);
+                }
+                return;
+            }
+            self.frames.push(RawFrame::Truncated);
+        }
+        let names = (&*comm, &*process);
+        let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
+        self.count((pid, tid), names, cpu, end);
+    }
+
+    /// Counts one sample of `self.frames`.
+    fn count(&mut self, (pid, tid): (u32, u32), names: (&str, &str), cpu: u32, end: UserEnd) {
+        self.table
+            .add_named((pid, tid), names, cpu, &self.frames, end, 1);
         if self.table.nodes() >= FOLD_AT_NODES {
             self.fold_table();
         }
+    }
+
+    /// Counts the samples of thread `tid` that wait for their outer frames, with what its
+    /// walks found.
+    fn settle(&mut self, tid: u32) {
+        for waiting in self.roots.take_waiting(tid) {
+            self.count_waiting(waiting);
+        }
+    }
+
+    /// Counts a sample whose walk ran out of stack copy, its outer frames taken from the
+    /// thread's other walks where they found them, else marked `[truncated]`.
+    fn count_waiting(&mut self, waiting: Waiting) {
+        let Waiting {
+            pid,
+            tid,
+            cpu,
+            names,
+            frames,
+            from,
+        } = waiting;
+        self.frames = frames;
+        let end = self.outer_frames(pid, tid, from, true);
+        let end = end.unwrap_or(UserEnd::Truncated);
+        self.count((pid, tid), (&names.0, &names.1), cpu, end);
+    }
+
+    /// Appends the outer frames of a stack whose walk ran out at `from`, as far as the
+    /// thread's walks found them; says how the stack ends. Unless this is the `last` chance,
+    /// a stack whose end is not known yet is left as it was and `None` returned; at the last
+    /// one, it ends in `[truncated]`.
+    fn outer_frames(&mut self, pid: u32, tid: u32, from: Spot, last: bool) -> Option<UserEnd> {
+        let user = self
+            .frames
+            .iter()
+            .filter(|f| !matches!(f, RawFrame::Kernel(_)));
+        let room = MAX_FRAMES.saturating_sub(user.count());
+        let mut outer = Vec::new();
+        let end = self.roots.recover(tid, from, room, &mut outer);
+        if end.is_none() && !last {
+            return None;
+        }
+        let maps = self.processes.get(&pid).map(|p| &p.maps);
+        for &addr in &outer {
+            let frame = self
+                .table
+                .user_frame(pid, addr, maps.and_then(|m| m.find(addr)));
+            self.frames.push(frame);
+        }
+        Some(match end {
+            Some(end) => {
+                self.room.recovered += 1;
+                user_end(end)
+            }
+            None => {
+                self.frames.push(RawFrame::Truncated);
+                UserEnd::Truncated
+            }
+        })
     }
 
     /// Hands the table over to be named and merged by function, and starts a new one: the
@@ -217,46 +314,48 @@ impl Collector {
                 self.frames.push(RawFrame::Marker(UNREADABLE));
                 return UserEnd::Unreadable;
             }
-            (Some(_), Some(regs)) => match self.unwinder.unwind(
-                pid,
-                &process.maps,
-                regs,
-                sample.user_stack,
-                &mut self.addrs,
-            ) {
-                UnwindEnd::Complete => UserEnd::Complete,
-                UnwindEnd::Truncated => UserEnd::Truncated,
-                UnwindEnd::Broken { module } => {
-                    UserEnd::Broken(module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
+            (Some(bytes), Some(regs)) => {
+                let stack = sample.user_stack;
+                let end = self
+                    .unwinder
+                    .unwind(pid, &process.maps, regs, stack, &mut self.trail);
+                self.roots.learn(sample.tid, &self.trail, &end);
+                if end == UnwindEnd::Truncated {
+                    self.room.measure(&self.trail, bytes);
                 }
-            },
+                user_end(end)
+            }
             (None, _) if !sample.user_callchain.is_empty() => {
-                self.addrs.clear();
-                self.addrs.extend(lookup_addresses(sample.user_callchain));
+                self.trail.addrs.clear();
+                let chain = lookup_addresses(sample.user_callchain);
+                self.trail.addrs.extend(chain);
                 UserEnd::Unjudged
             }
             // A kernel thread, or a sample without user state.
             _ => return UserEnd::NoStack,
         };
-        if self.addrs.is_empty() {
+        if self.trail.addrs.is_empty() {
             return UserEnd::NoStack;
         }
-        for &addr in &self.addrs {
+        for &addr in &self.trail.addrs {
             let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
             self.frames.push(frame);
         }
-        if end == UserEnd::Truncated {
+        if matches!(end, UserEnd::Stopped(_, Stop::FrameLimit)) {
             self.frames.push(RawFrame::Truncated);
         }
         end
     }
 
     pub(crate) fn finish(
-        self,
+        mut self,
         mut meta: Metadata,
         config: &SamplerConfig,
         kernel_excluded: bool,
     ) -> Recording {
+        for tid in self.roots.waiting_threads() {
+            self.settle(tid);
+        }
         meta.lost_samples = self.lost;
         let missing = self.unwinder.modules_without_unwind_info();
         // What unwinding needed (parsed unwind tables, mapped sections, the live processes'
@@ -270,7 +369,7 @@ impl Collector {
             ..
         } = self;
         drop((processes, comms, unwinder));
-        let (profile, tally) = match fold {
+        let (mut profile, tally) = match fold {
             Some(fold) => {
                 fold.fold(table);
                 fold.finish().finish(meta)
@@ -285,14 +384,72 @@ impl Collector {
             stack_bytes: self.stack_bytes,
             live: self.live,
             tally: &tally,
+            room: &self.room,
             lost: self.lost,
             kernel_excluded: kernel_excluded && config.kernel,
         });
+        profile.meta.unwind.recovered = self.room.recovered;
         Recording {
             profile,
             hints,
             ..Recording::default()
         }
+    }
+}
+
+/// A sample whose walk ran out of stack copy, waiting for the thread's outer frames.
+struct Waiting {
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+    /// The thread's and its process's names when sampled.
+    names: (Arc<str>, Arc<str>),
+    /// Its frames, leaf first, as far as the walk went.
+    frames: Vec<RawFrame>,
+    /// The outermost frame the walk reached.
+    from: Spot,
+}
+
+/// What ran the stack copies out: one frame larger than the copy, or a stack top far from
+/// the sampled frame across many frames.
+#[derive(Debug, Default)]
+pub(super) struct Room {
+    /// Walks that ran out of stack copy.
+    pub truncated: u64,
+    /// Of those, the ones whose first frame alone outgrew the copy.
+    pub leaf_larger: u64,
+    /// Frames the other truncated walks found, in all.
+    pub frames: u64,
+    /// The largest frame met in a truncated walk, in bytes.
+    pub largest_frame: u64,
+    /// Samples whose outer frames were taken from the thread's other walks.
+    pub recovered: u64,
+}
+
+impl Room {
+    /// Measures a walk that ran out of a copy of `bytes`.
+    fn measure(&mut self, trail: &Trail, bytes: u32) {
+        self.truncated += 1;
+        if trail.sps.len() <= 1 {
+            self.leaf_larger += 1;
+            self.largest_frame = self.largest_frame.max(u64::from(bytes));
+            return;
+        }
+        self.frames += trail.sps.len() as u64;
+        let sizes = trail.sps.windows(2).map(|w| w[1].saturating_sub(w[0]));
+        self.largest_frame = self.largest_frame.max(sizes.max().unwrap_or(0));
+    }
+}
+
+/// How a walk of the perf source ended, as the stack table counts it.
+fn user_end(end: UnwindEnd) -> UserEnd {
+    match end {
+        UnwindEnd::Complete => UserEnd::Complete,
+        UnwindEnd::Truncated => UserEnd::Truncated,
+        UnwindEnd::Broken { module, why } => UserEnd::Stopped(
+            module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()),
+            why,
+        ),
     }
 }
 
