@@ -14,7 +14,7 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
-use crate::unwind::roots::{Roots, Spot};
+use crate::unwind::roots::{Copy, Room, Roots, Spot};
 use crate::unwind::{UnwindEnd, Unwinder};
 use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, MAX_FRAMES};
 
@@ -173,7 +173,12 @@ impl Collector {
         if end == UserEnd::Truncated {
             // The stack's outer frames may be known from earlier walks of the thread, or
             // found by later ones.
-            if let Some(from) = Spot::outermost(&self.trail) {
+            if let Some(spot) = Spot::outermost(&self.trail) {
+                let copy = Copy {
+                    sp: sample.user_regs.map_or(0, |r| r.sp),
+                    bytes: sample.user_stack,
+                };
+                let from = (spot, copy.print(spot.sp));
                 if let Some(end) = self.outer_frames(sample.pid, sample.tid, from, false) {
                     let names = (&*comm, &*process);
                     let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
@@ -238,7 +243,13 @@ impl Collector {
     /// thread's walks found them; says how the stack ends. Unless this is the `last` chance,
     /// a stack whose end is not known yet is left as it was and `None` returned; at the last
     /// one, it ends in `[truncated]`.
-    fn outer_frames(&mut self, pid: u32, tid: u32, from: Spot, last: bool) -> Option<UserEnd> {
+    fn outer_frames(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        from: (Spot, Option<u64>),
+        last: bool,
+    ) -> Option<UserEnd> {
         let user = self
             .frames
             .iter()
@@ -319,7 +330,11 @@ impl Collector {
                 let end = self
                     .unwinder
                     .unwind(pid, &process.maps, regs, stack, &mut self.trail);
-                self.roots.learn(sample.tid, &self.trail, &end);
+                let copy = Copy {
+                    sp: regs.sp,
+                    bytes: stack,
+                };
+                self.roots.learn(sample.tid, copy, &self.trail, &end);
                 if end == UnwindEnd::Truncated {
                     self.room.measure(&self.trail, bytes);
                 }
@@ -406,39 +421,8 @@ struct Waiting {
     names: (Arc<str>, Arc<str>),
     /// Its frames, leaf first, as far as the walk went.
     frames: Vec<RawFrame>,
-    /// The outermost frame the walk reached.
-    from: Spot,
-}
-
-/// What ran the stack copies out: one frame larger than the copy, or a stack top far from
-/// the sampled frame across many frames.
-#[derive(Debug, Default)]
-pub(super) struct Room {
-    /// Walks that ran out of stack copy.
-    pub truncated: u64,
-    /// Of those, the ones whose first frame alone outgrew the copy.
-    pub leaf_larger: u64,
-    /// Frames the other truncated walks found, in all.
-    pub frames: u64,
-    /// The largest frame met in a truncated walk, in bytes.
-    pub largest_frame: u64,
-    /// Samples whose outer frames were taken from the thread's other walks.
-    pub recovered: u64,
-}
-
-impl Room {
-    /// Measures a walk that ran out of a copy of `bytes`.
-    fn measure(&mut self, trail: &Trail, bytes: u32) {
-        self.truncated += 1;
-        if trail.sps.len() <= 1 {
-            self.leaf_larger += 1;
-            self.largest_frame = self.largest_frame.max(u64::from(bytes));
-            return;
-        }
-        self.frames += trail.sps.len() as u64;
-        let sizes = trail.sps.windows(2).map(|w| w[1].saturating_sub(w[0]));
-        self.largest_frame = self.largest_frame.max(sizes.max().unwrap_or(0));
-    }
+    /// The outermost frame the walk reached, with its print in the sample's copy.
+    from: (Spot, Option<u64>),
 }
 
 /// How a walk of the perf source ended, as the stack table counts it.
@@ -485,57 +469,4 @@ fn thread_comm(pid: u32, tid: u32, live: bool) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Samples at ever new addresses, as a long whole-system recording gives, must not keep
-    /// a table entry per address: the table is named and merged by function once full.
-    #[test]
-    fn a_table_of_ever_new_addresses_is_folded_as_it_fills() {
-        let config = SamplerConfig {
-            cpu: None,
-            frequency: Some(999),
-            period: None,
-            user: false,
-            kernel: true,
-            stack_mode: StackMode::FramePointer,
-            include_idle: false,
-            buffer_pages: 0,
-        };
-        let mut collector = Collector::new(&config);
-        let function = stackscope_testkit::big_kernel_function();
-        let samples = 3 * FOLD_AT_NODES as u64;
-        let mut largest = 0;
-        for i in 0..samples {
-            // Two frames in one function, each pair of addresses new: leaf first. A caller's
-            // address is looked up one byte back, so it is never the function's first.
-            let stack = [function + i % 4096, function + 1 + (i / 4096) % 4095];
-            collector.handle(Event::Sample(SampleEvent {
-                pid: 1 + (i % 3) as u32,
-                tid: 1 + (i % 3) as u32,
-                cpu: (i % 2) as u32,
-                time: i,
-                period: 1_000_000,
-                kernel_stack: &stack,
-                user_callchain: &[],
-                user_regs: None,
-                user_stack: &[],
-                in_user: false,
-            }));
-            largest = largest.max(collector.table.nodes());
-        }
-        assert!(
-            largest <= FOLD_AT_NODES,
-            "the table grew to {largest} frames (bound {FOLD_AT_NODES})"
-        );
-        assert!(collector.fold.is_some(), "no table was folded");
-        let profile = collector
-            .finish(Metadata::default(), &config, false)
-            .profile;
-        assert_eq!(profile.total_samples(), samples);
-        // Every address lies in one function: one frame, one stack per (thread, cpu).
-        assert_eq!(profile.frames.len(), 1, "{:?}", profile.frames);
-        assert_eq!(profile.stacks.len(), 1);
-        assert_eq!(profile.samples.len(), 3 * 2);
-    }
-}
+mod tests;

@@ -9,8 +9,8 @@ use stackscope_stacks::table::{Tally, UNREADABLE};
 use stackscope_stacks::walk::Stop;
 use stackscope_stacks::Hint;
 
-use super::collector::Room;
 use super::MAX_STACK_COPY;
+use crate::unwind::roots::Room;
 
 /// What the hints are drawn from.
 pub(super) struct Outcome<'a> {

@@ -1,8 +1,11 @@
 //! The outer frames of deep stacks, remembered per thread. A stack copy of at most 64 KiB
 //! cannot hold a thread whose stack top lies further from the sampled frame, but the part of
 //! a thread's stack above a live frame does not change while that frame lives: an earlier
-//! walk of the same thread that passed the same frame (the same stack address and the same
-//! code address) found its callers, and they are its callers still.
+//! walk of the same thread that passed the same visit of the frame (the same stack address,
+//! the same code address, and the same first bytes of the frame) found its callers, and they
+//! are its callers still. Each step outward is taken the same way, from the walk that passed
+//! the caller's visit: a frame reached at the same place through other callers holds other
+//! values, so stacks of different paths are not spliced together.
 //!
 //! Samples whose walk ran out where no earlier walk passed wait, a bounded number per
 //! thread, until the thread exits, execs or the recording ends: a later sample may have
@@ -13,6 +16,10 @@ use std::collections::HashMap;
 use stackscope_stacks::walk::{Trail, MAX_FRAMES};
 
 use super::UnwindEnd;
+
+/// Bytes of a frame, from its stack pointer up, that tell one visit of the frame from another:
+/// its lowest locals and saved registers.
+const PRINT_BYTES: u64 = 64;
 
 /// Frames remembered per thread before its memory is started afresh: a few MiB at most for a
 /// thread whose stacks keep changing.
@@ -38,12 +45,38 @@ impl Spot {
     }
 }
 
-/// What one thread's walks found.
+/// The stack memory a sample copied: `bytes` from address `sp` up.
+#[derive(Clone, Copy)]
+pub(crate) struct Copy<'a> {
+    pub sp: u64,
+    pub bytes: &'a [u8],
+}
+
+impl Copy<'_> {
+    /// A digest of the first [`PRINT_BYTES`] of the frame whose stack pointer is `sp`, when
+    /// the copy holds them.
+    pub(crate) fn print(&self, sp: u64) -> Option<u64> {
+        let start = usize::try_from(sp.checked_sub(self.sp)?).ok()?;
+        let bytes = self.bytes.get(start..start + PRINT_BYTES as usize)?;
+        // FNV-1a: the digest only tells visits of one frame apart; nothing relies on it
+        // resisting anyone.
+        let digest = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        Some(digest)
+    }
+}
+
+/// One visit of a frame: where it is, and its print then.
+type Visit = (Spot, u64);
+
+/// What one thread's walks found. Visits, not frames, are the keys: one frame visited
+/// through other callers, or again later, is another visit.
 struct Thread<T> {
-    /// The caller of each frame passed.
-    callers: HashMap<Spot, Spot>,
-    /// How walks ended at the outermost frames they reached.
-    ends: HashMap<Spot, UnwindEnd>,
+    /// The caller of each visit passed, and the caller's print when the copy held it.
+    callers: HashMap<Visit, (Spot, Option<u64>)>,
+    /// How walks ended past the outermost visits they reached.
+    ends: HashMap<Visit, UnwindEnd>,
     waiting: Vec<T>,
 }
 
@@ -71,9 +104,9 @@ impl<T> Default for Roots<T> {
 }
 
 impl<T> Roots<T> {
-    /// Remembers what a walk of thread `tid` found: each frame's caller, and how the chain
-    /// ended past its outermost frame unless the copy ran out there.
-    pub(crate) fn learn(&mut self, tid: u32, trail: &Trail, end: &UnwindEnd) {
+    /// Remembers what a walk of thread `tid` over `copy` found: each frame's caller, and how
+    /// the chain ended past its outermost frame unless the copy ran out there.
+    pub(crate) fn learn(&mut self, tid: u32, copy: Copy<'_>, trail: &Trail, end: &UnwindEnd) {
         let thread = self.threads.entry(tid).or_default();
         if thread.callers.len() + trail.addrs.len() > SPOTS_PER_THREAD {
             thread.callers.clear();
@@ -82,36 +115,42 @@ impl<T> Roots<T> {
         let spots = trail.sps.iter().zip(&trail.addrs);
         let spots: Vec<Spot> = spots.map(|(&sp, &addr)| Spot { sp, addr }).collect();
         for pair in spots.windows(2) {
-            thread.callers.insert(pair[0], pair[1]);
+            if let Some(print) = copy.print(pair[0].sp) {
+                let caller = (pair[1], copy.print(pair[1].sp));
+                thread.callers.insert((pair[0], print), caller);
+            }
         }
         if let (Some(&last), false) = (spots.last(), *end == UnwindEnd::Truncated) {
-            thread.ends.insert(last, end.clone());
+            if let Some(print) = copy.print(last.sp) {
+                thread.ends.insert((last, print), end.clone());
+            }
         }
     }
 
     /// Appends to `out` the callers of thread `tid`'s frame `from` that earlier walks found,
-    /// outward, until `room` frames are added. Returns how the chain ends when it reaches
-    /// an end an earlier walk met, `None` when the stack goes on beyond what is known.
+    /// outward, until `room` frames are added. `print` is the frame's print in the sample's
+    /// own copy. Returns how the chain ends when it reaches an end an earlier walk met, `None`
+    /// when the stack goes on beyond what is known.
     pub(crate) fn recover(
         &self,
         tid: u32,
-        from: Spot,
+        (from, print): (Spot, Option<u64>),
         room: usize,
         out: &mut Vec<u64>,
     ) -> Option<UnwindEnd> {
         let thread = self.threads.get(&tid)?;
-        let mut at = from;
+        let mut at: Visit = (from, print?);
         for _ in 0..room.min(MAX_FRAMES) {
             if let Some(end) = thread.ends.get(&at) {
                 return Some(end.clone());
             }
-            let next = *thread.callers.get(&at)?;
+            let &(caller, caller_print) = thread.callers.get(&at)?;
             // Callers sit higher on the stack: anything else is not this stack.
-            if next.sp <= at.sp {
+            if caller.sp <= at.0.sp {
                 return None;
             }
-            out.push(next.addr);
-            at = next;
+            out.push(caller.addr);
+            at = (caller, caller_print?);
         }
         thread.ends.get(&at).cloned()
     }
@@ -148,9 +187,45 @@ impl<T> Roots<T> {
     }
 }
 
+/// What ran the stack copies out: one frame larger than the copy, or a stack top far from
+/// the sampled frame across many frames.
+#[derive(Debug, Default)]
+pub(crate) struct Room {
+    /// Walks that ran out of stack copy.
+    pub truncated: u64,
+    /// Of those, the ones whose first frame alone outgrew the copy.
+    pub leaf_larger: u64,
+    /// Frames the other truncated walks found, in all.
+    pub frames: u64,
+    /// The largest frame met in a truncated walk, in bytes.
+    pub largest_frame: u64,
+    /// Samples whose outer frames were taken from the thread's other walks.
+    pub recovered: u64,
+}
+
+impl Room {
+    /// Measures a walk that ran out of a copy of `bytes`.
+    pub(crate) fn measure(&mut self, trail: &Trail, bytes: u32) {
+        self.truncated += 1;
+        if trail.sps.len() <= 1 {
+            self.leaf_larger += 1;
+            self.largest_frame = self.largest_frame.max(u64::from(bytes));
+            return;
+        }
+        self.frames += trail.sps.len() as u64;
+        let sizes = trail.sps.windows(2).map(|w| w[1].saturating_sub(w[0]));
+        self.largest_frame = self.largest_frame.max(sizes.max().unwrap_or(0));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stack at 0x1000 of four frames of 0x100 bytes, each frame's bytes filled with `fill`.
+    fn stack(fill: u8) -> Vec<u8> {
+        vec![fill; 0x400]
+    }
 
     fn trail(frames: &[(u64, u64)]) -> Trail {
         Trail {
@@ -160,100 +235,95 @@ mod tests {
         }
     }
 
+    fn from(copy: Copy<'_>, sp: u64, addr: u64) -> (Spot, Option<u64>) {
+        (Spot { sp, addr }, copy.print(sp))
+    }
+
     #[test]
     fn callers_found_by_earlier_walks_complete_a_cut_stack() {
+        let bytes = stack(1);
+        let whole = Copy {
+            sp: 0x1000,
+            bytes: &bytes,
+        };
         let mut roots: Roots<()> = Roots::default();
-        // A shallow sample reached the thread's entry; a deeper one ran out at 0x7000.
-        roots.learn(
-            1,
-            &trail(&[(0x7000, 0xa3), (0x8000, 0xa2), (0x9000, 0xa1)]),
-            &UnwindEnd::Complete,
-        );
-        roots.learn(
-            1,
-            &trail(&[(0x5000, 0xa5), (0x6000, 0xa4), (0x7000, 0xa3)]),
-            &UnwindEnd::Truncated,
-        );
+        // A shallow sample reached the thread's entry; a deeper one ran out at 0x1100.
+        let shallow = trail(&[(0x1100, 0xa3), (0x1200, 0xa2), (0x1300, 0xa1)]);
+        roots.learn(1, whole, &shallow, &UnwindEnd::Complete);
+        let deep = trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]);
+        roots.learn(1, whole, &deep, &UnwindEnd::Truncated);
         let mut out = Vec::new();
-        let end = roots.recover(
-            1,
-            Spot {
-                sp: 0x7000,
-                addr: 0xa3,
-            },
-            100,
-            &mut out,
-        );
+        let end = roots.recover(1, from(whole, 0x1100, 0xa3), 100, &mut out);
         assert_eq!((end, out), (Some(UnwindEnd::Complete), vec![0xa2, 0xa1]));
 
         // Another thread, another code address at that stack address, or no room: not known.
         let mut out = Vec::new();
         assert_eq!(
-            roots.recover(
-                2,
-                Spot {
-                    sp: 0x7000,
-                    addr: 0xa3
-                },
-                100,
-                &mut out
-            ),
+            roots.recover(2, from(whole, 0x1100, 0xa3), 100, &mut out),
             None
         );
         assert_eq!(
-            roots.recover(
-                1,
-                Spot {
-                    sp: 0x7000,
-                    addr: 0xb3
-                },
-                100,
-                &mut out
-            ),
+            roots.recover(1, from(whole, 0x1100, 0xb3), 100, &mut out),
             None
         );
         assert_eq!(
-            roots.recover(
-                1,
-                Spot {
-                    sp: 0x7000,
-                    addr: 0xa3
-                },
-                1,
-                &mut out
-            ),
+            roots.recover(1, from(whole, 0x1100, 0xa3), 1, &mut out),
             None
         );
         assert_eq!(out, [0xa2]);
 
+        // The same frame reached through other callers holds other values.
+        let other = stack(2);
+        let other = Copy {
+            sp: 0x1000,
+            bytes: &other,
+        };
+        let mut out = Vec::new();
+        assert_eq!(
+            roots.recover(1, from(other, 0x1100, 0xa3), 100, &mut out),
+            None
+        );
+
         // A sample that ran out deeper still chains through what the second walk found.
         let mut out = Vec::new();
-        let end = roots.recover(
-            1,
-            Spot {
-                sp: 0x5000,
-                addr: 0xa5,
-            },
-            100,
-            &mut out,
-        );
+        let end = roots.recover(1, from(whole, 0x1000, 0xa4), 100, &mut out);
         assert_eq!(
             (end, out),
-            (Some(UnwindEnd::Complete), vec![0xa4, 0xa3, 0xa2, 0xa1])
+            (Some(UnwindEnd::Complete), vec![0xa3, 0xa2, 0xa1])
         );
 
         roots.forget(1);
         let mut out = Vec::new();
         assert_eq!(
-            roots.recover(
-                1,
-                Spot {
-                    sp: 0x5000,
-                    addr: 0xa5
-                },
-                100,
-                &mut out
-            ),
+            roots.recover(1, from(whole, 0x1000, 0xa4), 100, &mut out),
+            None
+        );
+    }
+
+    #[test]
+    fn a_link_whose_frame_another_walk_saw_otherwise_is_not_followed() {
+        let (one, two) = (stack(1), stack(2));
+        let one = Copy {
+            sp: 0x1000,
+            bytes: &one,
+        };
+        let two = Copy {
+            sp: 0x1000,
+            bytes: &two,
+        };
+        let mut roots: Roots<()> = Roots::default();
+        // One visit found 0xa3's caller; another visit, with other values, found the next.
+        roots.learn(
+            1,
+            one,
+            &trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]),
+            &UnwindEnd::Truncated,
+        );
+        let outer = trail(&[(0x1100, 0xa3), (0x1200, 0xa2)]);
+        roots.learn(1, two, &outer, &UnwindEnd::Complete);
+        let mut out = Vec::new();
+        assert_eq!(
+            roots.recover(1, from(one, 0x1000, 0xa4), 100, &mut out),
             None
         );
     }
