@@ -4,8 +4,10 @@
 //! walk of the same thread that passed the same visit of the frame (the same stack address,
 //! the same code address, and the same first bytes of the frame) found its callers, and they
 //! are its callers still. Each step outward is taken the same way, from the walk that passed
-//! the caller's visit: a frame reached at the same place through other callers holds other
-//! values, so stacks of different paths are not spliced together.
+//! the caller's visit. Where no walk passed that visit, the step is taken from the latest
+//! walk that passed the same frame at the same stack address: the same function called
+//! from the same place at the same depth, whose callers are, but for a program that reaches
+//! one frame at one depth through different callers, the same.
 //!
 //! Samples whose walk ran out where no earlier walk passed wait, a bounded number per
 //! thread, until the thread exits, execs or the recording ends: a later sample may have
@@ -67,24 +69,60 @@ impl Copy<'_> {
     }
 }
 
-/// One visit of a frame: where it is, and its print then.
-type Visit = (Spot, u64);
+/// What walks found past frames, by visit and by frame: one frame visited through other
+/// callers, or again later, is another visit. The visit's own finding is taken where a walk
+/// passed that visit; else the latest one at that frame.
+struct Found<V> {
+    visits: HashMap<(Spot, u64), V>,
+    frames: HashMap<Spot, V>,
+}
 
-/// What one thread's walks found. Visits, not frames, are the keys: one frame visited
-/// through other callers, or again later, is another visit.
+impl<V: Clone> Found<V> {
+    fn insert(&mut self, spot: Spot, print: Option<u64>, value: V) {
+        if let Some(print) = print {
+            self.visits.insert((spot, print), value.clone());
+        }
+        self.frames.insert(spot, value);
+    }
+
+    fn get(&self, spot: Spot, print: Option<u64>) -> Option<&V> {
+        let visit = print.and_then(|print| self.visits.get(&(spot, print)));
+        visit.or_else(|| self.frames.get(&spot))
+    }
+
+    fn len(&self) -> usize {
+        self.visits.len() + self.frames.len()
+    }
+
+    fn clear(&mut self) {
+        self.visits.clear();
+        self.frames.clear();
+    }
+}
+
+impl<V> Default for Found<V> {
+    fn default() -> Self {
+        Found {
+            visits: HashMap::new(),
+            frames: HashMap::new(),
+        }
+    }
+}
+
+/// What one thread's walks found.
 struct Thread<T> {
-    /// The caller of each visit passed, and the caller's print when the copy held it.
-    callers: HashMap<Visit, (Spot, Option<u64>)>,
-    /// How walks ended past the outermost visits they reached.
-    ends: HashMap<Visit, UnwindEnd>,
+    /// The caller of each frame passed, with the caller's print when the copy held it.
+    callers: Found<(Spot, Option<u64>)>,
+    /// How walks ended past the outermost frames they reached.
+    ends: Found<UnwindEnd>,
     waiting: Vec<T>,
 }
 
 impl<T> Default for Thread<T> {
     fn default() -> Self {
         Thread {
-            callers: HashMap::new(),
-            ends: HashMap::new(),
+            callers: Found::default(),
+            ends: Found::default(),
             waiting: Vec::new(),
         }
     }
@@ -115,15 +153,13 @@ impl<T> Roots<T> {
         let spots = trail.sps.iter().zip(&trail.addrs);
         let spots: Vec<Spot> = spots.map(|(&sp, &addr)| Spot { sp, addr }).collect();
         for pair in spots.windows(2) {
-            if let Some(print) = copy.print(pair[0].sp) {
-                let caller = (pair[1], copy.print(pair[1].sp));
-                thread.callers.insert((pair[0], print), caller);
-            }
+            let caller = (pair[1], copy.print(pair[1].sp));
+            thread
+                .callers
+                .insert(pair[0], copy.print(pair[0].sp), caller);
         }
         if let (Some(&last), false) = (spots.last(), *end == UnwindEnd::Truncated) {
-            if let Some(print) = copy.print(last.sp) {
-                thread.ends.insert((last, print), end.clone());
-            }
+            thread.ends.insert(last, copy.print(last.sp), end.clone());
         }
     }
 
@@ -139,20 +175,20 @@ impl<T> Roots<T> {
         out: &mut Vec<u64>,
     ) -> Option<UnwindEnd> {
         let thread = self.threads.get(&tid)?;
-        let mut at: Visit = (from, print?);
+        let (mut at, mut print) = (from, print);
         for _ in 0..room.min(MAX_FRAMES) {
-            if let Some(end) = thread.ends.get(&at) {
+            if let Some(end) = thread.ends.get(at, print) {
                 return Some(end.clone());
             }
-            let &(caller, caller_print) = thread.callers.get(&at)?;
+            let &(caller, caller_print) = thread.callers.get(at, print)?;
             // Callers sit higher on the stack: anything else is not this stack.
-            if caller.sp <= at.0.sp {
+            if caller.sp <= at.sp {
                 return None;
             }
             out.push(caller.addr);
-            at = (caller, caller_print?);
+            (at, print) = (caller, caller_print);
         }
-        thread.ends.get(&at).cloned()
+        thread.ends.get(at, print).cloned()
     }
 
     /// Keeps `sample` of thread `tid` waiting for walks to come; when the thread's waiting
@@ -272,18 +308,6 @@ mod tests {
         );
         assert_eq!(out, [0xa2]);
 
-        // The same frame reached through other callers holds other values.
-        let other = stack(2);
-        let other = Copy {
-            sp: 0x1000,
-            bytes: &other,
-        };
-        let mut out = Vec::new();
-        assert_eq!(
-            roots.recover(1, from(other, 0x1100, 0xa3), 100, &mut out),
-            None
-        );
-
         // A sample that ran out deeper still chains through what the second walk found.
         let mut out = Vec::new();
         let end = roots.recover(1, from(whole, 0x1000, 0xa4), 100, &mut out);
@@ -301,8 +325,8 @@ mod tests {
     }
 
     #[test]
-    fn a_link_whose_frame_another_walk_saw_otherwise_is_not_followed() {
-        let (one, two) = (stack(1), stack(2));
+    fn a_visit_takes_the_callers_its_own_walks_found_else_the_latest() {
+        let (one, two, three) = (stack(1), stack(2), stack(3));
         let one = Copy {
             sp: 0x1000,
             bytes: &one,
@@ -311,21 +335,33 @@ mod tests {
             sp: 0x1000,
             bytes: &two,
         };
+        let three = Copy {
+            sp: 0x1000,
+            bytes: &three,
+        };
         let mut roots: Roots<()> = Roots::default();
-        // One visit found 0xa3's caller; another visit, with other values, found the next.
+        // Two visits of the frame 0xa3 at 0x1100, through different callers.
         roots.learn(
             1,
             one,
-            &trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]),
-            &UnwindEnd::Truncated,
+            &trail(&[(0x1100, 0xa3), (0x1200, 0xa2)]),
+            &UnwindEnd::Complete,
         );
-        let outer = trail(&[(0x1100, 0xa3), (0x1200, 0xa2)]);
-        roots.learn(1, two, &outer, &UnwindEnd::Complete);
-        let mut out = Vec::new();
-        assert_eq!(
-            roots.recover(1, from(one, 0x1000, 0xa4), 100, &mut out),
-            None
+        roots.learn(
+            1,
+            two,
+            &trail(&[(0x1100, 0xa3), (0x1200, 0xb2)]),
+            &UnwindEnd::Complete,
         );
+        let callers = |copy| {
+            let mut out = Vec::new();
+            let end = roots.recover(1, from(copy, 0x1100, 0xa3), 100, &mut out);
+            (end, out)
+        };
+        assert_eq!(callers(one), (Some(UnwindEnd::Complete), vec![0xa2]));
+        assert_eq!(callers(two), (Some(UnwindEnd::Complete), vec![0xb2]));
+        // A visit no walk passed takes the latest walk's.
+        assert_eq!(callers(three), (Some(UnwindEnd::Complete), vec![0xb2]));
     }
 
     #[test]
