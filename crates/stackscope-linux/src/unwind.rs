@@ -8,6 +8,7 @@
 //! process maps is kept only while it is among the [`IDLE_FILES`] most recently used, so
 //! memory follows what runs now rather than everything that ever ran.
 
+mod live;
 pub(crate) mod roots;
 #[cfg(test)]
 mod tests;

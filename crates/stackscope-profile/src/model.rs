@@ -126,9 +126,10 @@ pub struct UnwindStats {
     /// old program's memory is gone): not counted as truncated.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unreadable: u64,
-    /// User stacks deeper than the stack copy whose outer frames were taken from other
-    /// samples of the same thread that passed the same frame: counted as complete when
-    /// they reach an entry, as the others.
+    /// User stacks deeper than the stack copy whose outer frames were recovered: taken from
+    /// other samples of the same thread that passed the same frame, or read from the live
+    /// thread (`record --read-stack-on`). Counted as complete when they reach an entry, as
+    /// the others.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub recovered: u64,
 }

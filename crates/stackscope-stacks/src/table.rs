@@ -14,7 +14,7 @@ mod fold;
 mod names;
 mod rust_names;
 
-pub use fold::{BackgroundFold, Folded, Tally, UNREADABLE};
+pub use fold::{BackgroundFold, Folded, Tally, ENTRY_POINTS, UNREADABLE};
 pub use rust_names::rust_clean;
 
 /// Index into [`StackTable::modules`].

@@ -137,6 +137,14 @@ pub struct RecordArgs {
     #[arg(long, value_name = "BYTES")]
     pub stack_size: Option<u32>,
 
+    /// When a user stack is deeper than its copy, read the rest from the live thread's memory
+    /// (process_vm_readv) as the sample is unwound, provided the end of the copy still
+    /// matches it (the thread has not returned past it since). Without it, such a stack takes
+    /// its outer frames from other samples of its thread that passed the same frame. Reads
+    /// the profiled program's memory: for --backend perf only.
+    #[arg(long)]
+    pub read_stack_on: bool,
+
     #[command(flatten)]
     pub output: OutputArgs,
 

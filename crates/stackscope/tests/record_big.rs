@@ -13,24 +13,10 @@ use std::process::Command;
 
 use common::*;
 use stackscope_profile::{FrameKind, Profile};
+use stackscope_stacks::table::ENTRY_POINTS;
 
 /// Functions of the generated shared object.
 const FUNCTIONS: usize = 12_000;
-
-/// Where every whole stack of a program or thread starts: glibc's entries, and `main`.
-const ENTRIES: &[&str] = &[
-    "main",
-    "_start",
-    "_dl_start_user",
-    "__libc_start_main",
-    "__libc_start_main_impl",
-    "__libc_start_call_main",
-    "start_thread",
-    "clone",
-    "clone3",
-    "__clone",
-    "__clone3",
-];
 
 /// C source of `libbigeh.so`: `FUNCTIONS` functions that each call `next` back with a level
 /// and a seed mixed its own way (so each is code of its own, with an unwind entry of its
@@ -120,14 +106,15 @@ fn rooted(profile: &Profile) -> (u64, u64) {
         }
         user += sample.count;
         let root = frames[0];
-        if root.kind == FrameKind::User && ENTRIES.contains(&root.name.as_str()) {
+        if root.kind == FrameKind::User && ENTRY_POINTS.contains(&root.name.as_str()) {
             rooted += sample.count;
         }
     }
     (user, rooted)
 }
 
-fn whole_stacks_with(options: &[&str]) {
+/// Records `big_deep` with `options`, checks its stacks; returns stackscope's stderr.
+fn whole_stacks_with(options: &[&str]) -> String {
     let _serial = serial();
     let dir = tempdir();
     let exe = build(dir.path());
@@ -173,6 +160,7 @@ fn whole_stacks_with(options: &[&str]) {
         "only {:.1}% of stacks pass through libbigeh.so",
         through_lib * 100.0
     );
+    run.stderr
 }
 
 /// Share of samples with a frame of `module`.
@@ -185,6 +173,20 @@ fn share_of_module(profile: &Profile, module: &str) -> f64 {
 #[test]
 fn deep_stacks_of_big_frames_reach_their_entry_with_the_perf_source() {
     whole_stacks_with(&[]);
+}
+
+#[test]
+fn deep_stacks_of_big_frames_reach_their_entry_reading_on_the_live_stack() {
+    let stderr = whole_stacks_with(&["--read-stack-on"]);
+    let read_on: u64 = stderr
+        .split(" were walked on over the live thread's stack")
+        .next()
+        .and_then(|head| head.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        read_on > 0,
+        "no stack was walked on over the live thread's memory:\n{stderr}"
+    );
 }
 
 #[test]

@@ -59,6 +59,10 @@ pub(crate) struct Collector {
     /// False when replaying a saved file: its pids are no longer the live ones, so /proc must
     /// not fill in what the file lacks, and the hints speak of perf record's options.
     live: bool,
+    /// Read the rest of a stack deeper than its copy from the live thread.
+    read_on: bool,
+    /// A copy extended with what was read beyond it.
+    extended: Vec<u8>,
 }
 
 impl Collector {
@@ -81,7 +85,16 @@ impl Collector {
             roots: Roots::default(),
             room: Room::default(),
             live: true,
+            read_on: false,
+            extended: Vec::new(),
         }
+    }
+
+    /// A collector that reads the rest of a stack deeper than its copy from the live thread
+    /// when `read_on`.
+    pub(crate) fn reading_on(mut self, read_on: bool) -> Self {
+        self.read_on = read_on && self.live;
+        self
     }
 
     /// A collector for events read back from a file rather than from live processes.
@@ -326,10 +339,26 @@ impl Collector {
                 return UserEnd::Unreadable;
             }
             (Some(bytes), Some(regs)) => {
-                let stack = sample.user_stack;
-                let end = self
-                    .unwinder
-                    .unwind(pid, &process.maps, regs, stack, &mut self.trail);
+                let mut stack = sample.user_stack;
+                let end = if self.read_on {
+                    let (space, out) = ((pid, &process.maps), &mut self.trail);
+                    let end = self.unwinder.unwind_reading_on(
+                        space,
+                        regs,
+                        stack,
+                        out,
+                        &mut self.extended,
+                    );
+                    if !self.extended.is_empty() {
+                        stack = &self.extended;
+                        self.room.read_on += u64::from(end != UnwindEnd::Truncated);
+                    }
+                    end
+                } else {
+                    let maps = &process.maps;
+                    self.unwinder
+                        .unwind(pid, maps, regs, stack, &mut self.trail)
+                };
                 let copy = Copy {
                     sp: regs.sp,
                     bytes: stack,
@@ -403,7 +432,7 @@ impl Collector {
             lost: self.lost,
             kernel_excluded: kernel_excluded && config.kernel,
         });
-        profile.meta.unwind.recovered = self.room.recovered;
+        profile.meta.unwind.recovered = self.room.recovered + self.room.read_on;
         Recording {
             profile,
             hints,

@@ -144,8 +144,12 @@ fn room_hint(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     } else {
         "no other".to_string()
     };
+    let read_on = match room.read_on {
+        0 => String::new(),
+        n => format!("{n} were walked on over the live thread's stack, "),
+    };
     hints.push(Hint::Said(format!(
-        "the {bytes}-byte stack copy ran out in {} samples: {} of them in a single frame larger than the copy; {per_copy}; {} got their outer frames from other samples of the same thread, {} stay [truncated]",
+        "the {bytes}-byte stack copy ran out in {} samples: {} of them in a single frame larger than the copy; {per_copy}; {read_on}{} got their outer frames from other samples of the same thread, {} stay [truncated]",
         room.truncated,
         room.leaf_larger,
         room.recovered,

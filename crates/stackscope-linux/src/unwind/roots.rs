@@ -237,6 +237,8 @@ pub(crate) struct Room {
     pub largest_frame: u64,
     /// Samples whose outer frames were taken from the thread's other walks.
     pub recovered: u64,
+    /// Samples whose walk went on over the live thread's memory above the copy.
+    pub read_on: u64,
 }
 
 impl Room {

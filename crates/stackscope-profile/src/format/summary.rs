@@ -44,7 +44,7 @@ pub fn summary(profile: &Profile) -> String {
         if unwind.recovered > 0 {
             let _ = write!(
                 s,
-                ", {:.1}% deeper than the stack copy with their outer frames taken from other samples of the thread",
+                ", {:.1}% deeper than the stack copy with their outer frames recovered",
                 share(unwind.recovered)
             );
         }

@@ -228,7 +228,7 @@ fn is_entry(frame: &Frame) -> bool {
 /// Functions every stack of a process or thread starts in: glibc's program and thread
 /// entries (and the dynamic loader's, before the program starts), and `main`, below which
 /// only the C library's start code lies.
-const ENTRY_POINTS: &[&str] = &[
+pub const ENTRY_POINTS: &[&str] = &[
     "main",
     "_start",
     "_dl_start_user",
