@@ -349,9 +349,9 @@ impl Collector {
                         out,
                         &mut self.extended,
                     );
-                    if !self.extended.is_empty() {
+                    if !self.extended.is_empty() && end != UnwindEnd::Truncated {
                         stack = &self.extended;
-                        self.room.read_on += u64::from(end != UnwindEnd::Truncated);
+                        self.room.read_on += 1;
                     }
                     end
                 } else {

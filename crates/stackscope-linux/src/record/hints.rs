@@ -128,16 +128,17 @@ fn advice(why: Stop) -> &'static str {
 /// from other samples of their thread.
 fn room_hint(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     let room = o.room;
-    let (Some(bytes), true) = (o.stack_bytes, room.truncated > 0) else {
+    let ran_out = room.truncated + room.read_on;
+    let (Some(bytes), true) = (o.stack_bytes, ran_out > 0) else {
         return;
     };
-    if percent(room.truncated, o.tally.stats.user_stacks) < 1.0 {
+    if percent(ran_out, o.tally.stats.user_stacks) < 1.0 {
         return;
     }
     let walks = room.truncated - room.leaf_larger;
     let per_copy = if walks > 0 {
         format!(
-            "the others held {:.1} frames of the stack in the copy on average, the largest {} bytes",
+            "the others that ran out held {:.1} frames of the stack in the copy on average, the largest {} bytes",
             room.frames as f64 / walks as f64,
             room.largest_frame
         )
@@ -150,7 +151,7 @@ fn room_hint(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     };
     hints.push(Hint::Said(format!(
         "the {bytes}-byte stack copy ran out in {} samples: {} of them in a single frame larger than the copy; {per_copy}; {read_on}{} got their outer frames from other samples of the same thread, {} stay [truncated]",
-        room.truncated,
+        ran_out,
         room.leaf_larger,
         room.recovered,
         o.tally.stats.truncated

@@ -227,7 +227,7 @@ impl<T> Roots<T> {
 /// the sampled frame across many frames.
 #[derive(Debug, Default)]
 pub(crate) struct Room {
-    /// Walks that ran out of stack copy.
+    /// Walks that ran out of stack copy, and did not go on over the live thread's memory.
     pub truncated: u64,
     /// Of those, the ones whose first frame alone outgrew the copy.
     pub leaf_larger: u64,
