@@ -4,8 +4,11 @@
 # cargo registry, else a generated one), whose librustc_driver and libLLVM are each over
 # 100 MB and whose query stacks are deep, on a thread with a large stack.
 #   perf_copy  stackscope record (perf_event + 32 KiB stack copy per sample, unwound here)
+#   read_on    stackscope record --read-stack-on (the same, reading on over the live stack)
 #   bpf        stackscope record --backend bpf (user stacks unwound in the kernel)
-#   perf_dw    perf record --call-graph dwarf (8 KiB stack copy, unwound by perf script)
+#   perf_dw    perf record --call-graph dwarf (8 KiB stack copy, unwound by perf script
+#              --no-inline: with inlined frames, perf's addr2line on librustc_driver takes
+#              more than half an hour)
 # For each: samples, the share of them whose stack reaches a program or thread entry
 # (outermost frame `_start`, `main`, `__libc_start_call_main`, `start_thread`, `clone3`...,
 # read from the folded output), the profiler's own CPU (plus perf script + collapse for
@@ -64,7 +67,7 @@ entry_stats() {
 }
 
 row() { printf '%-10s %8s %7s %9s %10s %10s %9s\n' "$@"; }
-tools=${TOOLS:-perf_copy bpf perf_dw}
+tools=${TOOLS:-perf_copy read_on bpf perf_dw}
 mapfile -t cmd < <(wrapped "${compile[@]}")
 
 "${cmd[@]}"
@@ -75,11 +78,12 @@ for round in $(seq 1 "${RUNS:-1}"); do
         post=0 unit=1 kernel=- tables=-
         t0=$(now)
         case $tool in
-        perf_copy | bpf)
-            backend=perf
-            [ "$tool" = bpf ] && backend=bpf
+        perf_copy | read_on | bpf)
+            how=(--backend perf)
+            [ "$tool" = read_on ] && how+=(--read-stack-on)
+            [ "$tool" = bpf ] && how=(--backend bpf)
             /usr/bin/time -o prof.time -f '%U %S' \
-                "$STACKSCOPE" record --backend "$backend" -F 999 -o out.folded -- "${cmd[@]}" \
+                "$STACKSCOPE" record "${how[@]}" -F 999 -o out.folded -- "${cmd[@]}" \
                 2>prof.stderr || { cat prof.stderr >&2; exit 1; }
             kernel=$(sed -n 's/^in-kernel sampling: .* \([0-9.]*\) ms of CPU in all$/\1/p' prof.stderr)
             tables=$(grep -o -i -E '[0-9.]+ [KMG]iB of (kernel memory|unwind tables?)' prof.stderr | head -n1 | awk '{ print $1 $2 }' || true)
@@ -88,7 +92,7 @@ for round in $(seq 1 "${RUNS:-1}"); do
             /usr/bin/time -o prof.time -f '%U %S' \
                 perf record -q -F 999 --call-graph dwarf -o perf.data -- "${cmd[@]}" 2>/dev/null
             /usr/bin/time -o post.time -f '%U %S' sh -c \
-                'perf script -i perf.data 2>/dev/null | inferno-collapse-perf > out.folded'
+                'perf script --no-inline -i perf.data 2>/dev/null | inferno-collapse-perf > out.folded'
             post=$(cpu_of post.time)
             unit=1001001 # the cpu-clock period at 999 Hz
             ;;
