@@ -118,7 +118,7 @@ fn whole_stacks_with(options: &[&str]) -> String {
     let _serial = serial();
     let dir = tempdir();
     let exe = build(dir.path());
-    let (run, profile) = record_json(dir.path(), options, &[exe.as_os_str(), os("3")]);
+    let (run, profile) = record_json(dir.path(), options, &[exe.as_os_str(), os("25")]);
     eprintln!("{}", run.stderr);
     assert_min_samples(&profile, 1000);
 

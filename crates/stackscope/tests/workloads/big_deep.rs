@@ -6,10 +6,10 @@
 //! up, in slices of pseudo-random length, so that samples land at every depth. A stack copy
 //! of at most 64 KiB holds a handful of the 410 frames.
 //!
-//! Usage: big_deep SECONDS: the deep thread works until it has taken SECONDS of CPU time,
-//! however loaded the machine. Built with plain `rustc`, linked against `libbigeh.so`, whose
-//! `bigeh_pass(level)` gives the function for a level: it calls `next(level + 1, seed)`; the
-//! clock is declared here.
+//! Usage: big_deep ROUNDS: the deep thread goes down and up ROUNDS times (about 0.15 s of
+//! CPU each), a fixed amount of work however loaded the machine. Built with plain `rustc`,
+//! linked against `libbigeh.so`, whose `bigeh_pass(level)` gives the function for a level: it
+//! calls `next(level + 1, seed)`.
 
 use std::hint::black_box;
 
@@ -23,29 +23,6 @@ type Pass = extern "C" fn(Next, i64, u64) -> u64;
 #[link(name = "bigeh")]
 unsafe extern "C" {
     fn bigeh_pass(level: i64) -> Pass;
-}
-
-#[repr(C)]
-struct Timespec {
-    tv_sec: i64,
-    tv_nsec: i64,
-}
-
-const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-
-unsafe extern "C" {
-    fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-}
-
-/// The calling thread's CPU time in seconds.
-fn thread_cpu_secs() -> f64 {
-    let mut ts = Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; the clock id is Linux's thread CPU clock.
-    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// A slice of work of pseudo-random length, 0.1 to 0.6 ms or so.
@@ -85,17 +62,17 @@ extern "C" fn descend(level: i64, seed: u64) -> u64 {
 }
 
 fn main() {
-    let seconds: f64 = std::env::args()
+    let rounds: u32 = std::env::args()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or(4.0);
+        .unwrap_or(20);
     let worker = std::thread::Builder::new()
         .name("deep".into())
         .stack_size(64 << 20)
         .spawn(move || {
             let mut seed = 0x9e37_79b9_7f4a_7c15u64;
             let mut acc = 0;
-            while thread_cpu_secs() < seconds {
+            for _ in 0..rounds {
                 acc ^= descend(0, seed);
                 seed = next_seed(seed ^ acc);
             }
