@@ -143,8 +143,14 @@ impl<T> Default for Roots<T> {
 
 impl<T> Roots<T> {
     /// Remembers what a walk of thread `tid` over `copy` found: each frame's caller, and how
-    /// the chain ended past its outermost frame unless the copy ran out there.
+    /// the chain ended past its outermost frame unless the copy ran out there. A thread is
+    /// remembered from its first walk that ran out of copy on: its stacks that run out before
+    /// the walks that complete them wait for those.
     pub(crate) fn learn(&mut self, tid: u32, copy: Copy<'_>, trail: &Trail, end: &UnwindEnd) {
+        // Only threads whose stacks outgrew a copy are remembered: the others never ask.
+        if *end != UnwindEnd::Truncated && !self.threads.contains_key(&tid) {
+            return;
+        }
         let thread = self.threads.entry(tid).or_default();
         if thread.callers.len() + trail.addrs.len() > SPOTS_PER_THREAD {
             thread.callers.clear();
@@ -285,11 +291,16 @@ mod tests {
             bytes: &bytes,
         };
         let mut roots: Roots<()> = Roots::default();
-        // A shallow sample reached the thread's entry; a deeper one ran out at 0x1100.
+        // A shallow sample reached the thread's entry; a deeper one ran out at 0x1100. Walks
+        // are remembered from the thread's first that ran out on.
         let shallow = trail(&[(0x1100, 0xa3), (0x1200, 0xa2), (0x1300, 0xa1)]);
         roots.learn(1, whole, &shallow, &UnwindEnd::Complete);
+        let mut out = Vec::new();
+        let from_a3 = from(whole, 0x1100, 0xa3);
+        assert_eq!(roots.recover(1, from_a3, 100, &mut out), None);
         let deep = trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]);
         roots.learn(1, whole, &deep, &UnwindEnd::Truncated);
+        roots.learn(1, whole, &shallow, &UnwindEnd::Complete);
         let mut out = Vec::new();
         let end = roots.recover(1, from(whole, 0x1100, 0xa3), 100, &mut out);
         assert_eq!((end, out), (Some(UnwindEnd::Complete), vec![0xa2, 0xa1]));
@@ -342,7 +353,10 @@ mod tests {
             bytes: &three,
         };
         let mut roots: Roots<()> = Roots::default();
-        // Two visits of the frame 0xa3 at 0x1100, through different callers.
+        // Two visits of the frame 0xa3 at 0x1100, through different callers, after a walk
+        // that ran out.
+        let deep = trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]);
+        roots.learn(1, one, &deep, &UnwindEnd::Truncated);
         roots.learn(
             1,
             one,
