@@ -26,6 +26,8 @@ pub struct RecordOptions {
     pub stop: Arc<AtomicBool>,
     /// The command line shown in the profile's metadata.
     pub command: Vec<String>,
+    /// Read the rest of a user stack deeper than its copy from the live thread.
+    pub read_stack_on: bool,
 }
 
 /// What a recording produced: the one result type every source hands back.
@@ -42,7 +44,7 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// announces nothing for a target that failed to start.
 pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recording, SampleError> {
     let mut sampler = Sampler::open(&options.target, &options.sampler)?;
-    let mut collector = Collector::new(&options.sampler);
+    let mut collector = Collector::new(&options.sampler).reading_on(options.read_stack_on);
     sampler.start()?;
     on_start();
     let started = Instant::now();

@@ -8,12 +8,15 @@
 //! process maps is kept only while it is among the [`IDLE_FILES`] most recently used, so
 //! memory follows what runs now rather than everything that ever ran.
 
+mod live;
+pub(crate) mod roots;
 #[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::fs::File;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -24,7 +27,7 @@ use framehop::{Module, Unwinder as _};
 use crate::maps::{Mapping, ProcessMaps};
 use stackscope_stacks::module::{ModuleFile, SectionData};
 pub use stackscope_stacks::walk::MAX_FRAMES;
-use stackscope_stacks::walk::{Leaf, RegsX86_64, Unread, WalkEnd};
+use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
 use stackscope_symbols::FileId;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
@@ -44,8 +47,9 @@ pub enum UnwindEnd {
     /// [`MAX_FRAMES`]).
     Truncated,
     /// Could not go on: no mapping for the pc, no unwind info and no usable frame pointer,
-    /// a bad return address, or a cycle. `module` names the module of the last frame when known.
-    Broken { module: Option<Arc<str>> },
+    /// a bad return address, or a cycle. `module` names the module of the last frame when
+    /// known; `why` is what the walker found there.
+    Broken { module: Option<Arc<str>>, why: Stop },
 }
 
 /// What a process's unwinder was built from; `generation` alone could repeat for a
@@ -72,6 +76,9 @@ impl MapsKey {
 struct ProcessUnwinder {
     built_from: MapsKey,
     unwinder: UnwinderX86_64<SectionData>,
+    /// The address ranges the unwinder has tables for, sorted: other mapped code is walked
+    /// by frame pointers alone.
+    tabled: Vec<Range<u64>>,
     /// The files the unwinder was built from: held so that the cache knows they are in use.
     _files: Vec<Arc<ModuleFile>>,
 }
@@ -122,9 +129,10 @@ impl Unwinder {
     }
 
     /// Unwinds one sample. `stack` is the copied user stack memory starting at `regs.sp`.
-    /// Pushes *lookup addresses* into `out`, leaf first: the first is `regs.ip`; each following
-    /// one is a return address minus 1 (so it falls inside the call instruction, which is what
-    /// symbolization and inlining need). `out` is cleared first.
+    /// Pushes *lookup addresses* into `out.addrs`, leaf first: the first is `regs.ip`; each
+    /// following one is a return address minus 1 (so it falls inside the call instruction,
+    /// which is what symbolization and inlining need), with each frame's stack pointer in
+    /// `out.sps`. `out` is cleared first.
     /// Per-process state (framehop unwinder with its modules) is (re)built from `maps` when
     /// `maps.generation()` changed since the last call for this pid.
     pub fn unwind(
@@ -133,30 +141,29 @@ impl Unwinder {
         maps: &ProcessMaps,
         regs: UserRegs,
         stack: &[u8],
-        out: &mut Vec<u64>,
+        out: &mut Trail,
     ) -> UnwindEnd {
-        out.clear();
+        out.addrs.clear();
+        out.sps.clear();
         let key = MapsKey::of(maps);
         if self.processes.get(&pid).map(|p| p.built_from) != Some(key) {
-            let (unwinder, files) = self.build(pid, maps);
-            self.processes.insert(
-                pid,
-                ProcessUnwinder {
-                    built_from: key,
-                    unwinder,
-                    _files: files,
-                },
-            );
+            let process = self.build(pid, maps, key);
+            self.processes.insert(pid, process);
             self.trim();
         }
+        let unmapped = UnwindEnd::Broken {
+            module: None,
+            why: Stop::Unmapped,
+        };
         let Some(process) = self.processes.get(&pid) else {
-            return UnwindEnd::Broken { module: None };
+            return unmapped;
         };
         if maps.find(regs.ip).is_none() {
-            out.push(regs.ip);
-            return UnwindEnd::Broken { module: None };
+            out.addrs.push(regs.ip);
+            out.sps.push(regs.sp);
+            return unmapped;
         }
-        walk(&process.unwinder, &mut self.cache, maps, regs, stack, out)
+        walk(process, &mut self.cache, maps, regs, stack, out)
     }
 
     /// Drops per-process state (the process exited or exec'd).
@@ -197,15 +204,11 @@ impl Unwinder {
 
     /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
     /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
-    /// so framehop falls back to frame pointers there. Also returns the files it was built
-    /// from.
-    fn build(
-        &mut self,
-        pid: u32,
-        maps: &ProcessMaps,
-    ) -> (UnwinderX86_64<SectionData>, Vec<Arc<ModuleFile>>) {
+    /// so framehop falls back to frame pointers there.
+    fn build(&mut self, pid: u32, maps: &ProcessMaps, built_from: MapsKey) -> ProcessUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
+        let mut tabled = Vec::new();
         for m in maps.iter() {
             let file = if &*m.path == "[vdso]" {
                 own_vdso()
@@ -226,6 +229,7 @@ impl Unwinder {
                 }
             }
             let Some(bias) = file.bias(m) else { continue };
+            tabled.push(m.start..m.end);
             unwinder.add_module(Module::new(
                 m.path.to_string(),
                 m.start..m.end,
@@ -236,7 +240,13 @@ impl Unwinder {
                 files.push(file);
             }
         }
-        (unwinder, files)
+        tabled.sort_by_key(|r| r.start);
+        ProcessUnwinder {
+            built_from,
+            unwinder,
+            tabled,
+            _files: files,
+        }
     }
 
     /// The parsed file behind a mapping, read once per file identity.
@@ -287,12 +297,12 @@ pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
 /// Walks the frames of one sample whose pc lies in a mapped file, reading words from the
 /// copied stack memory.
 fn walk(
-    unwinder: &UnwinderX86_64<SectionData>,
+    process: &ProcessUnwinder,
     cache: &mut CacheX86_64,
     maps: &ProcessMaps,
     regs: UserRegs,
     stack: &[u8],
-    out: &mut Vec<u64>,
+    out: &mut Trail,
 ) -> UnwindEnd {
     let stack_end = regs.sp.saturating_add(stack.len() as u64);
     let read_stack = |addr: u64| -> Result<u64, Unread<Infallible>> {
@@ -315,18 +325,43 @@ fn walk(
         sp: regs.sp,
         bp: regs.bp,
     };
-    let is_code = |addr| maps.find(addr).is_some();
-    let end =
-        stackscope_stacks::walk::walk(unwinder, cache, regs, Leaf::Rules, is_code, read_stack, out);
+    let code = |addr| process.code(maps, addr);
+    let end = walk_trail(
+        &process.unwinder,
+        cache,
+        (regs, Leaf::Rules),
+        code,
+        read_stack,
+        out,
+    );
+    // The module of the last frame reached: the leaf's, or the caller's found last.
+    let module = || {
+        out.addrs
+            .last()
+            .and_then(|&a| maps.find(a))
+            .map(|m| m.path.clone())
+    };
     match end {
         Ok(WalkEnd::Complete) => UnwindEnd::Complete,
-        Ok(WalkEnd::Truncated) => UnwindEnd::Truncated,
-        Ok(WalkEnd::Broken) | Err(_) => UnwindEnd::Broken {
-            // The module of the last frame reached: the leaf's, or the caller's found last.
-            module: out
-                .last()
-                .and_then(|&a| maps.find(a))
-                .map(|m| m.path.clone()),
+        Ok(WalkEnd::Truncated) if out.stop == Some(Stop::CopyShort) => UnwindEnd::Truncated,
+        Ok(WalkEnd::Truncated | WalkEnd::Broken) => UnwindEnd::Broken {
+            module: module(),
+            why: out.stop.unwrap_or(Stop::NoRule),
         },
+        Err(never) => match never {},
+    }
+}
+
+impl ProcessUnwinder {
+    /// What the process has at `addr`, for the walk.
+    fn code(&self, maps: &ProcessMaps, addr: u64) -> Code {
+        let i = self.tabled.partition_point(|r| r.start <= addr);
+        if i > 0 && self.tabled[i - 1].contains(&addr) {
+            Code::Tabled
+        } else if maps.find(addr).is_some() {
+            Code::Untabled
+        } else {
+            Code::Outside
+        }
     }
 }

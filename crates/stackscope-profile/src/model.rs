@@ -114,7 +114,9 @@ pub struct Sample {
 pub struct UnwindStats {
     /// Samples that had a user stack to unwind.
     pub user_stacks: u64,
-    /// User stacks that unwound to their root (the end of the call chain, e.g. `_start`).
+    /// User stacks that are whole: their outermost frame is a program or thread entry
+    /// (`_start`, `main`, `start_thread`, `clone3`...), or the unwind tables mark the end of
+    /// the chain there. The same rule for every source.
     pub complete: u64,
     /// User stacks that hold at least one frame whose function is unknown.
     pub with_unknown: u64,
@@ -128,6 +130,12 @@ pub struct UnwindStats {
     /// old program's memory is gone): not counted as truncated.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub unreadable: u64,
+    /// User stacks deeper than the stack copy whose outer frames were recovered: taken from
+    /// other samples of the same thread that passed the same frame, or read from the live
+    /// thread (`record --read-stack-on`). Counted as complete when they reach an entry, as
+    /// the others.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub recovered: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

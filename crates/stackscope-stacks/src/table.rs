@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use stackscope_profile::FrameKind;
 
+use crate::walk::Stop;
 use crate::Mapping;
 
 mod fold;
 mod names;
 mod rust_names;
 
-pub use fold::{BackgroundFold, Folded, Tally, UNREADABLE};
+pub use fold::{BackgroundFold, Folded, Tally, ENTRY_POINTS, UNREADABLE};
 pub use rust_names::rust_clean;
 
 /// Index into [`StackTable::modules`].
@@ -56,12 +57,14 @@ enum ModuleKey {
 pub enum UserEnd {
     /// The sample had no user stack (a kernel thread, or user stacks not wanted).
     NoStack,
-    /// The unwinder reached the outermost frame.
+    /// The unwinder reached the outermost frame, as the unwind tables mark it.
     Complete,
     /// The copied stack memory ended first.
     Truncated,
     /// The unwinder could not go on past a frame in this module.
     Broken(Arc<str>),
+    /// The unwinder stopped in this module, for this reason.
+    Stopped(Arc<str>, Stop),
     /// The chain came from frame pointers: whether it is whole is judged by its root frame.
     Unjudged,
     /// The sample carried user registers but not one byte of user stack: the kernel could not

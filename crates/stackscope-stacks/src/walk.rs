@@ -166,14 +166,90 @@ pub enum Unread<E> {
 /// How a walk ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WalkEnd {
-    /// Reached the outermost frame (the return address is undefined or 0, or the frame
-    /// pointer is 0).
+    /// Reached the outermost frame: the unwind rules say the return address is undefined, or
+    /// the return address or frame pointer is 0.
     Complete,
     /// The stack is deeper than the memory copied with the sample, or than [`MAX_FRAMES`].
     Truncated,
     /// Could not go on past the last address found: no unwind info and no usable frame
     /// pointer, a return address outside the code, or a frame that does not pop anything.
     Broken,
+}
+
+/// Why a walk stopped short of the outermost frame, as far as the walker can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stop {
+    /// The last frame's code has no unwind table, and its frame pointer led nowhere.
+    NoTable,
+    /// The table storage was full, so the last frame's module had no table.
+    TableFull,
+    /// [`MAX_FRAMES`] (or a source's own limit) frames were followed.
+    FrameLimit,
+    /// The rules asked for memory that could not be read.
+    UnreadableMemory,
+    /// The module has a table, but none of its rules covers the address (the frame-pointer
+    /// guess tried instead led nowhere), or the rule there led outside the code.
+    NoRule,
+    /// The copied stack memory ended.
+    CopyShort,
+    /// The address lies in no mapped code.
+    Unmapped,
+}
+
+impl Stop {
+    /// The reason in a few words, for hints.
+    pub fn words(self) -> &'static str {
+        match self {
+            Stop::NoTable => "no unwind table",
+            Stop::TableFull => "unwind table storage full",
+            Stop::FrameLimit => "frame limit reached",
+            Stop::UnreadableMemory => "unreadable stack memory",
+            Stop::NoRule => "no unwind rule for the address",
+            Stop::CopyShort => "stack copy too short",
+            Stop::Unmapped => "address in no mapping",
+        }
+    }
+}
+
+/// What an address holds, as far as the walk needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// No code: a return address here is bogus.
+    Outside,
+    /// Code of a module with unwind tables.
+    Tabled,
+    /// Code without unwind tables (JIT code, a binary without CFI): frame pointers only.
+    Untabled,
+}
+
+/// A walk's frames, leaf first, and why it stopped when it did not reach the outermost frame.
+#[derive(Debug, Default, Clone)]
+pub struct Trail {
+    /// The address to symbolize of each frame: the pc, then each return address stepped back
+    /// into its call ([`lookup_address`]).
+    pub addrs: Vec<u64>,
+    /// The stack pointer in each frame: where the frame's locals end and its callee's begin.
+    pub sps: Vec<u64>,
+    /// Why a [`WalkEnd::Broken`] or [`WalkEnd::Truncated`] walk stopped.
+    pub stop: Option<Stop>,
+}
+
+impl Trail {
+    fn clear(&mut self) {
+        self.addrs.clear();
+        self.sps.clear();
+        self.stop = None;
+    }
+
+    fn push(&mut self, addr: u64, sp: u64) {
+        self.addrs.push(addr);
+        self.sps.push(sp);
+    }
+
+    fn stopped(&mut self, end: WalkEnd, stop: Stop) -> WalkEnd {
+        self.stop = Some(stop);
+        end
+    }
 }
 
 /// Where the walk starts.
@@ -197,41 +273,66 @@ pub fn walk<R: ArchRegs, E>(
     regs: R,
     leaf: Leaf,
     is_code: impl Fn(u64) -> bool,
-    mut read: impl FnMut(u64) -> Result<u64, Unread<E>>,
+    read: impl FnMut(u64) -> Result<u64, Unread<E>>,
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
+    let code = |addr| match is_code(addr) {
+        true => Code::Tabled,
+        false => Code::Outside,
+    };
+    let mut trail = Trail {
+        addrs: std::mem::take(out),
+        ..Trail::default()
+    };
+    let end = walk_trail(unwinder, cache, (regs, leaf), code, read, &mut trail);
+    *out = trail.addrs;
+    end
+}
+
+/// [`walk`], keeping each frame's stack pointer and why the walk stopped. `code` says what
+/// each address holds: a walk that finds no caller in code without unwind tables (a zero
+/// frame pointer) has not been told by any table that the chain ends, so it ends
+/// [`WalkEnd::Broken`] with [`Stop::NoTable`], to be judged by its outermost frame.
+pub fn walk_trail<R: ArchRegs, E>(
+    unwinder: &R::Unwinder,
+    cache: &mut R::Cache,
+    (regs, leaf): (R, Leaf),
+    code: impl Fn(u64) -> Code,
+    mut read: impl FnMut(u64) -> Result<u64, Unread<E>>,
+    out: &mut Trail,
+) -> Result<WalkEnd, E> {
     out.clear();
-    out.push(regs.pc());
+    out.push(regs.pc(), regs.sp());
     let mut uregs = regs.unwind_regs();
     let mut address = FrameAddress::from_instruction_pointer(regs.pc());
     if leaf == Leaf::FramePointer {
         let (bp, sp) = (regs.fp(), regs.sp());
-        if bp == 0 || bp < sp {
-            return Ok(if bp == 0 {
-                WalkEnd::Complete
-            } else {
-                WalkEnd::Broken
-            });
+        let here = code(regs.pc());
+        if bp == 0 {
+            return Ok(outermost(out, here));
+        }
+        if bp < sp {
+            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
         }
         let record = R::frame_record(bp);
         let (caller_bp, return_address) = match frame_record(&mut read, record)? {
             Ok(record) => record,
-            Err(end) => return Ok(end),
+            Err(end) => return Ok(end_of_record(out, end)),
         };
         let Some(next) = FrameAddress::from_return_address(return_address) else {
-            return Ok(WalkEnd::Complete);
+            return Ok(outermost(out, here));
         };
         let lookup = lookup_address(return_address);
-        if !is_code(lookup) {
-            return Ok(WalkEnd::Broken);
+        if code(lookup) == Code::Outside {
+            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
         }
-        out.push(lookup);
+        out.push(lookup, record.caller_sp);
         uregs = R::caller(return_address, record.caller_sp, caller_bp);
         address = next;
     }
     loop {
-        if out.len() >= MAX_FRAMES {
-            return Ok(WalkEnd::Truncated);
+        if out.addrs.len() >= MAX_FRAMES {
+            return Ok(out.stopped(WalkEnd::Truncated, Stop::FrameLimit));
         }
         let sp_before = R::unwind_sp(&uregs);
         // Tells "the copy was too short" apart from "the unwind info led somewhere bogus".
@@ -248,29 +349,58 @@ pub fn walk<R: ArchRegs, E>(
         if let Some(e) = failed {
             return Err(e);
         }
+        // What the frame being unwound has: a stop there is its module's.
+        let here = code(address.address_for_lookup());
+        let no_rule = match here {
+            Code::Untabled => Stop::NoTable,
+            _ => Stop::NoRule,
+        };
         match result {
-            Ok(None) | Ok(Some(0)) => return Ok(WalkEnd::Complete),
+            Ok(None) | Ok(Some(0)) => return Ok(outermost(out, here)),
             Ok(Some(return_address)) => {
                 // Every real frame pops at least its return address; anything else loops. A
                 // leaf whose return address is still in the link register (aarch64, riscv64)
                 // may have popped nothing.
                 let sp = R::unwind_sp(&uregs);
                 if sp < sp_before || (sp == sp_before && address.is_return_address()) {
-                    return Ok(WalkEnd::Broken);
+                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
                 }
                 let lookup = lookup_address(return_address);
-                if !is_code(lookup) {
-                    return Ok(WalkEnd::Broken);
+                if code(lookup) == Code::Outside {
+                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
                 }
                 let Some(next) = FrameAddress::from_return_address(return_address) else {
-                    return Ok(WalkEnd::Complete);
+                    return Ok(outermost(out, here));
                 };
-                out.push(lookup);
+                out.push(lookup, R::unwind_sp(&uregs));
                 address = next;
             }
-            Err(FramehopError::CouldNotReadStack(_)) if past_copy => return Ok(WalkEnd::Truncated),
-            Err(_) => return Ok(WalkEnd::Broken),
+            Err(FramehopError::CouldNotReadStack(_)) if past_copy => {
+                return Ok(out.stopped(WalkEnd::Truncated, Stop::CopyShort))
+            }
+            Err(FramehopError::CouldNotReadStack(_)) => {
+                return Ok(out.stopped(WalkEnd::Broken, Stop::UnreadableMemory))
+            }
+            Err(_) => return Ok(out.stopped(WalkEnd::Broken, no_rule)),
         }
+    }
+}
+
+/// How a walk that found no caller ends: at the outermost frame where unwind tables cover the
+/// code (they say so, or the frame-pointer convention the tables' code keeps does), broken
+/// where frame pointers alone said it.
+fn outermost(out: &mut Trail, here: Code) -> WalkEnd {
+    match here {
+        Code::Untabled => out.stopped(WalkEnd::Broken, Stop::NoTable),
+        _ => WalkEnd::Complete,
+    }
+}
+
+/// How a walk whose leaf frame record could not be read ends.
+fn end_of_record(out: &mut Trail, end: WalkEnd) -> WalkEnd {
+    match end {
+        WalkEnd::Truncated => out.stopped(end, Stop::CopyShort),
+        _ => out.stopped(end, Stop::UnreadableMemory),
     }
 }
 
@@ -324,88 +454,4 @@ pub fn lookup_addresses(chain: &[u64]) -> impl Iterator<Item = u64> + '_ {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashMap;
-
-    use super::*;
-
-    /// A frame-pointer chain on a stack at 0x1000: two callers, the outermost frame pointer 0.
-    fn chain() -> HashMap<u64, u64> {
-        HashMap::from([
-            (0x1010, 0x1030),
-            (0x1018, 0x5005),
-            (0x1030, 0),
-            (0x1038, 0x6006),
-        ])
-    }
-
-    const REGS: RegsX86_64 = RegsX86_64 {
-        ip: 0x4000,
-        sp: 0x1000,
-        bp: 0x1010,
-    };
-
-    fn walk_chain(
-        leaf: Leaf,
-        regs: RegsX86_64,
-        read: impl FnMut(u64) -> Result<u64, Unread<&'static str>>,
-    ) -> (Result<WalkEnd, &'static str>, Vec<u64>) {
-        let unwinder = UnwinderX86_64::<SectionData>::new();
-        let mut cache = CacheX86_64::new();
-        let mut out = vec![1, 2, 3];
-        let end = walk(&unwinder, &mut cache, regs, leaf, |_| true, read, &mut out);
-        (end, out)
-    }
-
-    #[test]
-    fn without_unwind_info_the_walk_follows_frame_pointers() {
-        let memory = chain();
-        let read = |addr| memory.get(&addr).copied().ok_or(Unread::Unreadable);
-        for leaf in [Leaf::Rules, Leaf::FramePointer] {
-            let (end, out) = walk_chain(leaf, REGS, read);
-            assert_eq!(end, Ok(WalkEnd::Complete));
-            assert_eq!(out, [0x4000, 0x5004, 0x6005]);
-        }
-    }
-
-    #[test]
-    fn a_short_copy_truncates_and_a_failed_read_is_passed_on() {
-        let memory = chain();
-        let short = |addr| match addr {
-            0x1030.. => Err(Unread::PastCopy),
-            _ => memory.get(&addr).copied().ok_or(Unread::Unreadable),
-        };
-        let (end, out) = walk_chain(Leaf::Rules, REGS, short);
-        assert_eq!(end, Ok(WalkEnd::Truncated));
-        assert_eq!(out, [0x4000, 0x5004]);
-
-        let lost = |_| Err(Unread::Failed("connection lost"));
-        for leaf in [Leaf::Rules, Leaf::FramePointer] {
-            assert_eq!(walk_chain(leaf, REGS, lost).0, Err("connection lost"));
-        }
-    }
-
-    #[test]
-    fn a_frame_pointer_leaf_ends_at_a_null_or_bogus_frame_pointer() {
-        let none = |_| Err(Unread::Unreadable);
-        let outermost = RegsX86_64 { bp: 0, ..REGS };
-        assert_eq!(
-            walk_chain(Leaf::FramePointer, outermost, none),
-            (Ok(WalkEnd::Complete), vec![0x4000])
-        );
-        let below_sp = RegsX86_64 { bp: 0x800, ..REGS };
-        assert_eq!(
-            walk_chain(Leaf::FramePointer, below_sp, none),
-            (Ok(WalkEnd::Broken), vec![0x4000])
-        );
-    }
-
-    #[test]
-    fn callchains_step_back_into_each_call() {
-        let chain = [0x4000, 0x5005, 0x6006];
-        assert_eq!(
-            lookup_addresses(&chain).collect::<Vec<_>>(),
-            [0x4000, 0x5004, 0x6005]
-        );
-    }
-}
+mod tests;

@@ -139,10 +139,20 @@ pub struct RecordArgs {
     pub unwind: Option<UnwindArg>,
 
     /// Bytes of user stack the perf backend copies per sample for `--unwind dwarf` (multiple
-    /// of 8, at most 65528; default 32768). Deeper stacks are cut short and marked
-    /// `[truncated]`. Not for `--backend bpf`, which copies no stack.
+    /// of 8, at most 65528; default 32768). A deeper stack takes its outer frames from
+    /// another sample of its thread that passed the same frame (or, with --read-stack-on,
+    /// from the live thread); where none did, it is cut short and marked `[truncated]`. Not
+    /// for `--backend bpf`, which copies no stack.
     #[arg(long, value_name = "BYTES")]
     pub stack_size: Option<u32>,
+
+    /// When a user stack is deeper than its copy, read the rest from the live thread's memory
+    /// (process_vm_readv) as the sample is unwound, provided the end of the copy still
+    /// matches it (the thread has not returned past it since). Without it, such a stack takes
+    /// its outer frames from other samples of its thread that passed the same frame. Reads
+    /// the profiled program's memory: for --backend perf only.
+    #[arg(long)]
+    pub read_stack_on: bool,
 
     #[command(flatten)]
     pub max_stack: MaxStackArg,

@@ -52,6 +52,7 @@ pub(crate) fn run_with(
                 duration,
                 stop,
                 command: command.clone(),
+                read_stack_on: args.read_stack_on,
             };
             record(options, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }
@@ -115,6 +116,7 @@ fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
         let given = [
             (args.unwind.is_some(), "--unwind"),
             (args.stack_size.is_some(), "--stack-size"),
+            (args.read_stack_on, "--read-stack-on"),
         ];
         if let Some((_, flag)) = given.iter().find(|(set, _)| *set) {
             bail!(

@@ -235,7 +235,11 @@ fn user_frames(
         frames.push(table.user_frame(key.pid, addr, mapping));
     }
     match stack.end {
-        layout::UserEnd::Complete => UserEnd::Complete,
+        // The program ends a walk at a zero return address or frame pointer as well as where
+        // the tables mark the end: judged by its outermost frame.
+        layout::UserEnd::Complete => {
+            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
+        }
         layout::UserEnd::Truncated => {
             frames.push(RawFrame::Truncated);
             UserEnd::Truncated

@@ -14,8 +14,9 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
+use crate::unwind::roots::{Copy, Room, Roots, Spot};
 use crate::unwind::{UnwindEnd, Unwinder};
-use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, MAX_FRAMES};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
 /// table.
@@ -49,11 +50,19 @@ pub(crate) struct Collector {
     user: bool,
     kernel: bool,
     stack_bytes: Option<u32>,
-    addrs: Vec<u64>,
+    trail: Trail,
     frames: Vec<RawFrame>,
+    /// The outer frames of each live thread's deep stacks, and its samples waiting for them.
+    roots: Roots<Waiting>,
+    /// What ran the stack copies out.
+    pub(super) room: Room,
     /// False when replaying a saved file: its pids are no longer the live ones, so /proc must
     /// not fill in what the file lacks, and the hints speak of perf record's options.
     live: bool,
+    /// Read the rest of a stack deeper than its copy from the live thread.
+    read_on: bool,
+    /// A copy extended with what was read beyond it.
+    extended: Vec<u8>,
 }
 
 impl Collector {
@@ -71,10 +80,21 @@ impl Collector {
                 StackMode::Dwarf { stack_bytes } => Some(stack_bytes),
                 StackMode::FramePointer => None,
             },
-            addrs: Vec::new(),
+            trail: Trail::default(),
             frames: Vec::new(),
+            roots: Roots::default(),
+            room: Room::default(),
             live: true,
+            read_on: false,
+            extended: Vec::new(),
         }
+    }
+
+    /// A collector that reads the rest of a stack deeper than its copy from the live thread
+    /// when `read_on`.
+    pub(crate) fn reading_on(mut self, read_on: bool) -> Self {
+        self.read_on = read_on && self.live;
+        self
     }
 
     /// A collector for events read back from a file rather than from live processes.
@@ -98,6 +118,9 @@ impl Collector {
                 exec,
             } => {
                 if exec {
+                    // The thread's old stack is gone with the old program.
+                    self.settle(tid);
+                    self.roots.forget(tid);
                     let process = self.processes.entry(pid).or_default();
                     process.before_exec = Some(std::mem::take(&mut process.maps));
                     process.known = true;
@@ -132,6 +155,8 @@ impl Collector {
                 }
             }
             Event::Exit { pid, tid } => {
+                self.settle(tid);
+                self.roots.forget(tid);
                 self.comms.remove(&tid);
                 if pid == tid {
                     self.processes.remove(&pid);
@@ -158,17 +183,113 @@ impl Collector {
         }
         let comm = self.comm(sample.pid, sample.tid);
         let process = self.comm(sample.pid, sample.pid);
-        self.table.add_named(
-            (sample.pid, sample.tid),
-            (&comm, &process),
-            sample.cpu,
-            &self.frames,
-            end,
-            1,
-        );
+        if end == UserEnd::Truncated {
+            // The stack's outer frames may be known from earlier walks of the thread, or
+            // found by later ones.
+            if let Some(spot) = Spot::outermost(&self.trail) {
+                let copy = Copy {
+                    sp: sample.user_regs.map_or(0, |r| r.sp),
+                    bytes: sample.user_stack,
+                };
+                let from = (spot, copy.print(spot.sp));
+                if let Some(end) = self.outer_frames(sample.pid, sample.tid, from, false) {
+                    let names = (&*comm, &*process);
+                    let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
+                    self.count((pid, tid), names, cpu, end);
+                    return;
+                }
+                let waiting = Waiting {
+                    pid: sample.pid,
+                    tid: sample.tid,
+                    cpu: sample.cpu,
+                    names: (comm, process),
+                    frames: self.frames.clone(),
+                    from,
+                };
+                for waiting in self.roots.wait(sample.tid, waiting) {
+                    self.count_waiting(waiting);
+                }
+                return;
+            }
+            self.frames.push(RawFrame::Truncated);
+        }
+        let names = (&*comm, &*process);
+        let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
+        self.count((pid, tid), names, cpu, end);
+    }
+
+    /// Counts one sample of `self.frames`.
+    fn count(&mut self, (pid, tid): (u32, u32), names: (&str, &str), cpu: u32, end: UserEnd) {
+        self.table
+            .add_named((pid, tid), names, cpu, &self.frames, end, 1);
         if self.table.nodes() >= FOLD_AT_NODES {
             self.fold_table();
         }
+    }
+
+    /// Counts the samples of thread `tid` that wait for their outer frames, with what its
+    /// walks found.
+    fn settle(&mut self, tid: u32) {
+        for waiting in self.roots.take_waiting(tid) {
+            self.count_waiting(waiting);
+        }
+    }
+
+    /// Counts a sample whose walk ran out of stack copy, its outer frames taken from the
+    /// thread's other walks where they found them, else marked `[truncated]`.
+    fn count_waiting(&mut self, waiting: Waiting) {
+        let Waiting {
+            pid,
+            tid,
+            cpu,
+            names,
+            frames,
+            from,
+        } = waiting;
+        self.frames = frames;
+        let end = self.outer_frames(pid, tid, from, true);
+        let end = end.unwrap_or(UserEnd::Truncated);
+        self.count((pid, tid), (&names.0, &names.1), cpu, end);
+    }
+
+    /// Appends the outer frames of a stack whose walk ran out at `from`, as far as the
+    /// thread's walks found them; says how the stack ends. Unless this is the `last` chance,
+    /// a stack whose end is not known yet is left as it was and `None` returned; at the last
+    /// one, it ends in `[truncated]`.
+    fn outer_frames(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        from: (Spot, Option<u64>),
+        last: bool,
+    ) -> Option<UserEnd> {
+        let user = self
+            .frames
+            .iter()
+            .filter(|f| !matches!(f, RawFrame::Kernel(_)));
+        let room = MAX_FRAMES.saturating_sub(user.count());
+        let mut outer = Vec::new();
+        let end = self.roots.recover(tid, from, room, &mut outer);
+        if end.is_none() && !last {
+            return None;
+        }
+        let maps = self.processes.get(&pid).map(|p| &p.maps);
+        for &addr in &outer {
+            let frame = self
+                .table
+                .user_frame(pid, addr, maps.and_then(|m| m.find(addr)));
+            self.frames.push(frame);
+        }
+        Some(match end {
+            Some(end) => {
+                self.room.recovered += 1;
+                user_end(end)
+            }
+            None => {
+                self.frames.push(RawFrame::Truncated);
+                UserEnd::Truncated
+            }
+        })
     }
 
     /// Hands the table over to be named and merged by function, and starts a new one: the
@@ -217,46 +338,68 @@ impl Collector {
                 self.frames.push(RawFrame::Marker(UNREADABLE));
                 return UserEnd::Unreadable;
             }
-            (Some(_), Some(regs)) => match self.unwinder.unwind(
-                pid,
-                &process.maps,
-                regs,
-                sample.user_stack,
-                &mut self.addrs,
-            ) {
-                UnwindEnd::Complete => UserEnd::Complete,
-                UnwindEnd::Truncated => UserEnd::Truncated,
-                UnwindEnd::Broken { module } => {
-                    UserEnd::Broken(module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
+            (Some(bytes), Some(regs)) => {
+                let mut stack = sample.user_stack;
+                let end = if self.read_on {
+                    let (space, out) = ((pid, &process.maps), &mut self.trail);
+                    let end = self.unwinder.unwind_reading_on(
+                        space,
+                        regs,
+                        stack,
+                        out,
+                        &mut self.extended,
+                    );
+                    if !self.extended.is_empty() && end != UnwindEnd::Truncated {
+                        stack = &self.extended;
+                        self.room.read_on += 1;
+                    }
+                    end
+                } else {
+                    let maps = &process.maps;
+                    self.unwinder
+                        .unwind(pid, maps, regs, stack, &mut self.trail)
+                };
+                let copy = Copy {
+                    sp: regs.sp,
+                    bytes: stack,
+                };
+                self.roots.learn(sample.tid, copy, &self.trail, &end);
+                if end == UnwindEnd::Truncated {
+                    self.room.measure(&self.trail, bytes);
                 }
-            },
+                user_end(end)
+            }
             (None, _) if !sample.user_callchain.is_empty() => {
-                self.addrs.clear();
-                self.addrs.extend(lookup_addresses(sample.user_callchain));
+                self.trail.addrs.clear();
+                let chain = lookup_addresses(sample.user_callchain);
+                self.trail.addrs.extend(chain);
                 UserEnd::Unjudged
             }
             // A kernel thread, or a sample without user state.
             _ => return UserEnd::NoStack,
         };
-        if self.addrs.is_empty() {
+        if self.trail.addrs.is_empty() {
             return UserEnd::NoStack;
         }
-        for &addr in &self.addrs {
+        for &addr in &self.trail.addrs {
             let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
             self.frames.push(frame);
         }
-        if end == UserEnd::Truncated {
+        if matches!(end, UserEnd::Stopped(_, Stop::FrameLimit)) {
             self.frames.push(RawFrame::Truncated);
         }
         end
     }
 
     pub(crate) fn finish(
-        self,
+        mut self,
         mut meta: Metadata,
         config: &SamplerConfig,
         kernel_excluded: bool,
     ) -> Recording {
+        for tid in self.roots.waiting_threads() {
+            self.settle(tid);
+        }
         meta.lost_samples = self.lost;
         let missing = self.unwinder.modules_without_unwind_info();
         // What unwinding needed (parsed unwind tables, mapped sections, the live processes'
@@ -270,7 +413,7 @@ impl Collector {
             ..
         } = self;
         drop((processes, comms, unwinder));
-        let (profile, tally) = match fold {
+        let (mut profile, tally) = match fold {
             Some(fold) => {
                 fold.fold(table);
                 fold.finish().finish(meta)
@@ -285,14 +428,41 @@ impl Collector {
             stack_bytes: self.stack_bytes,
             live: self.live,
             tally: &tally,
+            room: &self.room,
             lost: self.lost,
             kernel_excluded: kernel_excluded && config.kernel,
         });
+        profile.meta.unwind.recovered = self.room.recovered + self.room.read_on;
         Recording {
             profile,
             hints,
             ..Recording::default()
         }
+    }
+}
+
+/// A sample whose walk ran out of stack copy, waiting for the thread's outer frames.
+struct Waiting {
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+    /// The thread's and its process's names when sampled.
+    names: (Arc<str>, Arc<str>),
+    /// Its frames, leaf first, as far as the walk went.
+    frames: Vec<RawFrame>,
+    /// The outermost frame the walk reached, with its print in the sample's copy.
+    from: (Spot, Option<u64>),
+}
+
+/// How a walk of the perf source ended, as the stack table counts it.
+fn user_end(end: UnwindEnd) -> UserEnd {
+    match end {
+        UnwindEnd::Complete => UserEnd::Complete,
+        UnwindEnd::Truncated => UserEnd::Truncated,
+        UnwindEnd::Broken { module, why } => UserEnd::Stopped(
+            module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()),
+            why,
+        ),
     }
 }
 
@@ -328,57 +498,4 @@ fn thread_comm(pid: u32, tid: u32, live: bool) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Samples at ever new addresses, as a long whole-system recording gives, must not keep
-    /// a table entry per address: the table is named and merged by function once full.
-    #[test]
-    fn a_table_of_ever_new_addresses_is_folded_as_it_fills() {
-        let config = SamplerConfig {
-            cpu: None,
-            frequency: Some(999),
-            period: None,
-            user: false,
-            kernel: true,
-            stack_mode: StackMode::FramePointer,
-            include_idle: false,
-            buffer_pages: 0,
-        };
-        let mut collector = Collector::new(&config);
-        let function = stackscope_testkit::big_kernel_function();
-        let samples = 3 * FOLD_AT_NODES as u64;
-        let mut largest = 0;
-        for i in 0..samples {
-            // Two frames in one function, each pair of addresses new: leaf first. A caller's
-            // address is looked up one byte back, so it is never the function's first.
-            let stack = [function + i % 4096, function + 1 + (i / 4096) % 4095];
-            collector.handle(Event::Sample(SampleEvent {
-                pid: 1 + (i % 3) as u32,
-                tid: 1 + (i % 3) as u32,
-                cpu: (i % 2) as u32,
-                time: i,
-                period: 1_000_000,
-                kernel_stack: &stack,
-                user_callchain: &[],
-                user_regs: None,
-                user_stack: &[],
-                in_user: false,
-            }));
-            largest = largest.max(collector.table.nodes());
-        }
-        assert!(
-            largest <= FOLD_AT_NODES,
-            "the table grew to {largest} frames (bound {FOLD_AT_NODES})"
-        );
-        assert!(collector.fold.is_some(), "no table was folded");
-        let profile = collector
-            .finish(Metadata::default(), &config, false)
-            .profile;
-        assert_eq!(profile.total_samples(), samples);
-        // Every address lies in one function: one frame, one stack per (thread, cpu).
-        assert_eq!(profile.frames.len(), 1, "{:?}", profile.frames);
-        assert_eq!(profile.stacks.len(), 1);
-        assert_eq!(profile.samples.len(), 3 * 2);
-    }
-}
+mod tests;

@@ -6,9 +6,11 @@
 use std::sync::Arc;
 
 use stackscope_stacks::table::{Tally, UNREADABLE};
+use stackscope_stacks::walk::Stop;
 use stackscope_stacks::Hint;
 
 use super::MAX_STACK_COPY;
+use crate::unwind::roots::Room;
 
 /// What the hints are drawn from.
 pub(super) struct Outcome<'a> {
@@ -19,6 +21,8 @@ pub(super) struct Outcome<'a> {
     /// False when a saved file was replayed: the hints then speak of perf record's options.
     pub live: bool,
     pub tally: &'a Tally,
+    /// What ran the stack copies out.
+    pub room: &'a Room,
     pub lost: u64,
     /// Kernel stacks were asked for, but the kernel refused kernel-mode sampling.
     pub kernel_excluded: bool,
@@ -61,6 +65,7 @@ fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
             )));
         }
     }
+    room_hint(o, hints);
     let unreadable = percent(stats.unreadable, stats.user_stacks);
     if unreadable >= 1.0 {
         let rest = if o.tally.unreadable_in_exec == stats.unreadable {
@@ -74,7 +79,16 @@ fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
         )));
     }
     let broken: u64 = o.tally.broken_in.values().sum();
-    if percent(broken, stats.user_stacks) >= 1.0 {
+    if let Some(((module, why), _)) = worst(&o.tally.stopped) {
+        if percent(broken, stats.user_stacks) >= 1.0 {
+            hints.push(Hint::Said(format!(
+                "{:.1}% of stacks broke off, most in {module}, where the walk stopped: {}; {}",
+                percent(broken, stats.user_stacks),
+                why.words(),
+                advice(*why)
+            )));
+        }
+    } else if percent(broken, stats.user_stacks) >= 1.0 {
         let mut worst: Vec<(&Arc<str>, &u64)> = o.tally.broken_in.iter().collect();
         worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         hints.push(Hint::Said(format!(
@@ -87,6 +101,61 @@ fn stack_hints(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
     if short >= 10.0 {
         hints.push(Hint::ShortChains { share: short });
     }
+}
+
+/// The stopping place that most samples share.
+fn worst<K: Ord>(counts: &std::collections::HashMap<K, u64>) -> Option<(&K, &u64)> {
+    let mut worst: Vec<(&K, &u64)> = counts.iter().collect();
+    worst.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    worst.first().copied()
+}
+
+/// What to do about a walk stopped for `why`.
+fn advice(why: Stop) -> &'static str {
+    match why {
+        Stop::NoTable => "build it with unwind tables (debug info) or -C force-frame-pointers=yes",
+        Stop::TableFull => "the unwind tables did not all fit",
+        Stop::FrameLimit => "the stack is deeper than the frames a walk follows",
+        Stop::UnreadableMemory | Stop::NoRule => {
+            "its unwind tables do not cover that code (hand-written assembly, or code generated at run time)"
+        }
+        Stop::CopyShort => "the stack is deeper than the stack copy",
+        Stop::Unmapped => "code outside every mapped file: JIT code without a /tmp/perf-PID.map",
+    }
+}
+
+/// What ran the stack copies out, measured, and how many stacks got their outer frames
+/// from other samples of their thread.
+fn room_hint(o: &Outcome<'_>, hints: &mut Vec<Hint>) {
+    let room = o.room;
+    let ran_out = room.truncated + room.read_on;
+    let (Some(bytes), true) = (o.stack_bytes, ran_out > 0) else {
+        return;
+    };
+    if percent(ran_out, o.tally.stats.user_stacks) < 1.0 {
+        return;
+    }
+    let walks = room.truncated - room.leaf_larger;
+    let per_copy = if walks > 0 {
+        format!(
+            "the others that ran out held {:.1} frames of the stack in the copy on average, the largest {} bytes",
+            room.frames as f64 / walks as f64,
+            room.largest_frame
+        )
+    } else {
+        "no other".to_string()
+    };
+    let read_on = match room.read_on {
+        0 => String::new(),
+        n => format!("{n} were walked on over the live thread's stack, "),
+    };
+    hints.push(Hint::Said(format!(
+        "the {bytes}-byte stack copy ran out in {} samples: {} of them in a single frame larger than the copy; {per_copy}; {read_on}{} got their outer frames from other samples of the same thread, {} stay [truncated]",
+        ran_out,
+        room.leaf_larger,
+        room.recovered,
+        o.tally.stats.truncated
+    )));
 }
 
 /// Hints about samples that are missing.

@@ -271,9 +271,13 @@ impl Tracee {
     }
 
     fn unwind_with(&self, unwinder: &mut Unwinder, stack: &[u8]) -> (Vec<u64>, UnwindEnd) {
-        let mut out = vec![0xdead];
+        let mut out = Trail {
+            addrs: vec![0xdead],
+            ..Trail::default()
+        };
         let end = unwinder.unwind(self.pid, &self.maps, self.regs, stack, &mut out);
-        (out, end)
+        assert_eq!(out.addrs.len(), out.sps.len());
+        (out.addrs, end)
     }
 
     fn unwind(&self) -> (Vec<u64>, UnwindEnd) {
@@ -470,11 +474,15 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
     let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
     let mut unwinder = Unwinder::new();
 
-    let mut out = Vec::new();
+    let mut out = Trail::default();
     let regs = UserRegs { ip: 0x10, ..t.regs };
     let end = unwinder.unwind(t.pid, &t.maps, regs, &t.stack, &mut out);
-    assert_eq!(end, UnwindEnd::Broken { module: None });
-    assert_eq!(out, [0x10]);
+    let unmapped = UnwindEnd::Broken {
+        module: None,
+        why: Stop::Unmapped,
+    };
+    assert_eq!(end, unmapped);
+    assert_eq!(out.addrs, [0x10]);
 
     // leaf's CFI says its return address is at the top of the stack: make it garbage.
     let garbage = vec![0x41; t.stack.len()];
@@ -482,7 +490,8 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
     assert_eq!(
         end,
         UnwindEnd::Broken {
-            module: Some(exe.to_str().unwrap().into())
+            module: Some(exe.to_str().unwrap().into()),
+            why: Stop::NoRule,
         }
     );
     assert_eq!(out, [t.regs.ip]);
@@ -551,7 +560,14 @@ fn binary_without_unwind_info_is_listed_and_unwinds_by_frame_pointer() {
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
     let listed = unwinder.modules_without_unwind_info();
     assert_eq!(listed, [Arc::<str>::from(exe.to_str().unwrap())]);
-    assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
+    // No table said the chain ends at _start's zero frame pointer: the walk stops there,
+    // in a module without tables, and the stack is judged whole by its outermost frame.
+    let no_table = UnwindEnd::Broken {
+        module: Some(exe.to_str().unwrap().into()),
+        why: Stop::NoTable,
+    };
+    assert_eq!(end, no_table, "stack:\n{}", describe(&t, &out));
+    assert_complete_through(&t, &exe, &out, &UnwindEnd::Complete, &simple_frames(&exe));
 }
 
 #[test]
@@ -573,10 +589,10 @@ fn files_no_live_process_maps_are_dropped_beyond_the_idle_bound() {
         );
         // Not a live pid: the file is opened by its path.
         let pid = u32::MAX - i as u32;
-        let mut out = Vec::new();
+        let mut out = Trail::default();
         let end = unwinder.unwind(pid, &maps, t.regs, &t.stack, &mut out);
         // The copy is mapped where the original is, so the original names its addresses.
-        assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
+        assert_complete_through(&t, &exe, &out.addrs, &end, &simple_frames(&exe));
         unwinder.forget(pid);
     }
     assert_eq!(

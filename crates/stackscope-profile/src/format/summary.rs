@@ -5,9 +5,10 @@ use std::collections::HashSet;
 use std::fmt::Write;
 
 /// The end-of-run summary for stderr, a few short lines: samples, lost samples, duration, share
-/// of user stacks that unwound completely, share with unknown frames, truncated ones (and, when
-/// there are any, ones the kernel could not copy and ones holding functions no symbol names),
-/// then each of meta.hints on its own line.
+/// of user stacks that are whole (their outermost frame is an entry, or the unwind tables mark
+/// the end there), share with unknown frames, truncated ones (and, when there are any, ones the
+/// kernel could not copy, ones whose outer frames came from other samples and ones holding
+/// functions no symbol names), then each of meta.hints on its own line.
 ///
 /// ```text
 /// 1500 samples in 3.0 s, 2 lost
@@ -45,6 +46,13 @@ pub fn summary(profile: &Profile) -> String {
                 s,
                 ", {:.1}% with functions named by module+address",
                 share(unwind.with_unnamed)
+            );
+        }
+        if unwind.recovered > 0 {
+            let _ = write!(
+                s,
+                ", {:.1}% deeper than the stack copy with their outer frames recovered",
+                share(unwind.recovered)
             );
         }
         s.push('\n');

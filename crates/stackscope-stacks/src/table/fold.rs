@@ -7,12 +7,13 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use stackscope_profile::{
-    FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
+    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
 };
 use stackscope_symbols::Symbolizer;
 
 use super::names::{file_name, Names};
 use super::{ModuleKey, NameId, RawFrame, StackTable, UserEnd};
+use crate::walk::Stop;
 
 impl StackTable {
     /// Symbolizes every unique address once and builds the profile, with the figures on how
@@ -56,23 +57,21 @@ impl StackTable {
             let mut in_exec = false;
             // Root first; one address may expand to several frames (inlined functions),
             // already outermost first.
-            let mut outermost_user = None;
+            let mut rooted = None;
             for raw in &raw {
                 unnamed_user |= names.is_unnamed(raw);
                 for &id in names.frames(raw) {
                     let frame = builder.frame_at(id);
                     match frame.kind {
-                        FrameKind::User => {
-                            unknown_user |= frame.name == UNKNOWN;
-                            outermost_user.get_or_insert(frame.name.as_str());
-                        }
+                        FrameKind::User => unknown_user |= frame.name == UNKNOWN,
                         FrameKind::Kernel => in_exec |= is_exec(&frame.name),
                         _ => {}
                     }
+                    rooted.get_or_insert_with(|| is_entry(frame));
                     chain.push(id);
                 }
             }
-            let rooted = outermost_user.is_some_and(|name| ENTRY_POINTS.contains(&name));
+            let rooted = rooted.unwrap_or(false);
             tally.count(&key.end, *count, unknown_user, rooted);
             if unnamed_user && key.end != UserEnd::NoStack {
                 tally.stats.with_unnamed += count;
@@ -185,6 +184,8 @@ pub struct Tally {
     pub stats: UnwindStats,
     /// Samples whose stack broke off, by the module of the last frame reached.
     pub broken_in: HashMap<Arc<str>, u64>,
+    /// Of those, the ones whose walker said why, by module and reason.
+    pub stopped: HashMap<(Arc<str>, Stop), u64>,
     /// Frame-pointer chains that did not reach an entry point.
     pub short_chains: u64,
     /// Of `stats.unreadable`, the samples taken inside execve.
@@ -192,9 +193,10 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Counts `count` samples of one stack. A stack whose outermost user frame is an entry
-    /// point is whole however its unwinding ended: the unwind tables of some entry stubs
-    /// (the dynamic loader's `_start`) do not mark the end of the chain.
+    /// Counts `count` samples of one stack. One rule for every source: a stack is whole
+    /// when its outermost frame is a program or thread entry (`rooted`), however its
+    /// unwinding ended (the unwind tables of some entry stubs, the dynamic loader's `_start`,
+    /// do not mark the end of the chain), or when the unwind tables marked where it ended.
     fn count(&mut self, end: &UserEnd, count: u64, unknown: bool, rooted: bool) {
         if *end == UserEnd::NoStack {
             return;
@@ -203,21 +205,36 @@ impl Tally {
         if unknown {
             self.stats.with_unknown += count;
         }
+        if rooted {
+            self.stats.complete += count;
+            return;
+        }
         match end {
             UserEnd::Complete => self.stats.complete += count,
             UserEnd::Truncated => self.stats.truncated += count,
             UserEnd::Unreadable => self.stats.unreadable += count,
-            _ if rooted => self.stats.complete += count,
             UserEnd::Broken(module) => *self.broken_in.entry(module.clone()).or_insert(0) += count,
+            UserEnd::Stopped(module, why) => {
+                *self.broken_in.entry(module.clone()).or_insert(0) += count;
+                *self.stopped.entry((module.clone(), *why)).or_insert(0) += count;
+            }
             UserEnd::Unjudged => self.short_chains += count,
             UserEnd::NoStack => {}
         }
     }
 }
 
+/// True for a user frame of a program's or thread's entry point: where every whole stack
+/// starts.
+fn is_entry(frame: &Frame) -> bool {
+    frame.kind == FrameKind::User && ENTRY_POINTS.contains(&frame.name.as_str())
+}
+
 /// Functions every stack of a process or thread starts in: glibc's program and thread
-/// entries (and the dynamic loader's, before the program starts).
-const ENTRY_POINTS: &[&str] = &[
+/// entries (and the dynamic loader's, before the program starts), and `main`, below which
+/// only the C library's start code lies.
+pub const ENTRY_POINTS: &[&str] = &[
+    "main",
     "_start",
     "_dl_start_user",
     "__libc_start_main",
@@ -349,13 +366,30 @@ mod tests {
         tally.count(&UserEnd::Unjudged, 6, false, true);
         tally.count(&UserEnd::Unjudged, 7, false, false);
         tally.count(&UserEnd::NoStack, 100, false, false);
+        // A walk that says why it stopped is judged by its root all the same.
+        let lib: Arc<str> = "/lib/libbig.so".into();
+        tally.count(
+            &UserEnd::Stopped(lib.clone(), Stop::NoRule),
+            8,
+            false,
+            false,
+        );
+        tally.count(
+            &UserEnd::Stopped(lib.clone(), Stop::NoTable),
+            9,
+            false,
+            true,
+        );
 
         let s = &tally.stats;
-        assert_eq!(s.user_stacks, 5 + 2 + 3 + 4 + 6 + 7);
-        assert_eq!(s.complete, 5 + 3 + 6);
+        assert_eq!(s.user_stacks, 5 + 2 + 3 + 4 + 6 + 7 + 8 + 9);
+        assert_eq!(s.complete, 5 + 3 + 6 + 9);
         assert_eq!(s.truncated, 2);
         assert_eq!(s.with_unknown, 4);
         assert_eq!(tally.broken_in.get(&ld), Some(&4));
+        assert_eq!(tally.broken_in.get(&lib), Some(&8));
+        assert_eq!(tally.stopped.get(&(lib, Stop::NoRule)), Some(&8));
+        assert_eq!(tally.stopped.len(), 1);
         assert_eq!(tally.short_chains, 7);
     }
 }
