@@ -306,29 +306,10 @@ pub fn walk_trail<R: ArchRegs, E>(
     let mut uregs = regs.unwind_regs();
     let mut address = FrameAddress::from_instruction_pointer(regs.pc());
     if leaf == Leaf::FramePointer {
-        let (bp, sp) = (regs.fp(), regs.sp());
-        let here = code(regs.pc());
-        if bp == 0 {
-            return Ok(outermost(out, here));
+        match leaf_caller(&regs, &code, &mut read, out)? {
+            Ok((caller, next)) => (uregs, address) = (caller, next),
+            Err(end) => return Ok(end),
         }
-        if bp < sp {
-            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
-        }
-        let record = R::frame_record(bp);
-        let (caller_bp, return_address) = match frame_record(&mut read, record)? {
-            Ok(record) => record,
-            Err(end) => return Ok(end_of_record(out, end)),
-        };
-        let Some(next) = FrameAddress::from_return_address(return_address) else {
-            return Ok(outermost(out, here));
-        };
-        let lookup = lookup_address(return_address);
-        if code(lookup) == Code::Outside {
-            return Ok(out.stopped(WalkEnd::Broken, Stop::NoTable));
-        }
-        out.push(lookup, record.caller_sp);
-        uregs = R::caller(return_address, record.caller_sp, caller_bp);
-        address = next;
     }
     loop {
         if out.addrs.len() >= MAX_FRAMES {
@@ -384,6 +365,42 @@ pub fn walk_trail<R: ArchRegs, E>(
             Err(_) => return Ok(out.stopped(WalkEnd::Broken, no_rule)),
         }
     }
+}
+
+/// The leaf's caller taken from the leaf's frame record ([`Leaf::FramePointer`]): its
+/// registers and where the walk goes on, with the caller pushed onto `out`; or how the walk
+/// ends there.
+fn leaf_caller<R: ArchRegs, E>(
+    regs: &R,
+    code: &impl Fn(u64) -> Code,
+    read: &mut impl FnMut(u64) -> Result<u64, Unread<E>>,
+    out: &mut Trail,
+) -> Result<Result<(R::Unwind, FrameAddress), WalkEnd>, E> {
+    let (bp, sp) = (regs.fp(), regs.sp());
+    let here = code(regs.pc());
+    if bp == 0 {
+        return Ok(Err(outermost(out, here)));
+    }
+    if bp < sp {
+        return Ok(Err(out.stopped(WalkEnd::Broken, Stop::NoTable)));
+    }
+    let record = R::frame_record(bp);
+    let (caller_bp, return_address) = match frame_record(read, record)? {
+        Ok(record) => record,
+        Err(end) => return Ok(Err(end_of_record(out, end))),
+    };
+    let Some(next) = FrameAddress::from_return_address(return_address) else {
+        return Ok(Err(outermost(out, here)));
+    };
+    let lookup = lookup_address(return_address);
+    if code(lookup) == Code::Outside {
+        return Ok(Err(out.stopped(WalkEnd::Broken, Stop::NoTable)));
+    }
+    out.push(lookup, record.caller_sp);
+    Ok(Ok((
+        R::caller(return_address, record.caller_sp, caller_bp),
+        next,
+    )))
 }
 
 /// How a walk that found no caller ends: at the outermost frame where unwind tables cover the
