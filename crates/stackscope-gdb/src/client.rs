@@ -2,6 +2,7 @@
 //! list, registers, memory, stopping and resuming, the target's auxiliary vector and load
 //! offsets, and detaching.
 
+mod interrupt;
 mod loaded;
 mod memory;
 mod registers;

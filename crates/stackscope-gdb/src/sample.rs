@@ -5,7 +5,9 @@
 
 mod memory;
 mod pace;
+mod reach;
 mod round;
+mod steps;
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -23,6 +25,7 @@ use crate::space::Space;
 
 use pace::{after, Pace};
 use round::{vcpu_thread, Sampling};
+use steps::Steps;
 
 /// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
 const AT_ENTRY: u64 = 9;
@@ -145,14 +148,17 @@ pub fn record<S: Stream>(
         short_rust_names: options.rust_clean,
         unknown_without_module: true,
     });
-    let mut sampling = Sampling::new(stacks, target.image().name());
+    let packet_size = client.features().packet_size;
+    let mut sampling = Sampling::new(stacks, target.image().name(), packet_size);
     let mut pauses = Vec::new();
     let start = Instant::now();
     let end = options.duration.map(|d| after(start, d));
     client.set_end(end);
     // Connecting stopped the target; the first round starts after it ran.
     let mut failure = client.resume(0).err();
-    sampling.running = failure.is_none();
+    if failure.is_none() {
+        sampling.resumed();
+    }
     let mut pace = Pace::new(start, end, options.interval);
     let mut rounds = 0u64;
     while failure.is_none() {
@@ -174,6 +180,7 @@ pub fn record<S: Stream>(
     let elapsed = start.elapsed();
     detach(client, end, sampling.running, &mut failure);
     pauses.sort();
+    sampling.runs.sort();
     let figures = Rounds {
         rounds,
         stacks: sampling.counted,
@@ -182,6 +189,9 @@ pub fn record<S: Stream>(
         pause_p95: percentile(&pauses, 95),
         threads: target.all_vcpus,
         sampled_threads: target.vcpus.len(),
+        pause_steps: std::mem::replace(&mut sampling.steps, Steps::new()).medians(),
+        stale_looks: sampling.stale,
+        run_median: percentile(&sampling.runs, 50),
     };
     let meta = metadata(&target, options, elapsed);
     let thread = vcpu_thread(target.image().name());

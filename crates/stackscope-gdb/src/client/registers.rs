@@ -11,6 +11,9 @@ pub struct Registers {
     pub ip: u64,
     pub sp: u64,
     pub bp: u64,
+    /// A digest of the whole `g` reply: the same in two rounds when the thread did not run
+    /// in between.
+    pub fingerprint: u64,
 }
 
 impl<S: Stream> Client<S> {
@@ -54,7 +57,12 @@ impl<S: Stream> Client<S> {
                 Some(u64::from_le_bytes(bytes.try_into().ok()?))
             };
             match (reg(16), reg(7), reg(6)) {
-                (Some(ip), Some(sp), Some(bp)) => out.push(Registers { ip, sp, bp }),
+                (Some(ip), Some(sp), Some(bp)) => out.push(Registers {
+                    ip,
+                    sp,
+                    bp,
+                    fingerprint: fingerprint(reply),
+                }),
                 _ => {
                     return Err(self.malformed(
                         packet,
@@ -66,4 +74,11 @@ impl<S: Stream> Client<S> {
         }
         Ok(out)
     }
+}
+
+fn fingerprint(reply: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    reply.hash(&mut hasher);
+    hasher.finish()
 }

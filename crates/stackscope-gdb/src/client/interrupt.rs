@@ -1,0 +1,22 @@
+//! Stopping the target together with the first reads of a round.
+
+use super::{Client, Registers, Stop};
+use crate::error::Error;
+use crate::packet::Stream;
+
+impl<S: Stream> Client<S> {
+    /// Stops the running target and reads each thread's registers: the interrupt and the
+    /// register requests go out in one write, so that stopping costs no round trip of its
+    /// own. A stop the target made on its own while running is returned the same way.
+    pub fn interrupt_with_registers(
+        &mut self,
+        threads: &[u64],
+    ) -> Result<(Stop, Vec<Registers>), Error> {
+        self.conn.lead_with(0x03);
+        let registers = self.registers_of(threads);
+        // The stop reply came first: a target that ended, or a reply that is no stop, is
+        // the error to report, whatever became of the register reads.
+        let stop = self.stop_reply()?;
+        Ok((stop, registers?))
+    }
+}
