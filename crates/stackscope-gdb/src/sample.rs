@@ -36,7 +36,8 @@ const DETACH_GRACE: Duration = Duration::from_secs(2);
 /// What to sample and for how long.
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
-    /// Mean time between the starts of two rounds; zero samples back to back. Each gap is
+    /// Mean time between the starts of two rounds; zero samples as often as the target lets
+    /// (it runs at least as long as each round held it). Each gap is
     /// drawn between half and one and a half of it, so sampling never runs in lockstep with
     /// periodic work in the guest (timer ticks, loops) and over- or under-counts it.
     pub interval: Duration,
@@ -167,7 +168,9 @@ pub fn record<S: Stream>(
         };
         match sampling.round(client, &mut target) {
             Ok(()) => {
-                pauses.push(now.elapsed());
+                let pause = now.elapsed();
+                pace.paused(pause);
+                pauses.push(pause);
                 rounds += 1;
                 on_round(Progress {
                     rounds,

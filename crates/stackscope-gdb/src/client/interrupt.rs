@@ -5,13 +5,21 @@ use crate::error::Error;
 use crate::packet::Stream;
 
 impl<S: Stream> Client<S> {
-    /// Stops the running target and reads each thread's registers: the interrupt and the
-    /// register requests go out in one write, so that stopping costs no round trip of its
-    /// own. A stop the target made on its own while running is returned the same way.
+    /// Stops the running target and reads each thread's registers. To a whole-machine stub
+    /// (QEMU's) the interrupt and the register requests go out in one write, so that stopping
+    /// costs no round trip of its own: it stops every vCPU on the byte before it reads on. A
+    /// process stub (one that lists libraries or an auxiliary vector: gdbserver) polls for the
+    /// interrupt a byte at a time while the program runs and drops what is not one, so it
+    /// gets the requests after its stop reply. A stop the target made on its own while
+    /// running is returned the same way.
     pub fn interrupt_with_registers(
         &mut self,
         threads: &[u64],
     ) -> Result<(Stop, Vec<Registers>), Error> {
+        if self.features.auxv || self.features.libraries_svr4 {
+            let stop = self.interrupt()?;
+            return Ok((stop, self.registers_of(threads)?));
+        }
         self.conn.lead_with(0x03);
         let registers = self.registers_of(threads);
         // The stop reply came first: a target that ended, or a reply that is no stop, is

@@ -14,6 +14,8 @@ pub(super) struct Pace {
     start: Instant,
     end: Option<Instant>,
     next: Instant,
+    /// How long the last round held the target.
+    last_pause: Duration,
 }
 
 impl Pace {
@@ -26,7 +28,13 @@ impl Pace {
             start,
             end,
             next,
+            last_pause: Duration::ZERO,
         }
+    }
+
+    /// The round that just ended held the target for `pause`.
+    pub(super) fn paused(&mut self, pause: Duration) {
+        self.last_pause = pause;
     }
 
     /// Waits for the next round after `rounds` and returns when it starts; `None` when
@@ -45,6 +53,10 @@ impl Pace {
         }) {
             return None;
         }
+        // The target runs at least as long as the round before held it, at any rate: a guest
+        // let run for microseconds between rounds would hardly move, every look would repeat
+        // the one before, and the guest would crawl.
+        self.next = self.next.max(after(Instant::now(), self.last_pause));
         // A round due after the end would only be cut off; an interval longer than the
         // whole duration still gets its one round, at once.
         if self.end.is_some_and(|end| self.next >= end) {
