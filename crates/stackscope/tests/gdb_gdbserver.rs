@@ -219,7 +219,7 @@ fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_pr
 fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measured) {
     // A look at a program that did not run since the round before is left out: one place
     // counted once, not once per round the host left the program waiting.
-    let stale = stale_looks(run);
+    let stale = gdb_stale_looks(run);
     assert_eq!(
         profile.total_samples() + stale,
         1000,
@@ -261,19 +261,6 @@ fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measur
         "no sampling figures on stderr:\n{}",
         run.stderr
     );
-}
-
-/// The looks the summary says were left out.
-fn stale_looks(run: &Run) -> u64 {
-    const LEFT_OUT: &str = " looks at a vCPU that had not run since the round before were left out";
-    run.stderr
-        .lines()
-        .find_map(|line| {
-            line.split("; ")
-                .find_map(|part| part.strip_suffix(LEFT_OUT))
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
 }
 
 #[test]

@@ -28,11 +28,11 @@ const VCPU_SIGMAS: f64 = 4.0;
 /// emulation a vCPU stops only between translation blocks, never mid-prologue, but a stop on
 /// a function's first instruction can still hide its caller from the frame chain.
 const MIN_COMPLETE: f64 = 0.95;
-/// Rounds per run at the moderate rate, and the rate; the highest rate is `--interval 0`
-/// (rounds back to back) for a duration.
-const ROUNDS: u64 = 2500;
+/// The moderate rate, and how long each rate samples: a duration, not a number of rounds, since
+/// on a loaded host stopping the guest can take milliseconds (QEMU waits for every vCPU
+/// thread to get a CPU and stop); the tolerance follows from the looks counted.
 const HZ: &str = "200";
-const HIGHEST_RATE_SECS: &str = "8";
+const SECS: &str = "10";
 
 /// The entry function of each vCPU's stacks.
 fn entry_of(cpu: u32) -> &'static str {
@@ -179,19 +179,6 @@ fn gdb(dir: &Path, qemu: &Qemu, kernel: Kernel, args: &[&str]) -> Run {
     stackscope(dir, &all)
 }
 
-/// The looks the summary says were left out.
-fn stale_looks(run: &Run) -> u64 {
-    const LEFT_OUT: &str = " looks at a vCPU that had not run since the round before were left out";
-    run.stderr
-        .lines()
-        .find_map(|line| {
-            line.split("; ")
-                .find_map(|part| part.strip_suffix(LEFT_OUT))
-        })
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
-}
-
 /// The rounds, stacks and median pause of stackscope's summary line.
 fn summary(run: &Run) -> (u64, u64, f64) {
     let line = run
@@ -224,17 +211,17 @@ fn summary(run: &Run) -> (u64, u64, f64) {
 /// How fast to sample.
 #[derive(Clone, Copy)]
 enum Rate {
-    /// [`ROUNDS`] rounds at [`HZ`].
+    /// [`HZ`] rounds a second for [`SECS`].
     Moderate,
-    /// Rounds back to back for [`HIGHEST_RATE_SECS`].
+    /// As often as the guest allows, for [`SECS`].
     Highest,
 }
 
 impl Rate {
     fn args(self) -> Vec<String> {
         let args = match self {
-            Rate::Moderate => ["--samples", &ROUNDS.to_string(), "-F", HZ].map(String::from),
-            Rate::Highest => ["--interval", "0", "-d", HIGHEST_RATE_SECS].map(String::from),
+            Rate::Moderate => ["-F", HZ, "-d", SECS].map(String::from),
+            Rate::Highest => ["--interval", "0", "-d", SECS].map(String::from),
         };
         args.to_vec()
     }
@@ -267,7 +254,7 @@ fn assert_two_vcpus(vcpus: &[(u32, Stacks)], run: &Run) {
     }
     let counted: u64 = vcpus.iter().flat_map(|v| v.1.iter()).map(|s| s.1).sum();
     assert_eq!(counted, stacks, "{}", run.stderr);
-    assert_eq!(counted + stale_looks(run), 2 * rounds, "{}", run.stderr);
+    assert_eq!(counted + gdb_stale_looks(run), 2 * rounds, "{}", run.stderr);
     let both: Stacks = vcpus.iter().flat_map(|v| v.1.iter().cloned()).collect();
     assert_split("both vCPUs", &both, SIGMAS);
 }
@@ -280,7 +267,7 @@ fn frame_pointer_kernel_split_per_vcpu() {
     assert_eq!(profile.meta.source, "gdb");
     assert_two_vcpus(&vcpus_of_profile(&profile), &run);
     let (rounds, _, median_pause) = summary(&run);
-    assert_eq!(rounds, ROUNDS, "{}", run.stderr);
+    assert!(rounds > 0, "{}", run.stderr);
     assert!(median_pause > 0.0, "a round stops the guest for some time");
 }
 
@@ -332,9 +319,10 @@ fn cpu_mask_selects_vcpu0() {
         [0],
         "only vCPU 0 is sampled"
     );
+    let (rounds, _, _) = summary(&run);
     let counted: u64 = vcpus[0].1.iter().map(|s| s.1).sum();
-    assert_eq!(counted + stale_looks(&run), ROUNDS, "{}", run.stderr);
-    assert_vcpu(0, &vcpus[0].1, ROUNDS);
+    assert_eq!(counted + gdb_stale_looks(&run), rounds, "{}", run.stderr);
+    assert_vcpu(0, &vcpus[0].1, rounds);
 }
 
 #[test]
