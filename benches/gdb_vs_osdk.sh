@@ -121,7 +121,7 @@ run_stackscope() {
     local line
     line=$(grep -E '[0-9]+ rounds, [0-9]+ stacks in' stackscope.err) ||
         { cat stackscope.err >&2; exit 1; }
-    grep -E 'pause by step' stackscope.err | sed 's/^stackscope: gdb: //' >>steps.log
+    { grep -E 'pause by step' stackscope.err || true; } | sed 's/^stackscope: gdb: //' >>steps.log
     local rps sps pause p95 split
     rps=$(sed -E 's/.* ([0-9.]+) rounds\/s.*/\1/' <<<"$line")
     sps=$(sed -E 's/.* ([0-9.]+) stacks\/s.*/\1/' <<<"$line")
