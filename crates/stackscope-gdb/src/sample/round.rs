@@ -10,7 +10,7 @@ use stackscope_profile::FrameKind;
 use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_stacks::walk::WalkEnd;
 
-use crate::client::{Client, Stop};
+use crate::client::{Client, Registers, Stop};
 use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
@@ -111,14 +111,7 @@ impl Sampling {
         let (stop, regs) = client.interrupt_with_registers(&threads)?;
         self.running = false;
         self.steps.end(Step::StopAndRegisters);
-        let unchanged: Vec<bool> = target
-            .vcpus
-            .iter()
-            .zip(&regs)
-            .map(|(&(vcpu, _), r)| {
-                self.last_look.insert(vcpu, r.fingerprint) == Some(r.fingerprint)
-            })
-            .collect();
+        let unchanged = self.unchanged(target, &regs);
         let stacks: Vec<(u64, u64, usize)> = threads
             .iter()
             .zip(&regs)
@@ -126,12 +119,12 @@ impl Sampling {
             .collect();
         // The instruction before the pc of each vCPU that seems not to have run: a `hlt`
         // says it idles instead.
-        let probes: Vec<(u64, u64, usize)> = stacks
+        let probes: Vec<(u64, u64, usize)> = threads
             .iter()
             .zip(&regs)
             .zip(&unchanged)
             .filter(|(_, &same)| same)
-            .map(|((&(thread, _, _), r), _)| (thread, r.ip.wrapping_sub(1), 1))
+            .map(|((&thread, r), _)| (thread, r.ip.wrapping_sub(1), 1))
             .collect();
         let (mut memories, probed) = Memory::of_stacks(client, &stacks, &probes)?;
         self.steps.end(Step::StackMemory);
@@ -171,6 +164,19 @@ impl Sampling {
         self.resumed();
         self.steps.end(Step::Resume);
         Ok(())
+    }
+
+    /// For each sampled vCPU, whether its registers are all as they were at its last look;
+    /// remembers them for the next.
+    fn unchanged(&mut self, target: &Target, regs: &[Registers]) -> Vec<bool> {
+        target
+            .vcpus
+            .iter()
+            .zip(regs)
+            .map(|(&(vcpu, _), r)| {
+                self.last_look.insert(vcpu, r.fingerprint) == Some(r.fingerprint)
+            })
+            .collect()
     }
 
     /// The stacks counted, the held ones placed among the files known at the end.
