@@ -159,6 +159,7 @@ impl Layout {
             sp: value(&self.slots[1])?,
             fp: value(&self.slots[2])?,
             lr: value(&self.slots[3])?,
+            fingerprint: 0,
         })
     }
 }
@@ -220,7 +221,7 @@ pub fn walk_stack<E>(
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
     let is_code = |_| true;
-    let Registers { pc, sp, fp, lr } = regs;
+    let Registers { pc, sp, fp, lr, .. } = regs;
     match unwinder {
         Unwinder::X86_64(unwinder) => {
             let cache = cache.x86_64.get_or_insert_with(Default::default);
