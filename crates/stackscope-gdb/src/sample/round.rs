@@ -27,9 +27,6 @@ const LIBRARY_REFRESH: Duration = Duration::from_millis(100);
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 /// The process every vCPU is a thread of.
 const PID: u32 = 1;
-/// x86's `hlt`: a vCPU stopped right after it waits for an interrupt, and is idle, not
-/// left without time by the host, however long its registers stay the same.
-const HLT: u8 = 0xf4;
 /// What a stub takes in one memory request when it does not say: far below every stub's
 /// packet size.
 const DEFAULT_READ: u64 = 1024;
@@ -117,14 +114,15 @@ impl Sampling {
             .zip(&regs)
             .map(|(&thread, r)| (thread, r.sp, self.reach.of(r.pc, r.sp)))
             .collect();
-        // The instruction before the pc of each vCPU that seems not to have run: a `hlt`
-        // says it idles instead.
+        // The instruction before the pc of each vCPU that seems not to have run: one that
+        // waits for an interrupt says it idles instead.
+        let idle = target.space.main().arch().idle_instruction();
         let probes: Vec<(u64, u64, usize)> = threads
             .iter()
             .zip(&regs)
             .zip(&unchanged)
             .filter(|(_, &same)| same)
-            .map(|((&thread, r), _)| (thread, r.pc.wrapping_sub(1), 1))
+            .map(|((&thread, r), _)| (thread, r.pc.wrapping_sub(idle.len() as u64), idle.len()))
             .collect();
         let (mut memories, probed) = Memory::of_stacks(client, &stacks, &probes)?;
         self.steps.end(Step::StackMemory);
@@ -133,7 +131,7 @@ impl Sampling {
         for (i, ((&(vcpu, _), regs), memory)) in
             target.vcpus.iter().zip(regs).zip(&mut memories).enumerate()
         {
-            if unchanged[i] && probed.next().flatten().as_deref() != Some(&[HLT]) {
+            if unchanged[i] && probed.next().flatten().as_deref() != Some(idle) {
                 self.stale += 1;
                 continue;
             }
