@@ -7,9 +7,10 @@
 # where stackscope's pause goes step by step, and how far each method's split is from 30/70
 # (spin_a's share of the looks that found spin_a or spin_b).
 #
-# Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default); each architecture is a
+# Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default), riscv64 or aarch64; each is a
 #        guest_ARCH function below that builds its test kernel and sets the QEMU command.
-#        Installs QEMU, gdb-multiarch and gcc if missing.
+#        Installs QEMU, gdb-multiarch and the kernel's compiler (gcc, or clang and lld) if
+#        missing.
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
 #        RUNS=N repetitions (default 3, medians reported); SECS=S per method and run (default 5);
 #        KERNEL=cfi|fp (default cfi); RATE="--interval 0" stackscope's rate (default: the
@@ -40,8 +41,29 @@ guest_x86-64() {
     qemu=(qemu-system-x86_64 -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
         -kernel "$elf")
 }
+# The riscv64 and aarch64 guests: the multiarch test kernel, built by clang --target and lld.
+guest_multiarch() {
+    local arch=$1 step=$2
+    shift 2
+    if [ "$step" != build ]; then
+        need "qemu-system-$arch" "$1"
+        need clang clang
+        need ld.lld lld
+        need llvm-objcopy llvm
+        return
+    fi
+    bash "$root/crates/stackscope/tests/guest/multiarch/build.sh" "$arch" "$work" >/dev/null
+    elf="$work/kernel-$KERNEL.elf"
+    qemu=("qemu-system-$arch" -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
+        "${@:2}" -kernel "$elf")
+}
+guest_riscv64() { guest_multiarch riscv64 "${1:-}" qemu-system-misc -machine virt -bios none; }
+guest_aarch64() {
+    guest_multiarch aarch64 "${1:-}" qemu-system-arm -machine virt -cpu cortex-a57
+}
 declare -F "guest_$ARCH" >/dev/null ||
-    { echo "gdb_vs_osdk: no guest for architecture $ARCH (known: x86-64)" >&2; exit 2; }
+    { echo "gdb_vs_osdk: no guest for architecture $ARCH (known: x86-64, riscv64, aarch64)" >&2
+      exit 2; }
 
 "guest_$ARCH"
 need gdb-multiarch gdb-multiarch
@@ -103,8 +125,6 @@ qmp_pause_ms() {
 split_error() {
     awk '{ if ($1 + $2) printf "%.2f", ($1 / ($1 + $2) - 0.30) * 100; else print "n/a" }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }'; }
-calc() { awk "BEGIN { printf \"%.1f\", $* }"; }
 
 # stackscope at $RATE for SECS: rounds/s, stacks/s, its own median and p95 pause, QMP's
 # median and p95, the split error; the pause by step goes to steps.log.
