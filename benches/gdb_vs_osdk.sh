@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Compares `stackscope gdb` with the Asterinas OSDK's way of sampling a guest kernel (one
-# `gdb -batch ... thread apply all bt` process per round) against the same QEMU guest in one
-# run: the test kernel of crates/stackscope/tests/guest (two vCPUs spinning under software
-# emulation). Reports rounds/s, stacks/s and the guest's pause per round, the last measured
-# the same way for both from QEMU's own STOP/RESUME events (QMP), and stackscope's own figure.
+# `gdb-multiarch -batch ... thread apply all bt` process per round) against the same QEMU guest
+# in one run: a test kernel with two vCPUs spinning under software emulation, each 30% of its
+# time in spin_a and 70% in spin_b. Reports rounds/s, stacks/s, the guest's pause per round
+# (median and p95: stackscope's own figure, and QMP's STOP/RESUME events for both methods),
+# where stackscope's pause goes step by step, and how far each method's split is from 30/70
+# (spin_a's share of the looks that found spin_a or spin_b).
 #
-# Usage: benches/gdb_vs_osdk.sh        (installs qemu-system-x86 and gdb if missing)
+# Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default), riscv64 or aarch64; each is a
+#        guest_ARCH function below that builds its test kernel and sets the QEMU command.
+#        Installs QEMU, gdb-multiarch and the kernel's compiler (gcc, or clang and lld) if
+#        missing.
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
 #        RUNS=N repetitions (default 3, medians reported); SECS=S per method and run (default 5);
-#        KERNEL=cfi|fp (default cfi); OSDK_INTERVAL=S the OSDK's --interval (default 0.1, as
-#        shipped; the OSDK back to back is measured too).
+#        KERNEL=cfi|fp (default cfi); RATE="--interval 0" stackscope's rate (default: the
+#        highest); OSDK_INTERVAL=S the OSDK's --interval (default 0.1, as shipped; the OSDK
+#        back to back is measured too).
 set -euo pipefail
 trap 'echo "gdb_vs_osdk: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 source "$(dirname "$0")/common.sh"
@@ -17,11 +23,51 @@ source "$(dirname "$0")/common.sh"
 RUNS=${RUNS:-3}
 SECS=${SECS:-5}
 KERNEL=${KERNEL:-cfi}
+RATE=${RATE:---interval 0}
 OSDK_INTERVAL=${OSDK_INTERVAL:-0.1}
+ARCH=${1:-x86-64}
 
-need qemu-system-x86_64 qemu-system-x86
-need gdb gdb
-need gcc gcc
+# guest_ARCH: notes the packages the guest needs (called before install_needed), and once
+# called again with "build" builds the kernel into $work and sets $elf and the qemu array
+# (without the -gdb, -qmp and -serial arguments).
+guest_x86-64() {
+    if [ "${1:-}" != build ]; then
+        need qemu-system-x86_64 qemu-system-x86
+        need gcc gcc
+        return
+    fi
+    bash "$root/crates/stackscope/tests/guest/build.sh" "$work" >/dev/null
+    elf="$work/kernel-$KERNEL.elf"
+    qemu=(qemu-system-x86_64 -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
+        -kernel "$elf")
+}
+# The riscv64 and aarch64 guests: the multiarch test kernel, built by clang --target and lld.
+guest_multiarch() {
+    local arch=$1 step=$2
+    shift 2
+    if [ "$step" != build ]; then
+        need "qemu-system-$arch" "$1"
+        need clang clang
+        need ld.lld lld
+        need llvm-objcopy llvm
+        return
+    fi
+    bash "$root/crates/stackscope/tests/guest/multiarch/build.sh" "$arch" "$work" >/dev/null
+    elf="$work/kernel-$KERNEL.elf"
+    qemu=("qemu-system-$arch" -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
+        "${@:2}" -kernel "$elf")
+}
+guest_riscv64() { guest_multiarch riscv64 "${1:-}" qemu-system-misc -machine virt -bios none; }
+guest_aarch64() {
+    guest_multiarch aarch64 "${1:-}" qemu-system-arm -machine virt -cpu cortex-a57
+}
+declare -F "guest_$ARCH" >/dev/null ||
+    { echo "gdb_vs_osdk: no guest for architecture $ARCH (known: x86-64, riscv64, aarch64)" >&2
+      exit 2; }
+
+"guest_$ARCH"
+need gdb-multiarch gdb-multiarch
+need python3 python3
 install_needed
 
 build_unless_set STACKSCOPE stackscope
@@ -35,12 +81,10 @@ cleanup() {
 trap cleanup EXIT
 cd "$work"
 
-bash "$root/crates/stackscope/tests/guest/build.sh" "$work" >/dev/null
-elf="$work/kernel-$KERNEL.elf"
+"guest_$ARCH" build
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 remote="127.0.0.1:$port"
-qemu-system-x86_64 -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot \
-    -serial file:serial.log -kernel "$elf" -gdb "tcp:$remote" \
+"${qemu[@]}" -serial file:serial.log -gdb "tcp:$remote" \
     -qmp unix:qmp.sock,server=on,wait=off 2>qemu.stderr &
 qemu_pid=$!
 for _ in $(seq 600); do
@@ -70,20 +114,26 @@ with open(sys.argv[1], "w") as out:
             out.flush()
 EOF
 }
-# Median guest pause (ms) from a STOP/RESUME log: each STOP to the RESUME that follows.
+# Median and p95 guest pause (ms) from a STOP/RESUME log: each STOP to the RESUME after it.
 qmp_pause_ms() {
     awk '$1 == "STOP" { s = $2 } $1 == "RESUME" && s { print ($2 - s) * 1000; s = 0 }' "$1" |
-        sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.2f", v[int((NR + 1) / 2)]; else print "n/a" }'
+        sort -g | awk '{ v[NR] = $1 } END {
+            if (NR) printf "%.3f %.3f", v[int((NR + 1) / 2)], v[int((NR * 95 + 99) / 100)]
+            else print "n/a n/a" }'
 }
-median() { sort -g | awk '{ v[NR] = $1 } END { printf "%.2f", v[int((NR + 1) / 2)] }'; }
-calc() { awk "BEGIN { printf \"%.1f\", $* }"; }
+# Points spin_a's share of the looks at spin_a or spin_b is off 30%, from counts "A B".
+split_error() {
+    awk '{ if ($1 + $2) printf "%.2f", ($1 / ($1 + $2) - 0.30) * 100; else print "n/a" }'
+}
 
-# stackscope back to back for SECS: rounds/s, stacks/s, its own median pause, QMP's.
+# stackscope at $RATE for SECS: rounds/s, stacks/s, its own median and p95 pause, QMP's
+# median and p95, the split error; the pause by step goes to steps.log.
 run_stackscope() {
     qmp_log qmp.log </dev/null >/dev/null 2>&1 &
     local qmp=$!
     sleep 0.3
-    "$STACKSCOPE" gdb --remote "$remote" --kernel "$elf" --interval 0 -d "$SECS" \
+    # shellcheck disable=SC2086 # RATE is flags
+    "$STACKSCOPE" gdb --remote "$remote" --kernel "$elf" $RATE -d "$SECS" \
         -o stackscope.folded 2>stackscope.err
     sleep 0.2
     kill "$qmp"
@@ -91,15 +141,19 @@ run_stackscope() {
     local line
     line=$(grep -E '[0-9]+ rounds, [0-9]+ stacks in' stackscope.err) ||
         { cat stackscope.err >&2; exit 1; }
-    local rps sps pause
+    { grep -E 'pause by step' stackscope.err || true; } | sed 's/^stackscope: gdb: //' >>steps.log
+    local rps sps pause p95 split
     rps=$(sed -E 's/.* ([0-9.]+) rounds\/s.*/\1/' <<<"$line")
     sps=$(sed -E 's/.* ([0-9.]+) stacks\/s.*/\1/' <<<"$line")
     pause=$(sed -E 's/.*median ([0-9.]+) ms.*/\1/' <<<"$line")
-    echo "$rps $sps $pause $(qmp_pause_ms qmp.log)"
+    p95=$(sed -E 's/.*p95 ([0-9.]+) ms.*/\1/' <<<"$line")
+    split=$(awk '/;spin_a [0-9]+$/ { a += $NF } /;spin_b [0-9]+$/ { b += $NF }
+        END { print a + 0, b + 0 }' stackscope.folded | split_error)
+    echo "$rps $sps $pause $p95 $(qmp_pause_ms qmp.log) $split"
 }
 
 # The OSDK's loop for SECS: one gdb per round, then sleep $1 seconds. Rounds/s, stacks/s
-# (threads with a backtrace), QMP's median pause.
+# (threads with a backtrace), QMP's median and p95 pause, the split error.
 run_osdk() {
     local interval=$1
     qmp_log qmp.log </dev/null >/dev/null 2>&1 &
@@ -110,7 +164,7 @@ run_osdk() {
     start=$(date +%s.%N)
     end=$(calc "$start + $SECS")
     while awk "BEGIN { exit !($(date +%s.%N) < $end) }"; do
-        gdb -batch -ex "set pagination 0" -ex "file $elf" -ex "target remote $remote" \
+        gdb-multiarch -batch -ex "set pagination 0" -ex "file $elf" -ex "target remote $remote" \
             -ex "thread apply all bt -frame-arguments presence -frame-info short-location" \
             >>osdk.out 2>/dev/null </dev/null
         rounds=$((rounds + 1))
@@ -121,35 +175,47 @@ run_osdk() {
     sleep 0.2
     kill "$qmp"
     wait "$qmp" 2>/dev/null || true
-    local stacks
+    local stacks split
     stacks=$(grep -c '^Thread .*CPU#' osdk.out || true)
-    echo "$(calc "$rounds / $took") $(calc "$stacks / $took") n/a $(qmp_pause_ms qmp.log)"
+    split=$(awk '/^#0 .*[ ]spin_a[ (]/ { a++ } /^#0 .*[ ]spin_b[ (]/ { b++ }
+        END { print a + 0, b + 0 }' osdk.out | split_error)
+    echo "$(calc "$rounds / $took") $(calc "$stacks / $took") n/a n/a $(qmp_pause_ms qmp.log) $split"
 }
 
-printf 'guest: %s, 2 vCPUs (TCG); %s s per method, %s runs\n' "kernel-$KERNEL.elf" "$SECS" "$RUNS"
-printf '%-4s %-26s %9s %9s %16s %13s\n' run method rounds/s stacks/s "pause(own) ms" "pause(QMP) ms"
+printf 'guest: %s (%s), 2 vCPUs (TCG); stackscope %s; %s s per method, %s runs\n' \
+    "$(basename "$elf")" "$ARCH" "$RATE" "$SECS" "$RUNS"
+printf '%-4s %-26s %9s %9s %17s %17s %10s\n' run method rounds/s stacks/s \
+    "own pause med/p95" "QMP pause med/p95" "split err"
 : >results
+: >steps.log
 for run in $(seq "$RUNS"); do
     for method in stackscope osdk osdk0; do
         case $method in
-            stackscope) r=$(run_stackscope); label="stackscope gdb (back to back)" ;;
+            stackscope) r=$(run_stackscope); label="stackscope gdb ($RATE)" ;;
             osdk) r=$(run_osdk "$OSDK_INTERVAL"); label="OSDK (--interval $OSDK_INTERVAL)" ;;
             osdk0) r=$(run_osdk 0); label="OSDK (no interval)" ;;
         esac
         echo "$method $r" >>results
-        read -r rps sps own qmp <<<"$r"
-        printf '%-4s %-26s %9s %9s %16s %13s\n' "$run" "$label" "$rps" "$sps" "$own" "$qmp"
+        read -r rps sps own own95 qmp qmp95 split <<<"$r"
+        printf '%-4s %-26s %9s %9s %17s %17s %10s\n' "$run" "$label" "$rps" "$sps" \
+            "$own/$own95" "$qmp/$qmp95" "$split"
     done
 done
 
 col() { awk -v m="$1" -v c="$2" '$1 == m && $c != "n/a" { print $c }' results | median; }
+abs_col() { awk -v m="$1" -v c="$2" '$1 == m && $c != "n/a" { print ($c < 0 ? -$c : $c) }' results | median; }
 echo
-echo "medians of $RUNS runs:"
+echo "medians of $RUNS runs (split error: points spin_a's share is off 30%, absolute):"
 for method in stackscope osdk osdk0; do
-    printf '  %-11s rounds/s %8s  stacks/s %8s  pause(QMP) %6s ms\n' "$method" \
-        "$(col "$method" 2)" "$(col "$method" 3)" "$(col "$method" 5)"
+    printf '  %-11s rounds/s %8s  stacks/s %8s  pause(QMP) median %6s p95 %6s ms  split error %5s\n' \
+        "$method" "$(col "$method" 2)" "$(col "$method" 3)" "$(col "$method" 6)" \
+        "$(col "$method" 7)" "$(abs_col "$method" 8)"
 done
-printf '  stackscope pause per round as it reports it: %s ms\n' "$(col stackscope 4)"
+printf '  stackscope pause per round as it reports it: median %s ms, p95 %s ms\n' \
+    "$(col stackscope 4)" "$(col stackscope 5)"
+echo "  stackscope pause by step, each run:"
+sed 's/^/    /' steps.log
 s=$(col stackscope 2)
 printf '  ratio of rounds/s: stackscope / OSDK as shipped = %sx, / OSDK back to back = %sx (goal >= 100x)\n' \
     "$(calc "$s / $(col osdk 2)")" "$(calc "$s / $(col osdk0 2)")"
+printf '  goal: >= 1000 rounds/s, median pause <= 0.25 ms, split error <= 2 points\n'

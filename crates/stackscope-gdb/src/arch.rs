@@ -44,6 +44,19 @@ impl Arch {
         }
     }
 
+    /// The instruction that waits for an interrupt, as it sits in memory (little-endian):
+    /// x86-64 `hlt`, riscv64 and aarch64 `wfi`. A vCPU stopped right after one idles: its
+    /// registers stay the same because it waits, not because the host left it without time.
+    pub fn idle_instruction(self) -> &'static [u8] {
+        match self {
+            Arch::X86_64 => &[0xf4],
+            // 0x10500073: SYSTEM with funct12 0x105.
+            Arch::Riscv64 => &[0x73, 0x00, 0x50, 0x10],
+            // 0xd503207f: HINT #3.
+            Arch::Aarch64 => &[0x7f, 0x20, 0x03, 0xd5],
+        }
+    }
+
     /// True when a target description's `<architecture>` (GDB's BFD name) is this one.
     pub fn is_described_by(self, architecture: &str) -> bool {
         let bfd = match self {
@@ -159,6 +172,7 @@ impl Layout {
             sp: value(&self.slots[1])?,
             fp: value(&self.slots[2])?,
             lr: value(&self.slots[3])?,
+            fingerprint: 0,
         })
     }
 }
@@ -220,7 +234,7 @@ pub fn walk_stack<E>(
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
     let is_code = |_| true;
-    let Registers { pc, sp, fp, lr } = regs;
+    let Registers { pc, sp, fp, lr, .. } = regs;
     match unwinder {
         Unwinder::X86_64(unwinder) => {
             let cache = cache.x86_64.get_or_insert_with(Default::default);
@@ -278,6 +292,19 @@ mod tests {
         assert_eq!(err, "it lists no register pc");
         let err = Layout::of(Arch::X86_64, &regs(&["rip", "rsp", "rbp"], 32)).unwrap_err();
         assert_eq!(err, "its register rip is 32 bits, not 64");
+    }
+
+    #[test]
+    fn idle_instructions_are_the_isa_encodings() {
+        let word = |arch: Arch| {
+            let bytes: [u8; 4] = arch.idle_instruction().try_into().unwrap();
+            u32::from_le_bytes(bytes)
+        };
+        // riscv64 WFI: funct12 0b0001_0000_0101, rs1 0, funct3 PRIV (0), rd 0, SYSTEM.
+        assert_eq!(word(Arch::Riscv64), (0x105 << 20) | 0b111_0011);
+        // aarch64 WFI: the HINT space (0xd503201f) with CRm:op2 = 3.
+        assert_eq!(word(Arch::Aarch64), 0xd503_201f | (3 << 5));
+        assert_eq!(Arch::X86_64.idle_instruction(), [0xf4]);
     }
 
     #[test]

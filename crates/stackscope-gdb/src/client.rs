@@ -3,6 +3,7 @@
 //! auxiliary vector and load offsets, and detaching.
 
 mod description;
+mod interrupt;
 mod loaded;
 mod memory;
 mod registers;
@@ -246,6 +247,12 @@ impl<S: Stream> Client<S> {
     pub fn interrupt(&mut self) -> Result<Stop, Error> {
         self.conn.send_raw(0x03)?;
         let start = Instant::now();
+        self.stop_after_interrupt(start)
+    }
+
+    /// The stop reply to an interrupt sent at `start`, a wait that runs out on a stub that
+    /// never stopped the target told apart as [`Error::NoStop`].
+    fn stop_after_interrupt(&mut self, start: Instant) -> Result<Stop, Error> {
         let stop = self.stop_reply();
         let waited = start.elapsed();
         match stop {

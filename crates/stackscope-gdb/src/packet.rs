@@ -6,6 +6,7 @@ mod encoding;
 mod read;
 mod token;
 
+use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
@@ -46,6 +47,9 @@ const MAX_RETRIES: u32 = 3;
 pub const MIN_MAX_PACKET: usize = 16 << 10;
 /// The most a stub's `PacketSize` can raise the limit to: what one reply may make us hold.
 pub const MAX_PACKET_CEILING: usize = 1 << 20;
+/// Most bytes of packets (console output and a stop reply) held back while the replies of a
+/// batch sent behind an interrupt are read.
+pub const MAX_HELD: usize = 1 << 20;
 
 pub(crate) use encoding::hex_digit;
 pub use encoding::{checksum, decode_hex, error_code, expand_runs, frame, unescape};
@@ -77,6 +81,11 @@ pub struct Connection<S> {
     peer: String,
     /// The last packet as framed on the wire, to retransmit and to name in errors.
     last: Vec<u8>,
+    /// A raw byte (the interrupt) to send in the same write as the next batch of packets.
+    lead: Option<u8>,
+    /// Packets received ahead of a batch's replies (the stop reply an interrupt brought, and
+    /// console output before it), for the next receives.
+    held: VecDeque<Vec<u8>>,
 }
 
 impl<S: Stream> Connection<S> {
@@ -91,6 +100,8 @@ impl<S: Stream> Connection<S> {
             end: None,
             peer: "the GDB stub".into(),
             last: Vec::new(),
+            lead: None,
+            held: VecDeque::new(),
         }
     }
 
@@ -187,25 +198,65 @@ impl<S: Stream> Connection<S> {
     }
 
     /// Sends packets and returns their replies in order (`E NN` included, for the caller to
-    /// judge). Without acks all go out in one write: one round trip however many there are.
-    /// An error names the packet whose reply failed.
+    /// judge). All go out in one write, acknowledged or not: one round trip however many
+    /// there are (a stub that acknowledges handles each packet as it reads it, and a packet's
+    /// start ends its wait for our ack of the reply before). An error names the packet whose
+    /// reply failed.
     pub fn exchange(&mut self, packets: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, Error> {
         let mut replies = Vec::with_capacity(packets.len());
-        if self.ack {
-            for packet in packets {
-                self.send(packet)?;
-                replies.push(self.receive()?);
-            }
+        let framed: Vec<Vec<u8>> = packets.iter().map(|p| frame(p)).collect();
+        let lead = self.lead.take();
+        self.last = lead.into_iter().chain(framed.concat()).collect();
+        self.write_last()?;
+        let mut held = Vec::new();
+        if lead.is_some() && self.stop_ahead(&mut held)? {
+            // The target ended: the stub answers nothing more.
+            self.held.extend(held);
             return Ok(replies);
         }
-        let framed: Vec<Vec<u8>> = packets.iter().map(|p| frame(p)).collect();
-        self.last = framed.concat();
-        self.write_last()?;
         for packet in framed {
             self.last = packet;
             replies.push(self.receive()?);
         }
+        self.held.extend(held);
         Ok(replies)
+    }
+
+    /// Makes the next [`Connection::exchange`] send `byte` (the `0x03` interrupt) ahead of its
+    /// packets in the same write, so that stopping the target and the first requests to the
+    /// stopped target cost one round trip. A stub stops the target on that byte before it
+    /// reads on (QEMU stops every vCPU first; gdbserver reads the byte alone). The stop reply
+    /// it brings, with console output before it, is held for the next receives.
+    pub fn lead_with(&mut self, byte: u8) {
+        self.lead = Some(byte);
+    }
+
+    /// Receives the packets an interrupt brings, up to and with its stop reply, into `held`;
+    /// true when that reply says the target is gone (`W`, `X`).
+    fn stop_ahead(&mut self, held: &mut Vec<Vec<u8>>) -> Result<bool, Error> {
+        let deadline = self.deadline();
+        let mut bytes = 0;
+        loop {
+            let reply = self.receive_by(deadline)?;
+            bytes += reply.len();
+            if bytes > MAX_HELD {
+                return Err(self.excess(format!(
+                    "sent more than {} MiB of console output (O packets) instead of a stop reply",
+                    MAX_HELD >> 20
+                )));
+            }
+            let kind = reply.first().copied();
+            let coded = reply.len() >= 3 && reply[1..3].iter().all(u8::is_ascii_hexdigit);
+            let console = kind == Some(b'O') && decode_hex(&reply[1..]).is_some();
+            held.push(reply);
+            match kind {
+                Some(b'S' | b'T') if coded => return Ok(false),
+                Some(b'W' | b'X') if coded => return Ok(true),
+                _ if console => continue,
+                // Not a stop: the client's stop-reply parsing names it.
+                _ => return Ok(false),
+            }
+        }
     }
 
     /// Sends one raw byte that is not a packet (the `0x03` interrupt).
@@ -224,6 +275,9 @@ impl<S: Stream> Connection<S> {
     /// [`Connection::receive`], waiting until `deadline` at the latest (or the connection's
     /// end, when that comes first): one bound for a wait that spans several packets.
     pub fn receive_by(&mut self, deadline: Instant) -> Result<Vec<u8>, Error> {
+        if let Some(held) = self.held.pop_front() {
+            return Ok(held);
+        }
         let deadline = self.end.map_or(deadline, |end| end.min(deadline));
         let mut checksum_retries = 0;
         let mut retransmits = 0;

@@ -5,7 +5,9 @@
 
 mod memory;
 mod pace;
+mod reach;
 mod round;
+mod steps;
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -23,6 +25,7 @@ use crate::space::Space;
 
 use pace::{after, Pace};
 use round::{vcpu_thread, Sampling};
+use steps::Steps;
 
 /// `AT_ENTRY` in the auxiliary vector: the program's entry point as loaded.
 const AT_ENTRY: u64 = 9;
@@ -33,7 +36,8 @@ const DETACH_GRACE: Duration = Duration::from_secs(2);
 /// What to sample and for how long.
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
-    /// Mean time between the starts of two rounds; zero samples back to back. Each gap is
+    /// Mean time between the starts of two rounds; zero samples as often as the target lets
+    /// (it runs at least as long as each round held it). Each gap is
     /// drawn between half and one and a half of it, so sampling never runs in lockstep with
     /// periodic work in the guest (timer ticks, loops) and over- or under-counts it.
     pub interval: Duration,
@@ -146,14 +150,17 @@ pub fn record<S: Stream>(
     stacks.set_naming(Naming {
         short_rust_names: options.rust_clean,
     });
-    let mut sampling = Sampling::new(stacks, target.image().name());
+    let packet_size = client.features().packet_size;
+    let mut sampling = Sampling::new(stacks, target.image().name(), packet_size);
     let mut pauses = Vec::new();
     let start = Instant::now();
     let end = options.duration.map(|d| after(start, d));
     client.set_end(end);
     // Connecting stopped the target; the first round starts after it ran.
     let mut failure = client.resume(0).err();
-    sampling.running = failure.is_none();
+    if failure.is_none() {
+        sampling.resumed();
+    }
     let mut pace = Pace::new(start, end, options.interval);
     let mut rounds = 0u64;
     while failure.is_none() {
@@ -162,7 +169,9 @@ pub fn record<S: Stream>(
         };
         match sampling.round(client, &mut target) {
             Ok(()) => {
-                pauses.push(now.elapsed());
+                let pause = now.elapsed();
+                pace.paused(pause);
+                pauses.push(pause);
                 rounds += 1;
                 on_round(Progress {
                     rounds,
@@ -175,6 +184,7 @@ pub fn record<S: Stream>(
     let elapsed = start.elapsed();
     detach(client, end, sampling.running, &mut failure);
     pauses.sort();
+    sampling.runs.sort();
     let figures = Rounds {
         rounds,
         stacks: sampling.counted,
@@ -183,6 +193,9 @@ pub fn record<S: Stream>(
         pause_p95: percentile(&pauses, 95),
         threads: target.all_vcpus,
         sampled_threads: target.vcpus.len(),
+        pause_steps: std::mem::replace(&mut sampling.steps, Steps::new()).medians(),
+        stale_looks: sampling.stale,
+        run_median: percentile(&sampling.runs, 50),
     };
     let meta = metadata(&target, options, elapsed);
     let thread = vcpu_thread(target.image().name());

@@ -1,9 +1,11 @@
 //! The protocol layer on recorded exchanges: the bytes a stub sends are replayed in order, what
 //! the client writes is kept and compared. Replies follow what QEMU 7.2 and gdbserver 13 send.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
+use std::rc::Rc;
 use std::time::Duration;
 
 use stackscope_gdb::client::{parse_svr4, Registers, Stop};
@@ -12,6 +14,9 @@ use stackscope_gdb::packet::{
 };
 use stackscope_gdb::{Client, Error, Remote, Stream};
 
+/// Each write a client made, kept apart.
+type Writes = Rc<RefCell<Vec<Vec<u8>>>>;
+
 /// A stub's side of a recorded exchange.
 struct Recorded {
     /// What the stub sends, in the pieces it sends it in.
@@ -19,6 +24,8 @@ struct Recorded {
     /// After the last piece: end of file (the stub hung up) or silence (reads time out).
     hang_up: bool,
     written: Vec<u8>,
+    /// Each write the client made, seen from outside the client.
+    writes: Writes,
 }
 
 impl Recorded {
@@ -27,7 +34,12 @@ impl Recorded {
             incoming: pieces.iter().map(|p| p.to_vec()).collect(),
             hang_up: false,
             written: Vec::new(),
+            writes: Rc::default(),
         }
+    }
+
+    fn writes(&self) -> Writes {
+        Rc::clone(&self.writes)
     }
 
     fn hanging_up(mut self) -> Self {
@@ -58,6 +70,7 @@ impl Read for Recorded {
 impl Write for Recorded {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         self.written.extend_from_slice(buf);
+        self.writes.borrow_mut().push(buf.to_vec());
         Ok(buf.len())
     }
 
@@ -81,11 +94,19 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A client past a no-ack handshake, with the stub's later bytes queued after it.
 fn no_ack_client(features: &str, later: &[&[u8]]) -> Client<Recorded> {
+    watched_no_ack_client(features, later).0
+}
+
+/// [`no_ack_client`], with the client's writes to look at.
+fn watched_no_ack_client(features: &str, later: &[&[u8]]) -> (Client<Recorded>, Writes) {
     let supported = packet(features);
     let ok = packet("OK");
     let mut pieces: Vec<&[u8]> = vec![b"+", &supported, b"+", &ok];
     pieces.extend_from_slice(later);
-    Client::handshake(Recorded::new(&pieces), TIMEOUT).expect("handshake")
+    let stream = Recorded::new(&pieces);
+    let writes = stream.writes();
+    let client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    (client, writes)
 }
 
 /// Registers as a `g` reply holds them: 16 general registers, rip, eflags, segment registers.
@@ -196,13 +217,8 @@ fn ack_mode_acknowledges_each_reply_and_retransmits_on_a_bad_checksum() {
         .registers(1)
         .expect("registers after a retransmission");
     assert_eq!(
-        got,
-        Registers {
-            pc: 0x5555_5555_5140,
-            sp: 0x7ffc_0000_0ff0,
-            fp: 0x7ffc_0000_1000,
-            lr: 0
-        }
+        pc_sp_fp_lr(got),
+        (0x5555_5555_5140, 0x7ffc_0000_0ff0, 0x7ffc_0000_1000, 0)
     );
 }
 
@@ -267,13 +283,8 @@ fn run_length_encoded_registers_decode() {
     let hg = packet("OK");
     let mut client = no_ack_client("QStartNoAckMode+", &[&hg, &reply]);
     assert_eq!(
-        client.registers(1).unwrap(),
-        Registers {
-            pc: 0x10_1234,
-            sp: 0x0f_fff0,
-            fp: 0x10_0000,
-            lr: 0
-        }
+        pc_sp_fp_lr(client.registers(1).unwrap()),
+        (0x10_1234, 0x0f_fff0, 0x10_0000, 0)
     );
 }
 
@@ -307,14 +318,16 @@ fn stub_errors_name_the_request() {
 #[test]
 fn requests_without_acks_go_out_together() {
     // Registers of two vCPUs, then their stacks: each batch is one write and one round trip.
+    // The stacks are read the still selected vCPU 2's first, so that it is not selected again.
     let ok = packet("OK");
     let g1 = packet(&g_reply(0x1000, 0x2000, 0x3000));
     let g2 = packet(&g_reply(0x4000, 0x5000, 0x6000));
     let mem = packet("0102");
     let e = packet("E14");
-    let all: Vec<u8> = [&ok[..], &g1, &ok, &g2, &ok, &mem, &ok, &e].concat();
+    let all: Vec<u8> = [&ok[..], &g1, &ok, &g2, &e, &ok, &mem].concat();
     let supported = packet("QStartNoAckMode+");
     let stream = Recorded::new(&[b"+", &supported, b"+", &ok, &all]);
+    let writes = stream.writes();
     let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
     let regs = client.registers_of(&[1, 2]).unwrap();
     assert_eq!((regs[0].pc, regs[1].sp), (0x3000, 0x5000));
@@ -322,6 +335,11 @@ fn requests_without_acks_go_out_together() {
         .read_memory_of(&[(1, 0x2000, 512), (2, 0x5000, 512)])
         .unwrap();
     assert_eq!(chunks, vec![Some(vec![1, 2]), None]);
+    let last = writes.borrow().last().cloned().unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&last),
+        "$m5000,200#f0$Hg1#e0$m2000,200#ed"
+    );
 }
 
 #[test]
@@ -545,4 +563,66 @@ fn a_stub_rejecting_every_packet_is_an_error_after_a_few_retransmissions() {
     let written = conn.into_inner().written;
     let g = frame(b"g");
     assert_eq!(written.windows(g.len()).filter(|w| *w == &g[..]).count(), 4);
+}
+
+fn pc_sp_fp_lr(r: Registers) -> (u64, u64, u64, u64) {
+    (r.pc, r.sp, r.fp, r.lr)
+}
+
+#[test]
+fn interrupt_goes_out_with_the_register_reads_in_one_write() {
+    let console = packet("O4f4b0a");
+    let stop = packet("T02thread:01;");
+    let ok = packet("OK");
+    let regs = packet(&g_reply(0x10_0000, 0x0f_fff0, 0x10_1234));
+    let (mut client, writes) = watched_no_ack_client(
+        "QStartNoAckMode+",
+        &[&stop, &console, &stop, &ok, &regs, &ok, &regs],
+    );
+    // The first interrupt goes alone, to learn that the stub stops the target.
+    assert_eq!(client.interrupt().unwrap(), Stop::Signal(2));
+    let (stop, regs) = client.interrupt_with_registers(&[1, 2]).unwrap();
+    assert_eq!(stop, Stop::Signal(2));
+    assert_eq!(regs.len(), 2);
+    assert_eq!(pc_sp_fp_lr(regs[1]), (0x10_1234, 0x0f_fff0, 0x10_0000, 0));
+    // Two reads of the same registers look the same: the thread did not run in between.
+    assert_eq!(regs[0].fingerprint, regs[1].fingerprint);
+    let last = writes.borrow().last().cloned().unwrap_or_default();
+    assert_eq!(
+        String::from_utf8_lossy(&last),
+        "\u{3}$Hg1#e0$g#67$Hg2#e1$g#67",
+        "the interrupt and the reads are one write"
+    );
+}
+
+#[test]
+fn interrupt_with_registers_reports_the_end_of_the_target() {
+    let exited = packet("W00");
+    let mut client = no_ack_client("QStartNoAckMode+", &[&exited]);
+    let err = client.interrupt_with_registers(&[1]).unwrap_err();
+    assert!(err.is_end_of_target(), "{err}");
+    assert!(err.to_string().contains("exited with status 0"), "{err}");
+}
+
+#[test]
+fn acknowledged_requests_are_sent_together_and_each_reply_acked() {
+    let supported = packet("PacketSize=1000");
+    let unknown = packet("");
+    let ok = packet("OK");
+    let regs = packet(&g_reply(1, 2, 3));
+    let stream = Recorded::new(&[b"+", &supported, b"+", &unknown, b"+", &ok, b"+", &regs]);
+    let writes = stream.writes();
+    let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
+    assert!(!client.features().no_ack);
+    assert_eq!(pc_sp_fp_lr(client.registers(1).unwrap()), (3, 2, 1, 0));
+    let writes: Vec<String> = writes
+        .borrow()
+        .iter()
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    assert_eq!(
+        writes[writes.len() - 3..],
+        ["$Hg1#e0$g#67", "+", "+"],
+        "both requests in one write, then an ack per reply"
+    );
 }

@@ -68,6 +68,13 @@ pub struct Rounds {
     /// Threads (vCPUs) the target has, and how many were sampled.
     pub threads: usize,
     pub sampled_threads: usize,
+    /// Where the pause goes: each step of a round with its median time, in round order.
+    pub pause_steps: Vec<(&'static str, Duration)>,
+    /// Looks at a thread that had not run since the round before (the host left it no time):
+    /// no fresh look at where its time goes, so not counted.
+    pub stale_looks: u64,
+    /// How long the target ran between two rounds (median): the time each round's looks cover.
+    pub run_median: Duration,
 }
 
 impl Rounds {

@@ -109,16 +109,32 @@ fn describe_cost(cost: &ProgramCost) -> String {
     )
 }
 
-/// How fast a stop-the-world source went and how long the target was held per round.
+/// How fast a stop-the-world source went and how long the target was held per round; then
+/// where the pause went, how long the target ran between rounds, and the looks left out.
 fn describe_rounds(rounds: &Rounds) -> String {
-    format!(
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let mut text = format!(
         "stackscope: gdb: {} rounds, {} stacks in {:.3} s: {:.1} rounds/s, {:.1} stacks/s; guest paused per round: median {:.3} ms, p95 {:.3} ms",
         rounds.rounds,
         rounds.stacks,
         rounds.elapsed.as_secs_f64(),
         rounds.rounds_per_sec(),
         rounds.stacks_per_sec(),
-        rounds.pause_median.as_secs_f64() * 1e3,
-        rounds.pause_p95.as_secs_f64() * 1e3,
-    )
+        ms(rounds.pause_median),
+        ms(rounds.pause_p95),
+    );
+    if !rounds.pause_steps.is_empty() {
+        let steps: Vec<String> = rounds
+            .pause_steps
+            .iter()
+            .map(|(step, d)| format!("{step} {:.3}", ms(*d)))
+            .collect();
+        text.push_str(&format!(
+            "\nstackscope: gdb: pause by step (median ms): {}; guest ran {:.3} ms between rounds (median); {} looks at a vCPU that had not run since the round before were left out",
+            steps.join(", "),
+            ms(rounds.run_median),
+            rounds.stale_looks,
+        ));
+    }
+    text
 }

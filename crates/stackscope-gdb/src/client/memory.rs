@@ -31,19 +31,25 @@ impl<S: Stream> Client<S> {
         &mut self,
         reads: &[(u64, u64, usize)],
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
+        // The selected thread's reads first, then each other thread's together: every
+        // thread is selected once at most, and the selected one not again.
+        let selected = self.selected;
+        let mut order: Vec<usize> = (0..reads.len()).collect();
+        order.sort_by_key(|&i| (Some(reads[i].0) != selected, reads[i].0));
         let mut packets = Vec::with_capacity(reads.len() * 2);
-        for &(thread, addr, len) in reads {
+        for &i in &order {
+            let (thread, addr, len) = reads[i];
             self.select_packet(thread, &mut packets);
             packets.push(self.memory_packet(addr, len));
         }
         let replies = self.conn.exchange(&packets)?;
-        let mut out = Vec::with_capacity(reads.len());
-        let mut lens = reads.iter().map(|r| r.2);
+        let mut out = vec![None; reads.len()];
+        let mut asked = order.iter();
         for (packet, reply) in packets.iter().zip(&replies) {
             if packet.starts_with(b"Hg") {
                 self.expect_ok(packet, reply)?;
-            } else {
-                out.push(self.memory_reply(packet, reply, lens.next().unwrap_or(0))?);
+            } else if let Some(&i) = asked.next() {
+                out[i] = self.memory_reply(packet, reply, reads[i].2)?;
             }
         }
         Ok(out)

@@ -17,6 +17,9 @@ pub struct Registers {
     /// The link register (`ra`, `x30`), which holds a leaf's return address until the leaf
     /// saves it; 0 on x86-64.
     pub lr: u64,
+    /// A digest of the whole `g` reply: the same in two rounds when the thread did not run
+    /// in between.
+    pub fingerprint: u64,
 }
 
 impl<S: Stream> Client<S> {
@@ -53,7 +56,10 @@ impl<S: Stream> Client<S> {
                 return Err(self.stub_error(packet, code));
             }
             match register_bytes(reply).and_then(|bytes| self.layout.decode(&bytes)) {
-                Some(regs) => out.push(regs),
+                Some(regs) => out.push(Registers {
+                    fingerprint: fingerprint(reply),
+                    ..regs
+                }),
                 None => {
                     let why = match self.layout.arch() {
                         Arch::X86_64 => "expected at least 17 x86-64 registers in hex",
@@ -81,4 +87,11 @@ fn register_bytes(reply: &[u8]) -> Option<Vec<Option<u8>>> {
             _ => Some(Some(hex_digit(pair[0])? << 4 | hex_digit(pair[1])?)),
         })
         .collect()
+}
+
+fn fingerprint(reply: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    reply.hash(&mut hasher);
+    hasher.finish()
 }

@@ -1,7 +1,5 @@
 //! Target memory for one stack, read through the stub, and the walk over it.
 
-use std::collections::HashMap;
-
 use stackscope_stacks::walk::{Leaf, Unread, WalkEnd};
 
 use crate::arch::{walk_stack, WalkCache};
@@ -10,69 +8,105 @@ use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
 
-/// Bytes per memory request: a few stack frames, and far below every stub's packet size.
+/// Bytes per request for words beyond what was read first: aligned, so a few neighbouring
+/// words cost one request, and never across a page.
 const CHUNK: u64 = 512;
 
-/// Target memory read for one stack, in aligned chunks so that the words an unwind reads
-/// cost one request per chunk; made anew for every stack, since the target ran in between and
-/// each vCPU may map memory differently.
+/// What the stub gave for each read: `None` where it could not read.
+type Contents = Vec<Option<Vec<u8>>>;
+
+/// A stretch of target memory as asked for, and what the stub gave (`None`: it could not
+/// read it).
+struct Region {
+    base: u64,
+    len: u64,
+    bytes: Option<Vec<u8>>,
+}
+
+/// Target memory read for one stack: the stretch above the stack pointer read in the round's
+/// first memory request, then aligned chunks as the walk needs them; made anew for every
+/// stack, since the target ran in between and each vCPU may map memory differently.
 pub(super) struct Memory {
     thread: u64,
-    chunks: HashMap<u64, Option<Vec<u8>>>,
+    sp: u64,
+    regions: Vec<Region>,
+    /// One past the highest byte above the stack pointer the walk read: what a later look
+    /// at the same code is likely to need again.
+    pub(super) reach: u64,
 }
 
 impl Memory {
-    /// One memory per thread, holding each stack's first chunks read in one go: most unwinds
-    /// need nothing more.
+    /// One memory per stack, each holding `(thread, sp, len)`'s bytes, all read in one round
+    /// trip with `probes`, whose contents are returned beside.
     pub(super) fn of_stacks<S: Stream>(
         client: &mut Client<S>,
-        threads: &[u64],
-        regs: &[Registers],
-    ) -> Result<Vec<Memory>, Error> {
-        let mut memories: Vec<Memory> = threads
+        stacks: &[(u64, u64, usize)],
+        probes: &[(u64, u64, usize)],
+    ) -> Result<(Vec<Memory>, Contents), Error> {
+        let reads: Vec<(u64, u64, usize)> = stacks.iter().chain(probes).copied().collect();
+        let mut read = client.read_memory_of(&reads)?;
+        let probed = read.split_off(stacks.len());
+        let memories = stacks
             .iter()
-            .map(|&thread| Memory {
+            .zip(read)
+            .map(|(&(thread, sp, len), bytes)| Memory {
                 thread,
-                chunks: HashMap::new(),
+                sp,
+                regions: vec![Region {
+                    base: sp,
+                    len: len as u64,
+                    bytes,
+                }],
+                reach: 0,
             })
             .collect();
-        let reads: Vec<(u64, u64, usize)> = threads
-            .iter()
-            .zip(regs)
-            .flat_map(|(&thread, r)| {
-                let base = r.sp & !(CHUNK - 1);
-                [base, base.wrapping_add(CHUNK)].map(|b| (thread, b, CHUNK as usize))
-            })
-            .collect();
-        let chunks = client.read_memory_of(&reads)?;
-        for (i, ((_, base, _), chunk)) in reads.iter().zip(chunks).enumerate() {
-            memories[i / 2].chunks.insert(*base, chunk);
+        Ok((memories, probed))
+    }
+
+    /// The byte at `addr`; `Ok(None)` when the target cannot read it.
+    fn byte<S: Stream>(&mut self, client: &mut Client<S>, addr: u64) -> Result<Option<u8>, Error> {
+        let chunk = addr & !(CHUNK - 1);
+        for r in &self.regions {
+            if addr < r.base || addr - r.base >= r.len {
+                continue;
+            }
+            match &r.bytes {
+                Some(bytes) => return Ok(bytes.get((addr - r.base) as usize).copied()),
+                // A chunk the stub could not read; a longer stretch that failed may have
+                // failed further up only.
+                None if r.base == chunk && r.len == CHUNK => return Ok(None),
+                None => {}
+            }
         }
-        Ok(memories)
+        let bytes = client
+            .read_memory_of(&[(self.thread, chunk, CHUNK as usize)])?
+            .pop()
+            .flatten();
+        let byte = bytes
+            .as_ref()
+            .and_then(|b| b.get((addr - chunk) as usize).copied());
+        self.regions.push(Region {
+            base: chunk,
+            len: CHUNK,
+            bytes,
+        });
+        Ok(byte)
     }
 
     /// The 8-byte little-endian word at `addr`; `Ok(None)` when the target cannot read it.
     fn word<S: Stream>(&mut self, client: &mut Client<S>, addr: u64) -> Result<Option<u64>, Error> {
+        let Some(end) = addr.checked_add(8) else {
+            return Ok(None);
+        };
         let mut bytes = [0u8; 8];
         for (i, byte) in bytes.iter_mut().enumerate() {
-            let Some(a) = addr.checked_add(i as u64) else {
-                return Ok(None);
-            };
-            let base = a & !(CHUNK - 1);
-            let chunk = match self.chunks.get(&base) {
-                Some(chunk) => chunk,
-                None => {
-                    let read = client
-                        .read_memory_of(&[(self.thread, base, CHUNK as usize)])?
-                        .pop()
-                        .flatten();
-                    self.chunks.entry(base).or_insert(read)
-                }
-            };
-            match chunk.as_ref().and_then(|c| c.get((a - base) as usize)) {
-                Some(&b) => *byte = b,
+            match self.byte(client, addr + i as u64)? {
+                Some(b) => *byte = b,
                 None => return Ok(None),
             }
+        }
+        if addr >= self.sp {
+            self.reach = self.reach.max(end - self.sp);
         }
         Ok(Some(u64::from_le_bytes(bytes)))
     }

@@ -10,12 +10,14 @@ use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_stacks::walk::WalkEnd;
 
 use crate::arch::WalkCache;
-use crate::client::{Client, Stop};
+use crate::client::{Client, Registers, Stop};
 use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
 
 use super::memory::Memory;
+use super::reach::Reach;
+use super::steps::{Step, Steps};
 use super::Target;
 
 /// How often at most the library list is read again when code outside the known files shows
@@ -25,6 +27,9 @@ const LIBRARY_REFRESH: Duration = Duration::from_millis(100);
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 /// The process every vCPU is a thread of.
 const PID: u32 = 1;
+/// What a stub takes in one memory request when it does not say: far below every stub's
+/// packet size.
+const DEFAULT_READ: u64 = 1024;
 
 /// What sampling keeps from round to round.
 pub(super) struct Sampling {
@@ -45,10 +50,24 @@ pub(super) struct Sampling {
     /// list read later may place them (a program's first stacks are taken before its
     /// libraries are listed).
     held: HashMap<(u32, Vec<u64>, WalkEnd), u64>,
+    /// How much stack to read first, per pc.
+    reach: Reach,
+    /// Each vCPU's registers at its last look, as a digest.
+    last_look: HashMap<u32, u64>,
+    /// Looks at a vCPU that had not run since the round before, left uncounted.
+    pub(super) stale: u64,
+    /// Where each round's pause went.
+    pub(super) steps: Steps,
+    /// When the target was last let run, and how long it ran before each round.
+    resumed: Option<Instant>,
+    pub(super) runs: Vec<Duration>,
 }
 
 impl Sampling {
-    pub(super) fn new(stacks: StackTable, process: String) -> Sampling {
+    /// Memory reads of at most `packet_size` bytes of reply (the stub's `PacketSize`).
+    pub(super) fn new(stacks: StackTable, process: String, packet_size: Option<usize>) -> Sampling {
+        // Hex doubles each byte; a few bytes go to the framing.
+        let most = packet_size.map_or(DEFAULT_READ, |size| size.saturating_sub(8) as u64 / 2);
         Sampling {
             stacks,
             counted: 0,
@@ -60,7 +79,19 @@ impl Sampling {
             unplaced: false,
             last_refresh: None,
             held: HashMap::new(),
+            reach: Reach::new(most),
+            last_look: HashMap::new(),
+            stale: 0,
+            steps: Steps::new(),
+            resumed: None,
+            runs: Vec::new(),
         }
+    }
+
+    /// The target runs from now on.
+    pub(super) fn resumed(&mut self) {
+        self.running = true;
+        self.resumed = Some(Instant::now());
     }
 
     /// Samples every selected vCPU once, the target stopped meanwhile.
@@ -69,18 +100,44 @@ impl Sampling {
         client: &mut Client<S>,
         target: &mut Target,
     ) -> Result<(), Error> {
-        let signal = match client.interrupt()? {
-            Stop::Signal(s) => s,
-            _ => 0,
-        };
-        self.running = false;
+        self.steps.start();
+        if let Some(resumed) = self.resumed.take() {
+            self.runs.push(resumed.elapsed());
+        }
         let threads: Vec<u64> = target.vcpus.iter().map(|v| v.1).collect();
-        let regs = client.registers_of(&threads)?;
-        let mut memories = Memory::of_stacks(client, &threads, &regs)?;
+        let (stop, regs) = client.interrupt_with_registers(&threads)?;
+        self.running = false;
+        self.steps.end(Step::StopAndRegisters);
+        let unchanged = self.unchanged(target, &regs);
+        let stacks: Vec<(u64, u64, usize)> = threads
+            .iter()
+            .zip(&regs)
+            .map(|(&thread, r)| (thread, r.sp, self.reach.of(r.pc, r.sp)))
+            .collect();
+        // The instruction before the pc of each vCPU that seems not to have run: one that
+        // waits for an interrupt says it idles instead.
+        let idle = target.space.main().arch().idle_instruction();
+        let probes: Vec<(u64, u64, usize)> = threads
+            .iter()
+            .zip(&regs)
+            .zip(&unchanged)
+            .filter(|(_, &same)| same)
+            .map(|((&thread, r), _)| (thread, r.pc.wrapping_sub(idle.len() as u64), idle.len()))
+            .collect();
+        let (mut memories, probed) = Memory::of_stacks(client, &stacks, &probes)?;
+        self.steps.end(Step::StackMemory);
+        let mut probed = probed.into_iter();
         let may_place_later = client.features().libraries_svr4;
-        for ((&(vcpu, _), regs), memory) in target.vcpus.iter().zip(regs).zip(&mut memories) {
+        for (i, ((&(vcpu, _), regs), memory)) in
+            target.vcpus.iter().zip(regs).zip(&mut memories).enumerate()
+        {
+            if unchanged[i] && probed.next().flatten().as_deref() != Some(idle) {
+                self.stale += 1;
+                continue;
+            }
             let space = &target.space;
             let end = memory.unwind(space, &mut self.cache, client, regs, &mut self.addrs)?;
+            self.reach.learn(regs.pc, memory.reach);
             let unplaced = self.addrs.iter().any(|&a| space.image_of(a).is_none());
             self.unplaced |= unplaced;
             self.counted += 1;
@@ -93,16 +150,31 @@ impl Sampling {
                 self.addrs = addrs;
             }
         }
+        self.steps.end(Step::Walk);
         self.refresh_libraries(client, &mut target.space)?;
         // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
-        let deliver = if matches!(signal, 0 | 2 | 5) {
-            0
-        } else {
-            signal
+        let deliver = match stop {
+            Stop::Signal(0 | 2 | 5) => 0,
+            Stop::Signal(signal) => signal,
+            _ => 0,
         };
         client.resume(deliver)?;
-        self.running = true;
+        self.resumed();
+        self.steps.end(Step::Resume);
         Ok(())
+    }
+
+    /// For each sampled vCPU, whether its registers are all as they were at its last look;
+    /// remembers them for the next.
+    fn unchanged(&mut self, target: &Target, regs: &[Registers]) -> Vec<bool> {
+        target
+            .vcpus
+            .iter()
+            .zip(regs)
+            .map(|(&(vcpu, _), r)| {
+                self.last_look.insert(vcpu, r.fingerprint) == Some(r.fingerprint)
+            })
+            .collect()
     }
 
     /// The stacks counted, the held ones placed among the files known at the end.

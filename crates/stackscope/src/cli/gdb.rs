@@ -46,7 +46,7 @@ pub struct GdbArgs {
     #[command(flatten)]
     pub frequency: FrequencyArg,
 
-    /// Seconds between rounds (as the OSDK's --interval); 0 samples back to back.
+    /// Seconds between rounds (as the OSDK's --interval); 0 samples as often as the guest allows: it runs at least as long as each round paused it
     #[arg(long, value_name = "SECS", value_parser = seconds, conflicts_with = "frequency")]
     pub interval: Option<Duration>,
 

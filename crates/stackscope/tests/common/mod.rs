@@ -711,3 +711,17 @@ pub fn assert_split_folded(lines: &[(Vec<String>, u64)], truth: &Truth) {
         || top_folded(lines, 8),
     );
 }
+
+/// The looks at a vCPU (or program) that had not run since the round before, which
+/// `stackscope gdb`'s summary says were left out.
+pub fn gdb_stale_looks(run: &Run) -> u64 {
+    const LEFT_OUT: &str = " looks at a vCPU that had not run since the round before were left out";
+    run.stderr
+        .lines()
+        .find_map(|line| {
+            line.split("; ")
+                .find_map(|part| part.strip_suffix(LEFT_OUT))
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
+}
