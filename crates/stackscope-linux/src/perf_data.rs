@@ -285,7 +285,7 @@ impl BuildIds {
 
 /// perf's build-id cache entry for `id`, if it holds the binary.
 fn cached_copy(dir: &Path, id: &[u8]) -> Option<PathBuf> {
-    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = stackscope_symbols::elf::build_id_hex(id);
     let (head, rest) = hex.split_at_checked(2)?;
     // The entry links to `~/.debug/ORIGINAL/PATH/BUILDID/elf`: resolved, the original file's
     // name stays in the path.

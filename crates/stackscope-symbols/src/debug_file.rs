@@ -22,7 +22,7 @@ use std::sync::{Arc, RwLock};
 
 use memmap2::Mmap;
 
-use crate::elf::ElfFile;
+use crate::elf::{build_id_hex, ElfFile};
 use crate::FileId;
 
 /// Where distributions install separate debug files.
@@ -151,8 +151,8 @@ impl DebugFiles {
             return None;
         }
         let relative = Path::new(".build-id")
-            .join(hex(&build_id[..1]))
-            .join(format!("{}.debug", hex(&build_id[1..])));
+            .join(build_id_hex(&build_id[..1]))
+            .join(format!("{}.debug", build_id_hex(&build_id[1..])));
         self.dirs
             .iter()
             .map(|dir| dir.join(&relative))
@@ -220,10 +220,6 @@ fn crc32_of(file: &File) -> Option<u32> {
     let mut hasher = crc32fast::Hasher::new();
     hasher.update(&map);
     Some(hasher.finalize())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

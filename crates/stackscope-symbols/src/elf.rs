@@ -296,6 +296,12 @@ fn file_range<S: SectionHeader<Endian = Endianness>>(
     (size > 0 && end <= len).then_some(start..end)
 }
 
+/// A build-id (or part of one) as lowercase hex, as build-id directories, perf's build-id
+/// cache and the profile's metadata spell it.
+pub fn build_id_hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The first GNU build-id among `notes`; a malformed note ends the search.
 fn gnu_build_id<'data, Elf: FileHeader>(
     mut notes: NoteIterator<'data, Elf>,

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use stackscope_profile::{
     Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
 };
+use stackscope_symbols::elf::build_id_hex;
 use stackscope_symbols::Symbolizer;
 
 use super::names::{file_name, Names};
@@ -107,8 +108,7 @@ impl StackTable {
                 ..
             } = key
             {
-                let hex = id.iter().map(|b| format!("{b:02x}")).collect();
-                build_ids.insert(file_name(path), hex);
+                build_ids.insert(file_name(path), build_id_hex(id));
             }
         }
     }
