@@ -7,8 +7,9 @@
 //! format), `input`, `status` (signals, exit status), `summary` (the end of every recording)
 //! and `source_bpf`; `doctor`, to which the recording commands point errors about the
 //! machine; the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
-//! over `record`.
+//! over `record`, and `cargo stackscope` (`cargo`), which builds a target and records it.
 
+pub mod cargo;
 pub mod cli;
 mod debuginfod;
 mod diff;
