@@ -227,3 +227,38 @@ fn program_arguments_reach_it_and_its_exit_code_comes_back() {
     );
     assert_svg_share(&dir.path().join("flamegraph.svg"), "demo::burn", 0.8);
 }
+
+#[test]
+fn default_run_picks_among_several_binaries() {
+    let files = [
+        ("src/bin/alpha.rs", program("alpha_burn")),
+        ("src/bin/beta.rs", program("beta_burn")),
+    ];
+    let dir = project("pair", "default-run = \"beta\"\n", &files);
+    cargo_stackscope(dir.path(), &[]).assert_ok();
+    let svg = dir.path().join("flamegraph.svg");
+    assert_svg_share(&svg, "beta::beta_burn", 0.8);
+    assert_eq!(svg_samples(&svg, "alpha::alpha_burn").0, 0);
+}
+
+#[test]
+fn bench_target_runs_with_bench_as_cargo_bench_runs_it() {
+    let files = [
+        ("src/main.rs", program("main_burn")),
+        ("benches/throughput.rs", program("bench_burn")),
+    ];
+    let manifest_extra = "[[bench]]\nname = \"throughput\"\nharness = false\n";
+    let dir = project("demo", manifest_extra, &files);
+    let run = cargo_stackscope(dir.path(), &["--bench", "throughput", "--", "large"]);
+    run.assert_ok();
+    assert!(
+        run.stdout.contains("args: --bench|large\n"),
+        "the bench did not get --bench before its arguments:\n{}",
+        run.stdout
+    );
+    assert_svg_share(
+        &dir.path().join("flamegraph.svg"),
+        "throughput::bench_burn",
+        0.8,
+    );
+}
