@@ -54,18 +54,21 @@ impl Gdbserver {
         let mut server = cmd
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start gdbserver (apt package gdbserver)");
+            .expect("start chrt and gdbserver (apt packages util-linux, gdbserver)");
         let lines = stderr_lines(&mut server);
         let mut gdbserver = Gdbserver {
             server,
             program_pid: None,
             port: None,
         };
+        let mut said = String::new();
         while !ready(&gdbserver) {
             let line = lines
                 .recv_timeout(Duration::from_secs(30))
-                .expect(waiting_for);
+                .unwrap_or_else(|e| panic!("{waiting_for} ({e}); it said:\n{said}"));
             gdbserver.note(&line);
+            said += &line;
+            said.push('\n');
         }
         gdbserver
     }
@@ -135,13 +138,18 @@ impl Drop for Gdbserver {
     }
 }
 
-/// `gdbserver` at the highest priority, which the program inherits. On a loaded machine a
-/// program that waits for a CPU would show the same place in many rounds in a row; those looks
-/// are left out, and at nice -20 the program runs nearly all the time, so that most rounds
-/// see it moved on.
+/// `gdbserver` under the real-time FIFO policy, which the program inherits, so that no
+/// ordinary task preempts it. A round looks where the program is when the stub stops it: at a
+/// uniform point of its CPU time only while it runs. A preempted program is looked at where it
+/// was preempted, and the scheduler preempts where it next checks the time slice: under load,
+/// often in split.c's own clock reads (a fifth to a half of the looks at nice -20, 3-6% under
+/// FIFO), two in each function per iteration, which drew the sampled split towards 50/50
+/// (func_a at 38% and 49% for a measured 30%, at a load average of 7-8). Under FIFO the
+/// program leaves its CPU only to the kernel's real-time throttling (5% of each second, at a
+/// timer tick), and looks at a program that has not run since the round before are left out.
 fn gdbserver_command() -> Command {
-    let mut cmd = Command::new("nice");
-    cmd.args(["-n", "-20", "gdbserver"]);
+    let mut cmd = Command::new("chrt");
+    cmd.args(["--fifo", "1", "gdbserver"]);
     cmd
 }
 
@@ -322,8 +330,10 @@ fn program_exiting_mid_run_writes_the_profile_so_far() {
     let _serial = serial();
     let dir = tempdir();
     let program = split_build(dir.path(), false);
-    // About a quarter of a second of work, sampled for far longer.
-    let stub = Gdbserver::tcp(&program, &["400"]);
+    // About 2 s of work, sampled for far longer. Not less: the program starts when stackscope
+    // continues it and then has a CPU to itself, while stackscope shares the other with the
+    // load; with a quarter of a second it once exited before the first round.
+    let stub = Gdbserver::tcp(&program, &["4000"]);
     let out = dir.path().join("guest.folded");
     let run = gdb(
         dir.path(),
