@@ -152,13 +152,24 @@ fn dev_profile_and_output_path() {
     assert!(!dir.path().join("flamegraph.svg").exists());
 }
 
-#[test]
-fn several_binaries_need_bin_and_get_the_one_chosen() {
+/// A package `pair` with two binaries, `alpha` and `beta`, each burning in its own function.
+fn pair(manifest_extra: &str) -> tempfile::TempDir {
     let files = [
         ("src/bin/alpha.rs", program("alpha_burn")),
         ("src/bin/beta.rs", program("beta_burn")),
     ];
-    let dir = project("pair", "", &files);
+    project("pair", manifest_extra, &files)
+}
+
+/// Asserts that the flamegraph at `svg` is of `beta` alone.
+fn assert_beta_alone(svg: &Path) {
+    assert_svg_share(svg, "beta::beta_burn", 0.8);
+    assert_eq!(svg_samples(svg, "alpha::alpha_burn").0, 0);
+}
+
+#[test]
+fn several_binaries_need_bin_and_get_the_one_chosen() {
+    let dir = pair("");
 
     let run = cargo_stackscope(dir.path(), &[]);
     assert_eq!(run.code(), Some(1), "stderr:\n{}", run.stderr);
@@ -173,9 +184,7 @@ fn several_binaries_need_bin_and_get_the_one_chosen() {
     assert!(!dir.path().join("flamegraph.svg").exists());
 
     cargo_stackscope(dir.path(), &["--bin", "beta"]).assert_ok();
-    let svg = dir.path().join("flamegraph.svg");
-    assert_svg_share(&svg, "beta::beta_burn", 0.8);
-    assert_eq!(svg_samples(&svg, "alpha::alpha_burn").0, 0);
+    assert_beta_alone(&dir.path().join("flamegraph.svg"));
 }
 
 #[test]
@@ -230,15 +239,9 @@ fn program_arguments_reach_it_and_its_exit_code_comes_back() {
 
 #[test]
 fn default_run_picks_among_several_binaries() {
-    let files = [
-        ("src/bin/alpha.rs", program("alpha_burn")),
-        ("src/bin/beta.rs", program("beta_burn")),
-    ];
-    let dir = project("pair", "default-run = \"beta\"\n", &files);
+    let dir = pair("default-run = \"beta\"\n");
     cargo_stackscope(dir.path(), &[]).assert_ok();
-    let svg = dir.path().join("flamegraph.svg");
-    assert_svg_share(&svg, "beta::beta_burn", 0.8);
-    assert_eq!(svg_samples(&svg, "alpha::alpha_burn").0, 0);
+    assert_beta_alone(&dir.path().join("flamegraph.svg"));
 }
 
 #[test]
