@@ -36,12 +36,12 @@ guest_x86-64() {
         need gcc gcc
         return
     fi
-    bash "$root/crates/stackscope/tests/guest/build.sh" "$work" >/dev/null
+    bash "$root/crates/stackscope/tests/guest/build.sh" x86_64 "$work" >/dev/null
     elf="$work/kernel-$KERNEL.elf"
     qemu=(qemu-system-x86_64 -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
         -kernel "$elf")
 }
-# The riscv64 and aarch64 guests: the multiarch test kernel, built by clang --target and lld.
+# The riscv64 and aarch64 guests: the same test kernel, built by clang --target and lld.
 guest_multiarch() {
     local arch=$1 step=$2
     shift 2
@@ -52,7 +52,7 @@ guest_multiarch() {
         need llvm-objcopy llvm
         return
     fi
-    bash "$root/crates/stackscope/tests/guest/multiarch/build.sh" "$arch" "$work" >/dev/null
+    bash "$root/crates/stackscope/tests/guest/build.sh" "$arch" "$work" >/dev/null
     elf="$work/kernel-$KERNEL.elf"
     qemu=("qemu-system-$arch" -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
         "${@:2}" -kernel "$elf")
