@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Compares `stackscope gdb` with the Asterinas OSDK's way of sampling a guest kernel (one
 # `gdb-multiarch -batch ... thread apply all bt` process per round) against the same QEMU guest
-# in one run: a test kernel with two vCPUs spinning under software emulation, each 30% of its
-# time in spin_a and 70% in spin_b. Reports rounds/s, stacks/s, the guest's pause per round
-# (median and p95: stackscope's own figure, and QMP's STOP/RESUME events for both methods),
-# where stackscope's pause goes step by step, and how far each method's split is from 30/70
-# (spin_a's share of the looks that found spin_a or spin_b).
+# in one run: the test kernel with two vCPUs spinning under software emulation, each about 30%
+# of its time in spin_a and the rest in spin_b, measuring that time itself and reporting it on
+# the serial port. Reports rounds/s, stacks/s, the guest's pause per round (median and p95:
+# stackscope's own figure, and QMP's STOP/RESUME events for both methods), where stackscope's
+# pause goes step by step, and how far each method's split (spin_a's share of the looks that
+# found spin_a or spin_b) is from the kernel's measure over the time that method sampled.
 #
 # Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default), riscv64 or aarch64; each is a
 #        guest_ARCH function below that builds its test kernel and sets the QEMU command.
@@ -36,12 +37,12 @@ guest_x86-64() {
         need gcc gcc
         return
     fi
-    bash "$root/crates/stackscope/tests/guest/build.sh" "$work" >/dev/null
+    bash "$root/crates/stackscope/tests/guest/build.sh" x86_64 "$work" >/dev/null
     elf="$work/kernel-$KERNEL.elf"
     qemu=(qemu-system-x86_64 -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
         -kernel "$elf")
 }
-# The riscv64 and aarch64 guests: the multiarch test kernel, built by clang --target and lld.
+# The riscv64 and aarch64 guests: the same test kernel, built by clang --target and lld.
 guest_multiarch() {
     local arch=$1 step=$2
     shift 2
@@ -52,7 +53,7 @@ guest_multiarch() {
         need llvm-objcopy llvm
         return
     fi
-    bash "$root/crates/stackscope/tests/guest/multiarch/build.sh" "$arch" "$work" >/dev/null
+    bash "$root/crates/stackscope/tests/guest/build.sh" "$arch" "$work" >/dev/null
     elf="$work/kernel-$KERNEL.elf"
     qemu=("qemu-system-$arch" -accel tcg -smp 2 -m 64 -display none -nic none -no-reboot
         "${@:2}" -kernel "$elf")
@@ -121,9 +122,33 @@ qmp_pause_ms() {
             if (NR) printf "%.3f %.3f", v[int((NR + 1) / 2)], v[int((NR * 95 + 99) / 100)]
             else print "n/a n/a" }'
 }
-# Points spin_a's share of the looks at spin_a or spin_b is off 30%, from counts "A B".
+# Each vCPU's last report of the time it spent in spin_a and spin_b, "cpuN A B" (counter
+# ticks, decimal), from the kernel's "stackscope-guest: cpuN a=HEX b=HEX" lines.
+kernel_reports() {
+    local cpu a b
+    grep -E '^stackscope-guest: cpu[0-9]+ a=[0-9a-f]+ b=[0-9a-f]+$' serial.log |
+        while read -r _ cpu a b; do echo "$cpu $((16#${a#a=})) $((16#${b#b=}))"; done |
+        awk '{ last[$1] = $0 } END { for (c in last) print last[c] }' | sort
+}
+# Waits (10 s at most) until every vCPU has reported since the reports $1 were read.
+wait_reports_after() {
+    for _ in $(seq 100); do
+        [ -z "$(comm -12 <(echo "$1") <(kernel_reports))" ] && return
+        sleep 0.1
+    done
+    echo "gdb_vs_osdk: the guest reported no times after sampling" >&2
+    exit 1
+}
+# spin_a's share (percent) of the time both vCPUs spent in the two functions between the
+# reports $1 and $2: the split a method should find.
+measured_share() {
+    join <(echo "$1") <(echo "$2") |
+        awk '{ a += $4 - $2; b += $5 - $3 } END { if (a + b) printf "%.2f", a / (a + b) * 100; else print "n/a" }'
+}
+# Points spin_a's share of the looks at spin_a or spin_b is off the kernel's measure $1
+# (percent), from counts "A B".
 split_error() {
-    awk '{ if ($1 + $2) printf "%.2f", ($1 / ($1 + $2) - 0.30) * 100; else print "n/a" }'
+    awk -v m="$1" '{ if ($1 + $2 && m != "n/a") printf "%.2f", ($1 / ($1 + $2)) * 100 - m; else print "n/a" }'
 }
 
 # stackscope at $RATE for SECS: rounds/s, stacks/s, its own median and p95 pause, QMP's
@@ -132,9 +157,12 @@ run_stackscope() {
     qmp_log qmp.log </dev/null >/dev/null 2>&1 &
     local qmp=$!
     sleep 0.3
+    local before
+    before=$(kernel_reports)
     # shellcheck disable=SC2086 # RATE is flags
     "$STACKSCOPE" gdb --remote "$remote" --kernel "$elf" $RATE -d "$SECS" \
         -o stackscope.folded 2>stackscope.err
+    wait_reports_after "$before"
     sleep 0.2
     kill "$qmp"
     wait "$qmp" 2>/dev/null || true
@@ -142,13 +170,14 @@ run_stackscope() {
     line=$(grep -E '[0-9]+ rounds, [0-9]+ stacks in' stackscope.err) ||
         { cat stackscope.err >&2; exit 1; }
     { grep -E 'pause by step' stackscope.err || true; } | sed 's/^stackscope: gdb: //' >>steps.log
-    local rps sps pause p95 split
+    local rps sps pause p95 split truth
+    truth=$(measured_share "$before" "$(kernel_reports)")
     rps=$(sed -E 's/.* ([0-9.]+) rounds\/s.*/\1/' <<<"$line")
     sps=$(sed -E 's/.* ([0-9.]+) stacks\/s.*/\1/' <<<"$line")
     pause=$(sed -E 's/.*median ([0-9.]+) ms.*/\1/' <<<"$line")
     p95=$(sed -E 's/.*p95 ([0-9.]+) ms.*/\1/' <<<"$line")
     split=$(awk '/;spin_a [0-9]+$/ { a += $NF } /;spin_b [0-9]+$/ { b += $NF }
-        END { print a + 0, b + 0 }' stackscope.folded | split_error)
+        END { print a + 0, b + 0 }' stackscope.folded | split_error "$truth")
     echo "$rps $sps $pause $p95 $(qmp_pause_ms qmp.log) $split"
 }
 
@@ -160,7 +189,8 @@ run_osdk() {
     local qmp=$!
     sleep 0.3
     : >osdk.out
-    local rounds=0 start end
+    local rounds=0 start end before
+    before=$(kernel_reports)
     start=$(date +%s.%N)
     end=$(calc "$start + $SECS")
     while awk "BEGIN { exit !($(date +%s.%N) < $end) }"; do
@@ -172,13 +202,15 @@ run_osdk() {
     done
     local took
     took=$(awk "BEGIN { printf \"%.3f\", $(date +%s.%N) - $start }")
+    wait_reports_after "$before"
     sleep 0.2
     kill "$qmp"
     wait "$qmp" 2>/dev/null || true
-    local stacks split
+    local stacks split truth
+    truth=$(measured_share "$before" "$(kernel_reports)")
     stacks=$(grep -c '^Thread .*CPU#' osdk.out || true)
     split=$(awk '/^#0 .*[ ]spin_a[ (]/ { a++ } /^#0 .*[ ]spin_b[ (]/ { b++ }
-        END { print a + 0, b + 0 }' osdk.out | split_error)
+        END { print a + 0, b + 0 }' osdk.out | split_error "$truth")
     echo "$(calc "$rounds / $took") $(calc "$stacks / $took") n/a n/a $(qmp_pause_ms qmp.log) $split"
 }
 
@@ -205,7 +237,7 @@ done
 col() { awk -v m="$1" -v c="$2" '$1 == m && $c != "n/a" { print $c }' results | median; }
 abs_col() { awk -v m="$1" -v c="$2" '$1 == m && $c != "n/a" { print ($c < 0 ? -$c : $c) }' results | median; }
 echo
-echo "medians of $RUNS runs (split error: points spin_a's share is off 30%, absolute):"
+echo "medians of $RUNS runs (split error: points spin_a's share is off the kernel's measure, absolute):"
 for method in stackscope osdk osdk0; do
     printf '  %-11s rounds/s %8s  stacks/s %8s  pause(QMP) median %6s p95 %6s ms  split error %5s\n' \
         "$method" "$(col "$method" 2)" "$(col "$method" 3)" "$(col "$method" 6)" \

@@ -193,6 +193,17 @@ fn bridge(listener: UnixListener, mut to_stub: ChildStdin, mut from_stub: ChildS
     }
 }
 
+/// A directory in memory for split's truth file, which split rewrites every 100 ms of CPU:
+/// on a disk busy with other work a rename can block for milliseconds, which the rounds see
+/// as the program sitting in `write_truth` (7% of the looks on a loaded host) while its CPU
+/// clock, the truth, does not count it.
+fn in_memory_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("stackscope-test")
+        .tempdir_in("/dev/shm")
+        .unwrap_or_else(|_| tempdir())
+}
+
 /// `stackscope gdb --remote REMOTE ARGS...` in `dir`, run to its end.
 fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
     let mut all = vec!["gdb", "--remote", remote];
@@ -200,8 +211,24 @@ fn gdb(dir: &Path, remote: &str, args: &[&str]) -> Run {
     stackscope(dir, &all)
 }
 
-/// Samples `remote` running split: 1000 rounds at 400 Hz into JSON.
-fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_profile::Profile) {
+/// The rate of the split tests over TCP, where the program ran about 2.5 ms between rounds
+/// (stackscope's resume step took 1.4 ms of them).
+const HZ: u32 = 400;
+/// The rate over the Unix socket. There, at [`HZ`], the program ran only about a millisecond
+/// between rounds, two or three of split's function calls, and was found near where the
+/// scheduler's slice, which starts anew at each resume, ran out: at the clock read that ends
+/// the function then running, a place tied to the last look rather than to the time spent.
+/// The looks alternated between func_a and func_b (35 to 57% func_a on a loaded host, against
+/// 30% measured). Ten milliseconds between rounds spans dozens of calls.
+const UNIX_HZ: u32 = 100;
+
+/// Samples `remote` running split: 1000 rounds at `hz` into JSON.
+fn sample_split(
+    dir: &Path,
+    remote: &str,
+    program: &Path,
+    hz: u32,
+) -> (Run, stackscope_profile::Profile) {
     let out = dir.join("guest.json");
     let run = gdb(
         dir,
@@ -212,7 +239,7 @@ fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_pr
             "--samples",
             "1000",
             "-F",
-            "400",
+            &hz.to_string(),
             "-o",
             out.to_str().unwrap(),
         ],
@@ -223,8 +250,8 @@ fn sample_split(dir: &Path, remote: &str, program: &Path) -> (Run, stackscope_pr
 }
 
 /// Asserts the split `split` measured from its start to just after sampling ended, and the
-/// stacks and figures of 1000 rounds.
-fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measured) {
+/// stacks and figures of 1000 rounds at `hz`.
+fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measured, hz: u32) {
     // A look at a program that did not run since the round before is left out: one place
     // counted once, not once per round the host left the program waiting.
     let stale = gdb_stale_looks(run);
@@ -238,8 +265,7 @@ fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measur
     assert_split_profile(profile, &split.truth());
     assert_share_at_least(profile, "main", 0.95);
     // main calls func_a and func_b: the stacks through them are in that order, root first.
-    // (The rest is mostly the truth file's rename, which a slow disk can make long: rounds
-    // wait for it to end, and see the program there.)
+    // (The rest is mostly the program writing its truth file.)
     let through = share(profile, |frames| {
         frames
             .iter()
@@ -259,7 +285,7 @@ fn assert_split(run: &Run, profile: &stackscope_profile::Profile, split: &Measur
         top_stacks(profile, 8)
     );
     assert_eq!(profile.meta.source, "gdb");
-    assert_eq!(profile.meta.frequency_hz, Some(400));
+    assert_eq!(profile.meta.frequency_hz, Some(u64::from(hz)));
     assert_eq!(profile.threads.len(), 1, "{:?}", profile.threads);
     assert_eq!(profile.threads[0].comm, "cpu0");
     assert!(
@@ -276,10 +302,11 @@ fn cfi_build_under_gdbserver_gives_the_split_and_stacks_reaching_main() {
     let _serial = serial();
     let dir = tempdir();
     let program = split_build(dir.path(), false);
-    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let truth_dir = in_memory_dir();
+    let split = Measured::of(program.clone(), truth_dir.path(), "1000000");
     let stub = Gdbserver::tcp(&program, &split.args());
-    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
-    assert_split(&run, &profile, &split);
+    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program, HZ);
+    assert_split(&run, &profile, &split, HZ);
     assert!(
         run.stderr.contains("unwinding by DWARF CFI"),
         "{}",
@@ -307,10 +334,11 @@ fn frame_pointer_build_under_gdbserver_gives_the_split_and_stacks_reaching_main(
     let _serial = serial();
     let dir = tempdir();
     let program = split_build(dir.path(), true);
-    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let truth_dir = in_memory_dir();
+    let split = Measured::of(program.clone(), truth_dir.path(), "1000000");
     let stub = Gdbserver::tcp(&program, &split.args());
-    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program);
-    assert_split(&run, &profile, &split);
+    let (run, profile) = sample_split(dir.path(), &stub.remote(), &program, HZ);
+    assert_split(&run, &profile, &split, HZ);
 }
 
 #[test]
@@ -319,10 +347,12 @@ fn unix_socket_stub_gives_the_split() {
     let dir = tempdir();
     let program = split_build(dir.path(), false);
     let socket = dir.path().join("gdb.sock");
-    let split = Measured::of(program.clone(), dir.path(), "1000000");
+    let truth_dir = in_memory_dir();
+    let split = Measured::of(program.clone(), truth_dir.path(), "1000000");
     let _stub = Gdbserver::unix(&program, &split.args(), &socket);
-    let (run, profile) = sample_split(dir.path(), socket.to_str().unwrap(), &program);
-    assert_split(&run, &profile, &split);
+    let socket = socket.to_str().unwrap();
+    let (run, profile) = sample_split(dir.path(), socket, &program, UNIX_HZ);
+    assert_split(&run, &profile, &split, UNIX_HZ);
 }
 
 #[test]

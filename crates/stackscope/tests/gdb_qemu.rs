@@ -1,36 +1,31 @@
-//! `stackscope gdb` against a real QEMU: the test kernel in `tests/guest/` boots with two
-//! vCPUs, each spinning in `spin_a` (30% of its time) and `spin_b` (70%) under `work_loop`,
-//! entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from `start64`. The kernel is built
-//! with frame pointers and no unwind tables, and without frame pointers with `.eh_frame`, so each
-//! unwinding method is the only one that works on one of the builds.
+//! `stackscope gdb` against a real QEMU: the x86-64 test kernel in `tests/guest/` boots with
+//! two vCPUs, each spinning in `spin_a` (about 30% of its time) and `spin_b` under
+//! `work_loop`, entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from `start64`. The
+//! kernel measures the time each function really takes (with the TSC) and prints it on COM1:
+//! that is the split the samples must show, over the time they were taken. The kernel is built
+//! with frame pointers and no unwind tables, and without frame pointers with `.eh_frame`, so
+//! each unwinding method is the only one that works on one of the builds.
 
 mod common;
 mod qemu;
 
 use common::*;
-use qemu::{Kernel, Qemu, Stub};
+use qemu::{assert_split, count, describe, vcpus_of_folded, Kernel, Qemu, Stacks, Stub, Window};
 use stackscope_profile::Profile;
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Share of spin_a in the time each vCPU spends in spin_a and spin_b: the kernel runs the same
-/// loop body 30 times in spin_a for every 70 in spin_b, and a vCPU under software emulation
-/// runs guest code at the rate the host gives it, so that iteration counts are its time.
-const SHARE_A: f64 = 0.30;
-/// How many standard deviations of the sampled share a split may be off: the tolerance
-/// follows from the number of looks counted. Looks at a vCPU that the host left without time
-/// since the round before are not counted, so that the looks left are fresh ones.
-const SIGMAS: f64 = 3.0;
-/// One vCPU's split is checked looser than both together: two vCPUs, two chances.
-const VCPU_SIGMAS: f64 = 4.0;
 /// Stacks that must reach the entry (`start64` → `kmain`/`ap_main`); under software
 /// emulation a vCPU stops only between translation blocks, never mid-prologue, but a stop on
 /// a function's first instruction can still hide its caller from the frame chain.
 const MIN_COMPLETE: f64 = 0.95;
 /// The moderate rate, and how long each rate samples: a duration, not a number of rounds, since
 /// on a loaded host stopping the guest can take milliseconds (QEMU waits for every vCPU
-/// thread to get a CPU and stop); the tolerance follows from the looks counted.
+/// thread to get a CPU and stop); the tolerance follows from the looks counted. Looks at a
+/// vCPU that the host left without time since the round before are not counted, so that the
+/// looks left are fresh ones.
 const HZ: &str = "200";
 const SECS: &str = "10";
 
@@ -43,72 +38,30 @@ fn entry_of(cpu: u32) -> &'static str {
     }
 }
 
-/// One vCPU's stacks, each root first, with counts.
-type Stacks = Vec<(Vec<String>, u64)>;
-
-fn share(stacks: &Stacks, pred: impl Fn(&[String]) -> bool) -> f64 {
-    let total: u64 = stacks.iter().map(|s| s.1).sum();
-    let hit: u64 = stacks.iter().filter(|s| pred(&s.0)).map(|s| s.1).sum();
-    hit as f64 / total.max(1) as f64
-}
-
-fn describe(stacks: &Stacks) -> String {
-    let mut sorted: Vec<_> = stacks.iter().collect();
-    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
-    let total: u64 = stacks.iter().map(|s| s.1).sum();
-    let mut text = format!("{total} samples; top stacks:\n");
-    for (frames, count) in sorted.into_iter().take(8) {
-        text.push_str(&format!("  {count:5} {}\n", frames.join(";")));
-    }
-    text
-}
-
-/// Asserts the split and the complete stacks of vCPU `cpu`, of at most `rounds` looks.
-fn assert_vcpu(cpu: u32, stacks: &Stacks, rounds: u64) {
-    let total: u64 = stacks.iter().map(|s| s.1).sum();
+/// Asserts the split (against the kernel's measure in `window`) and the complete stacks of
+/// vCPU `cpu`, of at most `rounds` looks.
+fn assert_vcpu(cpu: u32, stacks: &Stacks, rounds: u64, window: &Window) {
+    let total = count(stacks, |_| true);
     assert!(
         total > 0 && total <= rounds,
         "vCPU {cpu}: one look per round at most\n{}",
         describe(stacks)
     );
-    assert_split(&format!("vCPU {cpu}"), stacks, VCPU_SIGMAS);
+    assert_split(&format!("vCPU {cpu}"), stacks, &window.truth(&[cpu]));
     let entry = entry_of(cpu);
-    let complete = share(stacks, |f| {
+    let complete = count(stacks, |f| {
         f.len() >= 3 && f[0] == "start64" && f[1] == entry && f.iter().any(|n| n == "work_loop")
     });
     assert!(
-        complete >= MIN_COMPLETE,
-        "vCPU {cpu}: only {:.1}% of the stacks go start64;{entry};work_loop;...\n{}",
-        complete * 100.0,
-        describe(stacks)
-    );
-}
-
-/// Asserts spin_a's share of the looks that found spin_a or spin_b, within `sigmas` standard
-/// deviations of a share sampled that many times.
-fn assert_split(what: &str, stacks: &Stacks, sigmas: f64) {
-    let leaf_is = |name: &'static str| move |f: &[String]| f.last().is_some_and(|l| l == name);
-    let count = |name| -> u64 {
-        let leaf = leaf_is(name);
-        stacks.iter().filter(|s| leaf(&s.0)).map(|s| s.1).sum()
-    };
-    let (a, b) = (count("spin_a"), count("spin_b"));
-    let looks = (a + b).max(1) as f64;
-    let got = a as f64 / looks;
-    let tolerance = sigmas * (SHARE_A * (1.0 - SHARE_A) / looks).sqrt();
-    assert!(
-        (got - SHARE_A).abs() <= tolerance,
-        "{what}: spin_a has {:.1}% of the {looks} looks in spin_a or spin_b, expected {:.0}% ± {:.1} points\n{}",
-        got * 100.0,
-        SHARE_A * 100.0,
-        tolerance * 100.0,
+        complete as f64 >= MIN_COMPLETE * total as f64,
+        "vCPU {cpu}: only {complete} of {total} stacks go start64;{entry};work_loop;...\n{}",
         describe(stacks)
     );
 }
 
 /// Each vCPU's stacks from a stackscope JSON profile, keyed by the vCPU's thread.
-fn vcpus_of_profile(profile: &Profile) -> Vec<(u32, Stacks)> {
-    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
+fn vcpus_of_profile(profile: &Profile) -> BTreeMap<u32, Stacks> {
+    let mut by_cpu: BTreeMap<u32, Stacks> = BTreeMap::new();
     for s in &profile.samples {
         let thread = profile.thread(s.thread);
         assert_eq!(
@@ -126,31 +79,17 @@ fn vcpus_of_profile(profile: &Profile) -> Vec<(u32, Stacks)> {
             .or_default()
             .push((frames, s.count));
     }
-    by_cpu.into_iter().collect()
-}
-
-/// Each vCPU's stacks from folded lines `cpuN;root;...;leaf COUNT`.
-fn vcpus_of_folded(text: &str) -> Vec<(u32, Stacks)> {
-    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
-    for (mut frames, count) in parse_folded(text) {
-        let thread = frames.remove(0);
-        let cpu = thread
-            .strip_prefix("cpu")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("folded line does not start with its vCPU: {thread:?}"));
-        by_cpu.entry(cpu).or_default().push((frames, count));
-    }
-    by_cpu.into_iter().collect()
+    by_cpu
 }
 
 /// Each vCPU's stacks from the OSDK's JSON: one map per round from the vCPU index to its
 /// frames, leaf first.
-fn vcpus_of_osdk(text: &str) -> Vec<(u32, Stacks)> {
+fn vcpus_of_osdk(text: &str) -> BTreeMap<u32, Stacks> {
     let value: serde_json::Value = serde_json::from_str(text).expect("OSDK JSON parses");
     let rounds = value["stack_traces"]
         .as_array()
         .expect("OSDK JSON has stack_traces");
-    let mut by_cpu: std::collections::BTreeMap<u32, Stacks> = Default::default();
+    let mut by_cpu: BTreeMap<u32, Stacks> = BTreeMap::new();
     for round in rounds {
         for (cpu, frames) in round.as_object().expect("a round is a map of vCPUs") {
             let mut frames: Vec<String> = frames
@@ -166,7 +105,7 @@ fn vcpus_of_osdk(text: &str) -> Vec<(u32, Stacks)> {
                 .push((frames, 1));
         }
     }
-    by_cpu.into_iter().collect()
+    by_cpu
 }
 
 /// `stackscope gdb --remote REMOTE --kernel KERNEL ARGS...` in `dir`, to its end.
@@ -227,7 +166,17 @@ impl Rate {
     }
 }
 
-fn sample_kernel(kernel: Kernel, rate: Rate, out_name: &str, extra: &[&str]) -> (Run, String) {
+/// A run of `stackscope gdb` against the two-vCPU guest, with the kernel's measure of the
+/// time it covered.
+struct Sampled {
+    run: Run,
+    /// The profile written.
+    text: String,
+    window: Window,
+}
+
+/// Boots `kernel` (on a TCP stub, or `socket`) and samples it at `rate` into `out_name`.
+fn sample_kernel(kernel: Kernel, rate: Rate, out_name: &str, extra: &[&str]) -> Sampled {
     let _serial = serial();
     let dir = tempdir();
     let qemu = Qemu::boot(kernel, 2, Stub::Tcp, dir.path());
@@ -236,57 +185,63 @@ fn sample_kernel(kernel: Kernel, rate: Rate, out_name: &str, extra: &[&str]) -> 
     let mut args: Vec<&str> = rate.iter().map(String::as_str).collect();
     args.extend_from_slice(&["-o", out.to_str().unwrap()]);
     args.extend_from_slice(extra);
+    let mut window = Window::open(&qemu.serial, 2);
     let run = gdb(dir.path(), &qemu, kernel, &args);
     run.assert_ok();
+    window.close();
     let text = std::fs::read_to_string(&out)
         .unwrap_or_else(|e| panic!("{} was not written: {e}", out.display()));
-    (run, text)
+    Sampled { run, text, window }
 }
 
 /// Asserts both vCPUs' splits and stacks, and that every round's looks were counted or left
 /// out as stale.
-fn assert_two_vcpus(vcpus: &[(u32, Stacks)], run: &Run) {
+fn assert_two_vcpus(vcpus: &BTreeMap<u32, Stacks>, run: &Run, window: &Window) {
     let (rounds, stacks, _) = summary(run);
-    let cpus: Vec<u32> = vcpus.iter().map(|v| v.0).collect();
+    let cpus: Vec<u32> = vcpus.keys().copied().collect();
     assert_eq!(cpus, [0, 1], "one thread per vCPU");
     for (cpu, stacks) in vcpus {
-        assert_vcpu(*cpu, stacks, rounds);
+        assert_vcpu(*cpu, stacks, rounds, window);
     }
-    let counted: u64 = vcpus.iter().flat_map(|v| v.1.iter()).map(|s| s.1).sum();
+    let both: Stacks = vcpus.values().flatten().cloned().collect();
+    let counted = count(&both, |_| true);
     assert_eq!(counted, stacks, "{}", run.stderr);
     assert_eq!(counted + gdb_stale_looks(run), 2 * rounds, "{}", run.stderr);
-    let both: Stacks = vcpus.iter().flat_map(|v| v.1.iter().cloned()).collect();
-    assert_split("both vCPUs", &both, SIGMAS);
+    assert_split("both vCPUs", &both, &window.truth(&cpus));
 }
 
 #[test]
 fn frame_pointer_kernel_split_per_vcpu() {
-    let (run, text) = sample_kernel(Kernel::FramePointers, Rate::Moderate, "guest.json", &[]);
-    let profile = stackscope_profile::format::read(text.as_bytes())
+    let sampled = sample_kernel(Kernel::FramePointers, Rate::Moderate, "guest.json", &[]);
+    let profile = stackscope_profile::format::read(sampled.text.as_bytes())
         .unwrap_or_else(|e| panic!("the JSON profile does not read back: {e}"));
     assert_eq!(profile.meta.source, "gdb");
-    assert_two_vcpus(&vcpus_of_profile(&profile), &run);
-    let (rounds, _, median_pause) = summary(&run);
+    let run = &sampled.run;
+    assert_two_vcpus(&vcpus_of_profile(&profile), run, &sampled.window);
+    let (rounds, _, median_pause) = summary(run);
     assert!(rounds > 0, "{}", run.stderr);
     assert!(median_pause > 0.0, "a round stops the guest for some time");
 }
 
 #[test]
 fn cfi_kernel_split_per_vcpu_folded() {
-    let (run, text) = sample_kernel(Kernel::Cfi, Rate::Moderate, "guest.folded", &[]);
-    assert_two_vcpus(&vcpus_of_folded(&text), &run);
+    let sampled = sample_kernel(Kernel::Cfi, Rate::Moderate, "guest.folded", &[]);
+    let vcpus = vcpus_of_folded(&sampled.text);
+    assert_two_vcpus(&vcpus, &sampled.run, &sampled.window);
 }
 
 #[test]
 fn cfi_kernel_split_at_the_highest_rate() {
-    let (run, text) = sample_kernel(Kernel::Cfi, Rate::Highest, "guest.folded", &[]);
-    assert_two_vcpus(&vcpus_of_folded(&text), &run);
+    let sampled = sample_kernel(Kernel::Cfi, Rate::Highest, "guest.folded", &[]);
+    let vcpus = vcpus_of_folded(&sampled.text);
+    assert_two_vcpus(&vcpus, &sampled.run, &sampled.window);
 }
 
 #[test]
 fn frame_pointer_kernel_split_at_the_highest_rate() {
-    let (run, text) = sample_kernel(Kernel::FramePointers, Rate::Highest, "guest.folded", &[]);
-    assert_two_vcpus(&vcpus_of_folded(&text), &run);
+    let sampled = sample_kernel(Kernel::FramePointers, Rate::Highest, "guest.folded", &[]);
+    let vcpus = vcpus_of_folded(&sampled.text);
+    assert_two_vcpus(&vcpus, &sampled.run, &sampled.window);
 }
 
 #[test]
@@ -299,30 +254,33 @@ fn unix_socket_stub_osdk_json() {
     let mut args: Vec<String> = Rate::Moderate.args();
     args.extend(["--format", "osdk", "-o", out.to_str().unwrap()].map(String::from));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut window = Window::open(&qemu.serial, 2);
     let run = gdb(dir.path(), &qemu, Kernel::Cfi, &args);
     run.assert_ok();
+    window.close();
     let text = std::fs::read_to_string(&out).expect("OSDK JSON written");
-    assert_two_vcpus(&vcpus_of_osdk(&text), &run);
+    assert_two_vcpus(&vcpus_of_osdk(&text), &run, &window);
 }
 
 #[test]
 fn cpu_mask_selects_vcpu0() {
-    let (run, text) = sample_kernel(
+    let sampled = sample_kernel(
         Kernel::FramePointers,
         Rate::Moderate,
         "guest.folded",
         &["--cpu-mask", "0x1"],
     );
-    let vcpus = vcpus_of_folded(&text);
+    let vcpus = vcpus_of_folded(&sampled.text);
     assert_eq!(
-        vcpus.iter().map(|v| v.0).collect::<Vec<_>>(),
+        vcpus.keys().copied().collect::<Vec<_>>(),
         [0],
         "only vCPU 0 is sampled"
     );
-    let (rounds, _, _) = summary(&run);
-    let counted: u64 = vcpus[0].1.iter().map(|s| s.1).sum();
-    assert_eq!(counted + gdb_stale_looks(&run), rounds, "{}", run.stderr);
-    assert_vcpu(0, &vcpus[0].1, rounds);
+    let run = &sampled.run;
+    let (rounds, _, _) = summary(run);
+    let counted = count(&vcpus[&0], |_| true);
+    assert_eq!(counted + gdb_stale_looks(run), rounds, "{}", run.stderr);
+    assert_vcpu(0, &vcpus[&0], rounds, &sampled.window);
 }
 
 #[test]
@@ -355,7 +313,7 @@ fn qemu_killed_mid_run_keeps_the_profile_so_far() {
         .unwrap_or_else(|e| panic!("the profile so far was not written: {e}\n{}", run.stderr));
     let vcpus = vcpus_of_folded(&text);
     assert!(
-        !vcpus.is_empty() && vcpus.iter().all(|(_, s)| !s.is_empty()),
+        !vcpus.is_empty() && vcpus.values().all(|s| !s.is_empty()),
         "no samples before QEMU was killed:\n{}",
         run.stderr
     );

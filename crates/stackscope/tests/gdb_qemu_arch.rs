@@ -1,25 +1,25 @@
 //! `stackscope gdb` against real QEMU guests of the other architectures: the test kernel in
-//! `tests/guest/multiarch/` boots on riscv64 (`-machine virt -bios none`) and aarch64
-//! (`-machine virt -cpu cortex-a57`) with two vCPUs, each spinning in `spin_a` and `spin_b`
-//! under `work_loop`, entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from `_start`.
-//! The kernel measures the time each function really takes and prints it on its serial port:
-//! that is the split the samples must show. Each architecture's kernel is built with frame
-//! pointers and no unwind tables, and without frame pointers with `.eh_frame`, so each
-//! unwinding method is the only one that works on one of the builds. Beside them: the ELF
-//! file of another architecture than the stub's, and a stub that ignores interrupts.
+//! `tests/guest/` (the x86-64 tests' own) boots on riscv64 (`-machine virt -bios none`) and
+//! aarch64 (`-machine virt -cpu cortex-a57`) with two vCPUs, each spinning in `spin_a` and
+//! `spin_b` under `work_loop`, entered through `kmain` (vCPU 0) or `ap_main` (vCPU 1) from
+//! `_start`. The kernel measures the time each function really takes and prints it on its
+//! serial port: that is the split the samples must show, within the binomial tolerance of
+//! their count. Each architecture's kernel is built with frame pointers and no unwind tables,
+//! and without frame pointers with `.eh_frame`, so each unwinding method is the only one that
+//! works on one of the builds. Beside them: the ELF file of another architecture than the
+//! stub's, and a stub that ignores interrupts.
 
 mod common;
 mod qemu;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use common::*;
-use qemu::{Arch, Kernel, Qemu, Stub};
+use qemu::{
+    assert_split, count, describe, vcpus_of_folded, Arch, Kernel, Qemu, Stacks, Stub, Window,
+};
 
-/// How far the split of both vCPUs' samples may be off the kernel's own measure.
-const TOLERANCE: f64 = 0.05;
 /// Stacks that must reach the entry (`_start` → `kmain`/`ap_main` → `work_loop`); a stop
 /// on a function's first instructions can still hide a caller from a frame-pointer walk.
 const MIN_COMPLETE: f64 = 0.95;
@@ -27,66 +27,16 @@ const MIN_COMPLETE: f64 = 0.95;
 const ROUNDS: u64 = 1500;
 const HZ: &str = "150";
 
-/// One vCPU's stacks, each root first, with counts.
-type Stacks = Vec<(Vec<String>, u64)>;
-
-/// Time (counter ticks) each vCPU spent in spin_a and spin_b so far, by the kernel's last
-/// report of each on the serial port.
-fn measured(serial: &Path) -> BTreeMap<u32, (u64, u64)> {
-    let log = std::fs::read_to_string(serial).unwrap_or_default();
-    let mut times = BTreeMap::new();
-    for line in log.lines() {
-        let Some(rest) = line.strip_prefix("stackscope-guest: cpu") else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let hex = |f: Option<&&str>, key: &str| {
-            f.and_then(|f| f.strip_prefix(key))
-                .and_then(|v| u64::from_str_radix(v, 16).ok())
-        };
-        let cpu = fields.first().and_then(|c| c.parse().ok());
-        if let (Some(cpu), Some(a), Some(b)) =
-            (cpu, hex(fields.get(1), "a="), hex(fields.get(2), "b="))
-        {
-            times.insert(cpu, (a, b));
-        }
-    }
-    times
-}
-
-/// spin_a's share of the time vCPUs `cpus` spent in the two functions between two reports.
-fn measured_share(
-    cpus: &[u32],
-    before: &BTreeMap<u32, (u64, u64)>,
-    after: &BTreeMap<u32, (u64, u64)>,
-) -> f64 {
-    let (mut a, mut b) = (0, 0);
-    for (cpu, &(a1, b1)) in after.iter().filter(|(cpu, _)| cpus.contains(cpu)) {
-        let (a0, b0) = before.get(cpu).copied().unwrap_or((0, 0));
-        a += a1 - a0;
-        b += b1 - b0;
-    }
-    assert!(
-        a + b > 0,
-        "the kernel reported no time: {before:?} {after:?}"
-    );
-    a as f64 / (a + b) as f64
-}
-
 /// Samples vCPUs `cpus` of the `kernel` build of `arch` for [`ROUNDS`] rounds into folded
-/// stacks; returns each vCPU's stacks (root first, without the vCPU) and the kernel's
-/// measured share of spin_a on those vCPUs over the same time.
-/// Also returns the looks left out as stale: a vCPU the host left without time since the
-/// round before.
-fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, f64, u64) {
+/// stacks; returns each vCPU's stacks (root first, without the vCPU), the kernel's measure
+/// over the same time, and the looks left out as stale (a vCPU the host left without time
+/// since the round before).
+fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, Window, u64) {
     let _serial = serial();
     let dir = tempdir();
     let qemu = Qemu::boot_arch(arch, kernel, 2, Stub::Tcp, dir.path());
     let path = kernel.path_for(arch);
-    // The kernel reports five times a second of guest time: wait for a report of each vCPU.
-    let before = wait_until("both vCPUs report their times", || {
-        Some(measured(&qemu.serial)).filter(|m| m.len() == 2)
-    });
+    let mut window = Window::open(&qemu.serial, 2);
     let out = dir.path().join("guest.folded");
     let rounds = ROUNDS.to_string();
     let mask = format!("{:#x}", cpus.iter().map(|c| 1u32 << c).sum::<u32>());
@@ -109,58 +59,25 @@ fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, f
         ],
     );
     run.assert_ok();
-    // The guest runs on after stackscope detaches: its next report covers the sampled time.
-    let after = wait_until("a report after sampling", || {
-        let now = measured(&qemu.serial);
-        let moved = now.iter().all(|(cpu, t)| before.get(cpu) != Some(t));
-        (now.len() == 2 && moved).then_some(now)
-    });
+    window.close();
     let text = std::fs::read_to_string(&out).expect("the profile was written");
-    let mut vcpus: BTreeMap<u32, Stacks> = BTreeMap::new();
-    for (mut frames, count) in parse_folded(&text) {
-        let thread = frames.remove(0);
-        let cpu = thread
-            .strip_prefix("cpu")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("folded line does not start with its vCPU: {thread:?}"));
-        vcpus.entry(cpu).or_default().push((frames, count));
-    }
-    let stale = gdb_stale_looks(&run);
-    (vcpus, measured_share(cpus, &before, &after), stale)
-}
-
-fn describe(stacks: &[(Vec<String>, u64)]) -> String {
-    let mut sorted: Vec<_> = stacks.iter().collect();
-    sorted.sort_by_key(|s| std::cmp::Reverse(s.1));
-    sorted
-        .iter()
-        .take(8)
-        .map(|(frames, count)| format!("  {count:5} {}\n", frames.join(";")))
-        .collect()
+    (vcpus_of_folded(&text), window, gdb_stale_looks(&run))
 }
 
 /// Samples vCPUs `cpus` of `kernel` of `arch` and checks the split against the kernel's
 /// measure, and that the stacks reach each vCPU's entry.
 fn assert_split_and_stacks(arch: Arch, kernel: Kernel, cpus: &[u32]) {
-    let (vcpus, truth, stale) = sample(arch, kernel, cpus);
+    let (vcpus, window, stale) = sample(arch, kernel, cpus);
     assert_eq!(
         vcpus.keys().copied().collect::<Vec<_>>(),
         cpus,
         "one thread per vCPU"
     );
-    let count = |stacks: &[(Vec<String>, u64)], keep: &dyn Fn(&[String]) -> bool| -> u64 {
-        stacks.iter().filter(|s| keep(&s.0)).map(|s| s.1).sum()
-    };
-    let leaf_is = |name: &'static str| move |f: &[String]| f.last().is_some_and(|l| l == name);
-    let mut a = 0;
-    let mut both = 0;
-    let mut counted = 0;
     for (cpu, stacks) in &vcpus {
-        let total = count(stacks, &|_| true);
+        let total = count(stacks, |_| true);
         assert!(total <= ROUNDS, "vCPU {cpu}: at most one sample per round");
-        counted += total;
         let entry = if *cpu == 0 { "kmain" } else { "ap_main" };
-        let complete = count(stacks, &|f| {
+        let complete = count(stacks, |f| {
             f.len() >= 3 && f[0] == "_start" && f[1] == entry && f.iter().any(|n| n == "work_loop")
         });
         assert!(
@@ -168,23 +85,14 @@ fn assert_split_and_stacks(arch: Arch, kernel: Kernel, cpus: &[u32]) {
             "{arch:?} {kernel:?} vCPU {cpu}: only {complete} of {total} stacks go _start;{entry};work_loop\n{}",
             describe(stacks)
         );
-        a += count(stacks, &leaf_is("spin_a"));
-        both += count(stacks, &leaf_is("spin_a")) + count(stacks, &leaf_is("spin_b"));
     }
+    let all: Stacks = vcpus.values().flatten().cloned().collect();
     assert_eq!(
-        counted + stale,
+        count(&all, |_| true) + stale,
         ROUNDS * cpus.len() as u64,
         "each round's look at each vCPU was counted or left out as stale"
     );
-    let got = a as f64 / both.max(1) as f64;
-    assert!(
-        (got - truth).abs() <= TOLERANCE,
-        "{arch:?} {kernel:?}: spin_a has {:.1}% of the samples in spin_a or spin_b, the kernel measured {:.1}% ± {:.0} points\n{}",
-        got * 100.0,
-        truth * 100.0,
-        TOLERANCE * 100.0,
-        vcpus.values().map(|s| describe(s)).collect::<String>(),
-    );
+    assert_split(&format!("{arch:?} {kernel:?}"), &all, &window.truth(cpus));
 }
 
 #[test]

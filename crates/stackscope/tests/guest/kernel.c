@@ -1,8 +1,16 @@
 /*
- * A tiny kernel for profiling tests: every CPU spins forever in work_loop, which spends a known
- * share of its time in spin_a (SHARE_A_PERMILLE) and the rest in spin_b. Both loops have the
- * same body shape, so time follows iteration counts. CPU 0 enters through kmain, the others
- * through ap_main; once all run, one line goes to the serial port.
+ * A tiny kernel for profiling tests on x86-64, riscv64 and aarch64: every CPU spins forever in
+ * work_loop, which calls spin_a for SHARE_A_PERMILLE of its iterations and spin_b for the
+ * rest, and measures with the architecture's counter how much time each really took (the
+ * share a sampler should find: under software emulation two loops of equal iteration counts
+ * need not take equal time), in the rounds the host ran it through. CPU 0 enters through
+ * kmain, the others through ap_main. Every CPU prints its measured times to the serial port
+ * about every REPORT_TICKS, one line at a time under a lock: "stackscope-guest: cpuN a=HEX
+ * b=HEX".
+ *
+ * The architecture's part (board.h in x86_64/, riscv64/ or aarch64/) gives uart_putc,
+ * counter_now, counter_hz, and start_others, which starts the other CPUs and returns how many
+ * it started.
  */
 
 typedef unsigned char u8;
@@ -11,136 +19,156 @@ typedef unsigned int u32;
 typedef unsigned long u64;
 
 #define MAX_CPUS 8
-#define TRAMPOLINE 0x8000UL
-#define APIC_ICR_LOW ((volatile u32 *)0xfee00300UL)
-#define APIC_ICR_HIGH ((volatile u32 *)0xfee00310UL)
-#define FW_CFG_NB_CPUS 0x05
-#define COM1 0x3f8
-
-/* Loop iterations per unit of work; a round of work_loop is 1 to 64 units. */
-#define UNIT 200
+/*
+ * Loop iterations per unit of work; a round of work_loop is 1 to 64 units. Reading the
+ * counter is slow under QEMU (it may wait for QEMU's big lock, which the GDB stub holds while
+ * it answers), so rounds are long: the reads stay a small part of the time measured, and a
+ * sampler seldom finds a vCPU in one.
+ */
+#define UNIT 20000
 #define SHARE_A_PERMILLE 300
 
-extern char ap_trampoline[], ap_trampoline_end[];
-extern volatile u32 next_cpu;
+/*
+ * Every function a stack may show is called, never inlined nor cloned under another name
+ * (gcc's noinline still allows a `.constprop` or `.isra` copy; clang knows no noipa).
+ */
+#ifdef __clang__
+#define OWN_FRAME __attribute__((noinline))
+#else
+#define OWN_FRAME __attribute__((noipa))
+#endif
 
+/* Counted by each CPU as it enters; a board's start_others may wait on it. */
 static volatile u32 cpus_running;
-static volatile u32 keep_spinning = 1;
+
+#include "board.h"
+
+/* How often each CPU prints its measured times: five times a second of guest time. */
+#define REPORT_TICKS (counter_hz() / 5)
+
+static volatile u32 serial_lock;
 
 /* One cache line per CPU, so the CPUs do not slow each other down. */
 static struct {
     volatile u64 value;
-    u8 pad[56];
-} sink[MAX_CPUS];
-
-/* Units of work done by each CPU: how fast the guest runs, read by a debugger. */
-volatile u64 work_units[MAX_CPUS * 8];
-
-static inline void outb(u16 port, u8 v) { __asm__ volatile("outb %0, %1" : : "a"(v), "Nd"(port)); }
-static inline void outw(u16 port, u16 v) { __asm__ volatile("outw %0, %1" : : "a"(v), "Nd"(port)); }
-static inline u8 inb(u16 port)
-{
-    u8 v;
-    __asm__ volatile("inb %1, %0" : "=a"(v) : "Nd"(port));
-    return v;
-}
+    volatile u64 time_a, time_b, last_report;
+    u64 best; /* fewest ticks a unit of work has taken */
+    u8 pad[24];
+} per_cpu[MAX_CPUS];
 
 static void serial_write(const char *s)
 {
     for (; *s; s++)
-        outb(COM1, (u8)*s);
+        uart_putc(*s);
 }
 
-static u32 cpu_count(void)
+static void serial_hex(u64 v)
 {
-    outw(0x510, FW_CFG_NB_CPUS);
-    u32 n = inb(0x511);
-    n |= (u32)inb(0x511) << 8;
-    if (n < 1)
-        n = 1;
-    return n > MAX_CPUS ? MAX_CPUS : n;
+    char digits[17];
+    for (int i = 15; i >= 0; i--) {
+        digits[i] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    }
+    digits[16] = 0;
+    serial_write(digits);
 }
 
-static void pause_a_little(u32 n)
+static void lock(void)
 {
-    for (volatile u32 i = 0; i < n; i++)
-        __asm__ volatile("pause");
-}
-
-static void send_ipi(u32 apic_id, u32 command)
-{
-    *APIC_ICR_HIGH = apic_id << 24;
-    *APIC_ICR_LOW = command;
-    while (*APIC_ICR_LOW & (1u << 12)) /* delivery pending */
+    while (__atomic_exchange_n(&serial_lock, 1, __ATOMIC_ACQUIRE))
         ;
 }
 
-/*
- * noipa: neither inlined into work_loop nor merged with each other. The accumulator lives on
- * the stack so that these leaves, too, get a frame in the frame-pointer build (gcc sets up no
- * frame in a leaf that does not touch the stack).
- */
-__attribute__((noipa)) void spin_a(u32 cpu, u64 n)
+static void unlock(void)
 {
-    volatile u64 acc = sink[cpu].value;
-    for (u64 i = 0; i < n; i++)
-        acc += i;
-    sink[cpu].value = acc;
+    __atomic_store_n(&serial_lock, 0, __ATOMIC_RELEASE);
 }
 
-__attribute__((noipa)) void spin_b(u32 cpu, u64 n)
+/* The accumulator lives on the stack so that these leaves have a frame to unwind. */
+OWN_FRAME void spin_a(u32 cpu, u64 n)
 {
-    volatile u64 acc = sink[cpu].value;
+    volatile u64 acc = per_cpu[cpu].value;
+    for (u64 i = 0; i < n; i++)
+        acc += i;
+    per_cpu[cpu].value = acc;
+}
+
+OWN_FRAME void spin_b(u32 cpu, u64 n)
+{
+    volatile u64 acc = per_cpu[cpu].value;
     for (u64 i = 0; i < n; i++)
         acc ^= i;
-    sink[cpu].value = acc;
+    per_cpu[cpu].value = acc;
+}
+
+OWN_FRAME static void report(u32 cpu)
+{
+    lock();
+    serial_write("stackscope-guest: cpu");
+    uart_putc((char)('0' + cpu));
+    serial_write(" a=");
+    serial_hex(per_cpu[cpu].time_a);
+    serial_write(" b=");
+    serial_hex(per_cpu[cpu].time_b);
+    serial_write("\n");
+    unlock();
 }
 
 /*
  * Each round's length varies at random (1 to 64 units, same split): a sampler stopping the
- * guest at a fixed rate would otherwise lock onto the phase of a fixed-length round and see
- * one function more often than its share.
+ * guest at a fixed rate would otherwise lock onto the phase of a fixed-length round.
  */
-__attribute__((noipa)) void work_loop(u32 cpu)
+OWN_FRAME void work_loop(u32 cpu)
 {
     u64 seed = 0x9e3779b97f4a7c15ULL * (cpu + 1);
-    while (keep_spinning) {
+    for (;;) {
         seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
         u64 units = 1 + (seed >> 58);
-        spin_a(cpu, units * UNIT * SHARE_A_PERMILLE / 1000);
-        spin_b(cpu, units * UNIT * (1000 - SHARE_A_PERMILLE) / 1000);
-        work_units[cpu * 8] += units;
-    }
-}
-
-__attribute__((noipa)) void ap_main(u32 cpu)
-{
-    __atomic_add_fetch(&cpus_running, 1, __ATOMIC_SEQ_CST);
-    work_loop(cpu);
-    serial_write("stackscope-guest: work_loop returned\n");
-}
-
-__attribute__((noipa)) void kmain(u32 cpu)
-{
-    u32 cpus = cpu_count();
-    u8 *dst = (u8 *)TRAMPOLINE;
-    for (char *src = ap_trampoline; src < ap_trampoline_end; src++)
-        *dst++ = (u8)*src;
-    __atomic_add_fetch(&cpus_running, 1, __ATOMIC_SEQ_CST);
-    /* QEMU numbers APIC ids 0..n-1; start the others one at a time. */
-    for (u32 id = 1; id < cpus; id++) {
-        send_ipi(id, 0x4500); /* INIT */
-        pause_a_little(10000);
-        for (int i = 0; i < 2; i++) {
-            send_ipi(id, 0x4600 | (TRAMPOLINE >> 12)); /* STARTUP */
-            pause_a_little(1000);
+        u64 a = units * UNIT * SHARE_A_PERMILLE / 1000;
+        u64 b = units * UNIT * (1000 - SHARE_A_PERMILLE) / 1000;
+        u64 t0 = counter_now();
+        spin_a(cpu, a);
+        u64 t1 = counter_now();
+        spin_b(cpu, b);
+        u64 t2 = counter_now();
+        u64 per_unit = (t2 - t0) / units;
+        if (per_cpu[cpu].best == 0 || per_unit < per_cpu[cpu].best)
+            per_cpu[cpu].best = per_unit;
+        /*
+         * A round that took far longer than the fastest is one in which the host did not run
+         * this vCPU for a while: the time it stood still went on the counter all the same,
+         * whichever function it stood in, and a few such rounds would swamp the split of the
+         * time the vCPU ran. Only rounds that ran through count.
+         */
+        if (per_unit <= 3 * per_cpu[cpu].best) {
+            per_cpu[cpu].time_a += t1 - t0;
+            per_cpu[cpu].time_b += t2 - t1;
         }
-        while (cpus_running < id + 1)
-            __asm__ volatile("pause");
+        if (t2 - per_cpu[cpu].last_report >= REPORT_TICKS) {
+            per_cpu[cpu].last_report = t2;
+            report(cpu);
+        }
     }
-    char line[] = "stackscope-guest: N cpus running\n";
-    line[18] = (char)('0' + cpus);
-    serial_write(line);
+}
+
+OWN_FRAME void ap_main(u32 cpu)
+{
+    __atomic_add_fetch(&cpus_running, 1, __ATOMIC_SEQ_CST);
     work_loop(cpu);
-    serial_write("stackscope-guest: work_loop returned\n");
+}
+
+OWN_FRAME void kmain(u32 cpu)
+{
+    __atomic_add_fetch(&cpus_running, 1, __ATOMIC_SEQ_CST);
+    u32 cpus = start_others(cpu);
+    /* Wait for the others, or a second when fewer came up than started. */
+    u64 start = counter_now();
+    while (cpus_running < cpus && counter_now() - start < counter_hz())
+        ;
+    lock();
+    serial_write("stackscope-guest: ");
+    uart_putc((char)('0' + cpus_running));
+    serial_write(" cpus running\n");
+    unlock();
+    work_loop(cpu);
 }

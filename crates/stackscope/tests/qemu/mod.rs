@@ -1,8 +1,12 @@
-//! The guest side of the `stackscope gdb` tests: builds the test kernel of an architecture
-//! (`tests/guest/` for x86-64, `tests/guest/multiarch/` for riscv64 and aarch64; once per test
-//! binary) and boots it in QEMU (software emulation) with the GDB stub on a loopback port or a
-//! Unix socket. A booted guest is killed when its [`Qemu`] is dropped, also when a test panics.
+//! The guest side of the `stackscope gdb` tests: builds the test kernel (`tests/guest/`) of
+//! an architecture once per test binary, boots it in QEMU (software emulation) with the GDB
+//! stub on a loopback port or a Unix socket, and reads what it measured of itself
+//! ([`measure`]). A booted guest is killed when its [`Qemu`] is dropped, also when a test
+//! panics.
 #![allow(dead_code)]
+
+mod measure;
+pub use measure::*;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -41,21 +45,10 @@ impl Arch {
         static BUILT: [OnceLock<PathBuf>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
         BUILT[self as usize].get_or_init(|| {
             let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-            let guest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest");
+            let dir = tmp.join(format!("guest-kernel-{}", self.name()));
+            let build_sh = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/build.sh");
             let mut build = Command::new("bash");
-            let dir = match self {
-                Arch::X86_64 => {
-                    let dir = tmp.join("guest-kernel");
-                    build.arg(guest.join("build.sh")).arg(&dir);
-                    dir
-                }
-                arch => {
-                    let dir = tmp.join(format!("guest-kernel-{}", arch.name()));
-                    build.arg(guest.join("multiarch/build.sh"));
-                    build.arg(arch.name()).arg(&dir);
-                    dir
-                }
-            };
+            build.arg(build_sh).arg(self.name()).arg(&dir);
             stackscope_testkit::run(&mut build);
             dir
         })

@@ -1,8 +1,8 @@
 /*
- * Boot path of the test kernel. QEMU enters `pvh_start` through the Xen PVH note in 32-bit
+ * Entry of the x86-64 test kernel. QEMU enters `pvh_start` through the Xen PVH note in 32-bit
  * protected mode with paging off; application processors enter `ap_trampoline` (copied below
- * 1 MiB by kmain) in real mode after INIT-SIPI-SIPI. Both end in `start64`, which gives each CPU
- * its own stack and calls kmain (CPU 0) or ap_main (the others).
+ * 1 MiB by start_others) in real mode after INIT-SIPI-SIPI. Both end in `start64`, which
+ * gives each CPU its own stack and calls kmain (CPU 0) or ap_main (the others).
  */
 
 #define SEL_CODE64 0x08
