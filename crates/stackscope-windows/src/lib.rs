@@ -9,13 +9,20 @@
 //! launches or attaches to the target. Naming frames is the middle's and the symbolizer's.
 
 pub mod collect;
+mod error;
 pub mod event;
 pub mod images;
 pub mod paths;
 pub mod stitch;
 
+#[cfg(windows)]
+mod session;
+
 #[cfg(test)]
 mod payload;
 
 pub use collect::{Collector, Counts, Target};
+pub use error::{Error, SESSION_NAME};
 pub use paths::DevicePaths;
+#[cfg(windows)]
+pub use session::{record, Options, What};
