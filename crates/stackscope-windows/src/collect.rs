@@ -20,8 +20,9 @@ use crate::stitch::{Sample, Stitcher};
 pub enum Target {
     /// These processes, and with `children` the processes they start during the recording.
     Pids { pids: Vec<u32>, children: bool },
-    /// Every process, the kernel's too.
-    System,
+    /// Every process, the kernel's too; the idle process's samples (pid 0: a CPU with
+    /// nothing to run) only with `idle`.
+    System { idle: bool },
 }
 
 /// What the events held, beyond the stacks.
@@ -57,7 +58,7 @@ impl Collector {
     pub fn new(target: Target, paths: DevicePaths) -> Self {
         let wanted = match &target {
             Target::Pids { pids, .. } => pids.iter().copied().collect(),
-            Target::System => HashSet::new(),
+            Target::System { .. } => HashSet::new(),
         };
         Collector {
             target,
@@ -152,7 +153,11 @@ impl Collector {
             .pid
             .or_else(|| self.threads.get(&sample.tid).copied())
             .unwrap_or(0);
-        if self.target != Target::System && !self.wanted.contains(&pid) {
+        let counted = match self.target {
+            Target::System { idle } => idle || pid != 0,
+            Target::Pids { .. } => self.wanted.contains(&pid),
+        };
+        if !counted {
             return;
         }
         self.counts.samples += 1;

@@ -34,8 +34,8 @@ pub enum What {
     Launch(Vec<OsString>),
     /// Running processes.
     Pids(Vec<u32>),
-    /// Every process and the kernel.
-    System,
+    /// Every process and the kernel; idle CPUs' samples with `idle`.
+    System { idle: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -54,18 +54,33 @@ enum Running {
 }
 
 impl Running {
-    fn target(&self, what: &What) -> Target {
-        match (self, what) {
-            (Running::Launched { child, .. }, _) => Target::Pids {
-                pids: vec![child.id()],
-                children: true,
-            },
-            (_, What::Pids(pids)) => Target::Pids {
-                pids: pids.clone(),
-                children: false,
-            },
-            _ => Target::System,
-        }
+    /// Starts or opens the target, and says whose samples count.
+    fn start(what: &What) -> Result<(Running, Target), Error> {
+        Ok(match what {
+            What::Launch(command) => {
+                let child = process::launch_suspended(command)?;
+                let pids = vec![child.id()];
+                let running = Running::Launched {
+                    child,
+                    resumed: false,
+                };
+                (
+                    running,
+                    Target::Pids {
+                        pids,
+                        children: true,
+                    },
+                )
+            }
+            What::Pids(pids) => (
+                Running::Attached(Attached::open(pids)?),
+                Target::Pids {
+                    pids: pids.clone(),
+                    children: false,
+                },
+            ),
+            What::System { idle } => (Running::System, Target::System { idle: *idle }),
+        })
     }
 
     /// The target's exit, when it has ended.
@@ -100,18 +115,11 @@ pub fn record(
 ) -> Result<Recording, Error> {
     process::enable_profile_privilege()?;
     let _interval = Interval::set(options.frequency)?;
-    let mut running = match &options.what {
-        What::Launch(command) => Running::Launched {
-            child: process::launch_suspended(command)?,
-            resumed: false,
-        },
-        What::Pids(pids) => Running::Attached(Attached::open(pids)?),
-        What::System => Running::System,
-    };
+    let (mut running, target) = Running::start(&options.what)?;
     let mut trace = Trace::start()?;
     let (sender, events) = mpsc::channel();
     trace.consume(sender)?;
-    let mut collector = Collector::new(running.target(&options.what), process::device_paths());
+    let mut collector = Collector::new(target, process::device_paths());
     wait_for_first_event(&events, &mut collector)?;
     if let Running::Launched { child, resumed } = &mut running {
         process::resume(child.id())?;

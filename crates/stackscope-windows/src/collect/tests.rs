@@ -141,8 +141,15 @@ fn a_decoded_stream_becomes_a_profile_named_by_module() {
 
 #[test]
 fn the_whole_system_counts_every_process_and_a_lost_user_part_is_said() {
-    let mut collector = Collector::new(Target::System, paths());
+    let mut collector = Collector::new(Target::System { idle: false }, paths());
     stream(&mut collector);
+    // An idle CPU's sample, left out.
+    for (header, bytes) in [
+        payload::sampled_profile(450, 0, NT + 0x900),
+        payload::stack_walk(451, 450, 0, 0, &[NT + 0x900]),
+    ] {
+        collector.record(&header, &bytes);
+    }
     // A sample in the kernel whose thread ends before returning to user mode.
     for (header, bytes) in [
         payload::sampled_profile(500, 888, NT + 0x100),
