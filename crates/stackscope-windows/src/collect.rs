@@ -52,6 +52,9 @@ pub struct Collector {
     table: StackTable,
     stitched: Vec<Sample>,
     counts: Counts,
+    /// Which parts of each stack are kept.
+    user: bool,
+    kernel: bool,
 }
 
 impl Collector {
@@ -71,7 +74,15 @@ impl Collector {
             table: StackTable::default(),
             stitched: Vec::new(),
             counts: Counts::default(),
+            user: true,
+            kernel: true,
         }
+    }
+
+    /// Keeps only the user frames, or only the kernel frames, of each stack.
+    pub fn keep(&mut self, user: bool, kernel: bool) {
+        self.user = user;
+        self.kernel = kernel;
     }
 
     /// Decodes one event and takes it in; an event of another kind is left alone.
@@ -163,6 +174,13 @@ impl Collector {
         self.counts.samples += 1;
         self.counts.user_missing += u64::from(sample.user_missing);
         let frames: Vec<RawFrame> = lookup_addresses(&sample.frames)
+            .filter(|&addr| {
+                if is_kernel(addr) {
+                    self.kernel
+                } else {
+                    self.user
+                }
+            })
             .map(|addr| {
                 let kind = if is_kernel(addr) {
                     FrameKind::Kernel
@@ -174,7 +192,7 @@ impl Collector {
             })
             .collect();
         // The kernel walks user stacks by the images' unwind tables to their end.
-        let end = if sample.frames.iter().any(|&a| !is_kernel(a)) {
+        let end = if self.user && sample.frames.iter().any(|&a| !is_kernel(a)) {
             UserEnd::Complete
         } else {
             UserEnd::NoStack

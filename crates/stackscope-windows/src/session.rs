@@ -44,6 +44,9 @@ pub struct Options {
     /// Samples per second per CPU.
     pub frequency: u32,
     pub duration: Option<Duration>,
+    /// Which parts of the stacks to keep.
+    pub user: bool,
+    pub kernel: bool,
 }
 
 /// The profiled processes while the recording runs.
@@ -120,6 +123,7 @@ pub fn record(
     let (sender, events) = mpsc::channel();
     trace.consume(sender)?;
     let mut collector = Collector::new(target, process::device_paths());
+    collector.keep(options.user, options.kernel);
     wait_for_first_event(&events, &mut collector)?;
     if let Running::Launched { child, resumed } = &mut running {
         process::resume(child.id())?;

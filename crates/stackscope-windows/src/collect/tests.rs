@@ -190,3 +190,32 @@ fn without_the_rundown_an_attached_process_has_no_module_names() {
     let names: Vec<&str> = profile.frames.iter().map(|f| f.name.as_str()).collect();
     assert_eq!(names, ["[unknown]"]);
 }
+
+#[test]
+fn user_or_kernel_frames_alone_are_kept_when_asked() {
+    for (user, kernel, expected) in [
+        (
+            true,
+            false,
+            "myprog.exe;ntdll.dll+0x4fff@ntdll.dll;myprog.exe+0x14ff@myprog.exe",
+        ),
+        (
+            false,
+            true,
+            "myprog.exe;ntoskrnl.exe+0x1fff@ntoskrnl.exe;ntoskrnl.exe+0x100@ntoskrnl.exe",
+        ),
+    ] {
+        let mut collector = Collector::new(
+            Target::Pids {
+                pids: vec![77],
+                children: false,
+            },
+            paths(),
+        );
+        collector.keep(user, kernel);
+        stream(&mut collector);
+        let (profile, _, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
+        let folded = folded(&profile);
+        assert!(folded.contains_key(expected), "{folded:#?}");
+    }
+}
