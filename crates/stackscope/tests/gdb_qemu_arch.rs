@@ -8,6 +8,8 @@
 //! unwinding method is the only one that works on one of the builds. Beside them: the ELF
 //! file of another architecture than the stub's, and a stub that ignores interrupts.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 mod qemu;
 
