@@ -5,7 +5,7 @@
 //! `hint` (the sources' hints in the flags' words); `debuginfod` (where debug info may be
 //! fetched from); `sink`, `output` (where and in which
 //! format), `input`, `status` (signals, exit status), `summary` (the end of every recording)
-//! and `source_bpf`; `platform` (what is Linux-only, refused elsewhere); `doctor`, to which the recording commands point errors about the
+//! and `source_bpf`, `source_etw`; `platform` (what is Linux-only, refused elsewhere); `doctor`, to which the recording commands point errors about the
 //! machine; the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
 //! over `record`.
 
@@ -29,6 +29,8 @@ pub mod shim;
 mod sink;
 #[cfg(target_os = "linux")]
 mod source_bpf;
+#[cfg(windows)]
+mod source_etw;
 mod status;
 mod summary;
 

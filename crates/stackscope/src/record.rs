@@ -95,16 +95,26 @@ pub(crate) fn run_with(
     summary::finish(recording, &output, ending(&command), write)
 }
 
-/// The sampling source of a system without perf_event and eBPF. The Windows source (ETW)
-/// takes this place: `crate::source_etw::sample(...)`, returning the middle's `Recording`.
-#[cfg(not(target_os = "linux"))]
+/// The sampling source of a system without perf_event and eBPF: ETW on Windows.
+#[cfg(windows)]
+fn sample(
+    args: &RecordArgs,
+    target: Target,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    on_start: impl FnOnce(),
+) -> Result<stackscope_stacks::Recording> {
+    crate::source_etw::sample(args, target, stop, on_start)
+}
+
+/// No sampling source is built for a system that is neither Linux nor Windows.
+#[cfg(not(any(target_os = "linux", windows)))]
 fn sample(
     _: &RecordArgs,
     _: Target,
     _: &std::sync::Arc<std::sync::atomic::AtomicBool>,
     _: impl FnOnce(),
 ) -> Result<stackscope_stacks::Recording> {
-    bail!("no sampling source is built for this system: stackscope samples with perf_event or eBPF, on Linux")
+    bail!("no sampling source is built for this system: stackscope samples with perf_event or eBPF on Linux, ETW on Windows")
 }
 
 /// The launched command's words, for the announcement and the summary.
