@@ -58,7 +58,7 @@ impl fmt::Display for Error {
             ),
             Error::Unavailable { call, code } => write!(
                 f,
-                "ETW kernel tracing is not available on this system ({call} failed with error {code}, not implemented; Wine does not implement it)"
+                "ETW kernel tracing is not available on this system: {call} is not implemented (error {code}), as under Wine"
             ),
             Error::SessionExists => write!(
                 f,

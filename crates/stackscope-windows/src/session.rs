@@ -117,9 +117,11 @@ pub fn record(
     on_start: impl FnOnce(),
 ) -> Result<Recording, Error> {
     process::enable_profile_privilege()?;
-    let _interval = Interval::set(options.frequency)?;
     let (mut running, target) = Running::start(&options.what)?;
     let mut trace = Trace::start()?;
+    // After the session's start, whose TraceSetInformation call is the first that a system
+    // without kernel tracing refuses (Wine lacks TraceQueryInformation, which this reads).
+    let _interval = Interval::set(options.frequency)?;
     let (sender, events) = mpsc::channel();
     trace.consume(sender)?;
     let mut collector = Collector::new(target, process::device_paths());
