@@ -12,14 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use stackscope_profile::Metadata;
+use stackscope_profile::{Metadata, Profile};
 use stackscope_stacks::{Hint, Recording};
 use stackscope_symbols::Symbolizer;
 
 use crate::collect::{Collector, Target};
 use crate::error::Error;
 use process::Attached;
-use trace::{Interval, RawEvent, Trace};
+use trace::{Interval, Losses, RawEvent, Trace};
 
 /// How often the end conditions are looked at.
 const POLL: Duration = Duration::from_millis(50);
@@ -121,7 +121,7 @@ pub fn record(
     let mut trace = Trace::start()?;
     // After the session's start, whose TraceSetInformation call is the first that a system
     // without kernel tracing refuses (Wine lacks TraceQueryInformation, which this reads).
-    let _interval = Interval::set(options.frequency)?;
+    let interval = Interval::set(options.frequency)?;
     let (sender, events) = mpsc::channel();
     trace.consume(sender)?;
     let mut collector = Collector::new(target, process::device_paths());
@@ -149,11 +149,33 @@ pub fn record(
         Running::Launched { child, .. } => process::exited(child),
         _ => None,
     });
+    let elapsed = started.elapsed();
+    let (profile, hints) = profile(collector, &options, interval.hz, losses, elapsed);
+    Ok(Recording {
+        profile,
+        exit_status,
+        interrupted,
+        failure,
+        hints,
+        ..Recording::default()
+    })
+}
+
+/// Names the samples' frames into the profile, with what the session measured, and says
+/// what kept the rate or the samples short.
+fn profile(
+    collector: Collector,
+    options: &Options,
+    timer_hz: Option<f64>,
+    losses: Losses,
+    elapsed: Duration,
+) -> (Profile, Vec<Hint>) {
+    let asked = options.frequency;
     let meta = Metadata {
         source: "etw".to_string(),
         event: "profile timer".to_string(),
-        frequency_hz: Some(u64::from(options.frequency)),
-        duration_secs: started.elapsed().as_secs_f64(),
+        frequency_hz: Some(timer_hz.map_or(u64::from(asked), |hz| hz.round() as u64)),
+        duration_secs: elapsed.as_secs_f64(),
         lost_samples: u64::from(losses.events),
         command: match &options.what {
             What::Launch(command) => command
@@ -165,20 +187,18 @@ pub fn record(
         ..Metadata::default()
     };
     let (profile, _tally, mut hints) = collector.finish(&mut Symbolizer::new(), meta);
+    if let Some(hz) = timer_hz.filter(|&hz| (hz - f64::from(asked)).abs() > 1.0) {
+        hints.push(Hint::Said(format!(
+            "the profile timer ran at {hz:.0} Hz, the rate nearest -F {asked} that the kernel allows"
+        )));
+    }
     if losses.events > 0 || losses.buffers > 0 {
         hints.push(Hint::Said(format!(
             "ETW lost {} events and {} buffers: the consumer fell behind; a lower -F keeps up",
             losses.events, losses.buffers
         )));
     }
-    Ok(Recording {
-        profile,
-        exit_status,
-        interrupted,
-        failure,
-        hints,
-        ..Recording::default()
-    })
+    (profile, hints)
 }
 
 /// Waits for the rundown, so that a launched command runs only once its images are known.

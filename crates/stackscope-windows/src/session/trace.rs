@@ -278,6 +278,9 @@ fn guid_value(g: &GUID) -> u128 {
 /// The system-wide profile timer interval, set for the recording and put back after it.
 pub(super) struct Interval {
     previous: Option<TRACE_PROFILE_INTERVAL>,
+    /// The rate the kernel runs the timer at, read back: it keeps the interval within what
+    /// its timer allows.
+    pub hz: Option<f64>,
 }
 
 impl Interval {
@@ -289,7 +292,8 @@ impl Interval {
             Source: 0,
             Interval: (10_000_000 / hz.max(1)).max(1),
         })?;
-        Ok(Interval { previous })
+        let hz = query_interval().map(|set| 10_000_000.0 / f64::from(set.Interval));
+        Ok(Interval { previous, hz })
     }
 }
 
