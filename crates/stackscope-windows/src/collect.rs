@@ -12,6 +12,7 @@ use stackscope_symbols::Symbolizer;
 
 use crate::event::{decode, is_kernel, Change, Event, Header};
 use crate::images::Images;
+use crate::order::Reorder;
 use crate::paths::DevicePaths;
 use crate::stitch::{Sample, Stitcher};
 
@@ -55,6 +56,7 @@ pub struct Collector {
     /// Which parts of each stack are kept.
     user: bool,
     kernel: bool,
+    order: Reorder,
 }
 
 impl Collector {
@@ -76,7 +78,14 @@ impl Collector {
             counts: Counts::default(),
             user: true,
             kernel: true,
+            order: Reorder::default(),
         }
+    }
+
+    /// Puts events back in the order they were logged, waiting until the newest is `window`
+    /// (in the events' timestamp units) later than an event before taking it in.
+    pub fn reorder_within(&mut self, window: u64) {
+        self.order = Reorder::new(window);
     }
 
     /// Keeps only the user frames, or only the kernel frames, of each stack.
@@ -85,8 +94,14 @@ impl Collector {
         self.kernel = kernel;
     }
 
-    /// Decodes one event and takes it in; an event of another kind is left alone.
-    pub fn record(&mut self, header: &Header, payload: &[u8]) {
+    /// Takes one event in, once its turn comes; an event of another kind is left alone.
+    pub fn record(&mut self, header: Header, payload: Vec<u8>) {
+        let mut order = std::mem::take(&mut self.order);
+        order.push(header, payload, &mut |h, p| self.decoded(h, p));
+        self.order = order;
+    }
+
+    fn decoded(&mut self, header: &Header, payload: &[u8]) {
         match decode(header, payload) {
             Ok(Some(event)) => self.take(event),
             Ok(None) => {}
@@ -217,6 +232,8 @@ impl Collector {
         symbolizer: &mut Symbolizer,
         meta: Metadata,
     ) -> (Profile, Tally, Vec<Hint>) {
+        let mut order = std::mem::take(&mut self.order);
+        order.flush(&mut |h, p| self.decoded(h, p));
         let mut stitched = Vec::new();
         self.stitcher.finish(&mut stitched);
         for sample in stitched {

@@ -12,6 +12,7 @@ pub mod collect;
 mod error;
 pub mod event;
 pub mod images;
+pub mod order;
 pub mod paths;
 pub mod stitch;
 

@@ -27,6 +27,10 @@ const POLL: Duration = Duration::from_millis(50);
 /// How long the session may take to deliver its first event (the rundown).
 const FIRST_EVENT: Duration = Duration::from_secs(10);
 
+/// How late an event may arrive after later ones: each CPU's buffers are delivered at least
+/// once a second (the session's flush timer), so twice that.
+const REORDER_SECS: u64 = 2;
+
 /// What to profile.
 #[derive(Debug, Clone)]
 pub enum What {
@@ -126,6 +130,7 @@ pub fn record(
     trace.consume(sender)?;
     let mut collector = Collector::new(target, process::device_paths());
     collector.keep(options.user, options.kernel);
+    collector.reorder_within(process::ticks_per_second().saturating_mul(REORDER_SECS));
     wait_for_first_event(&events, &mut collector)?;
     if let Running::Launched { child, resumed } = &mut running {
         process::resume(child.id())?;
@@ -143,7 +148,7 @@ pub fn record(
     );
     let losses = trace.stop();
     for event in events.try_iter() {
-        collector.record(&event.header, &event.payload);
+        collector.record(event.header, event.payload);
     }
     let exit_status = exit_status.or_else(|| match &mut running {
         Running::Launched { child, .. } => process::exited(child),
@@ -208,7 +213,7 @@ fn wait_for_first_event(
 ) -> Result<(), Error> {
     match events.recv_timeout(FIRST_EVENT) {
         Ok(event) => {
-            collector.record(&event.header, &event.payload);
+            collector.record(event.header, event.payload);
             Ok(())
         }
         Err(_) => Err(Error::Silent(FIRST_EVENT.as_secs())),
@@ -228,7 +233,7 @@ fn run(
     let mut looked = Instant::now();
     loop {
         match events.recv_timeout(POLL) {
-            Ok(event) => collector.record(&event.header, &event.payload),
+            Ok(event) => collector.record(event.header, event.payload),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
                 return (

@@ -97,7 +97,7 @@ fn stream(collector: &mut Collector) {
         payload::stack_walk(401, 400, 77, 4242, &[0x1234_0000, PROG + 0x2000]),
         payload::process(END, 99, 77, 3, "child.exe", None),
     ];
-    for (header, bytes) in &events {
+    for (header, bytes) in events {
         collector.record(header, bytes);
     }
 }
@@ -148,7 +148,7 @@ fn the_whole_system_counts_every_process_and_a_lost_user_part_is_said() {
         payload::sampled_profile(450, 0, NT + 0x900),
         payload::stack_walk(451, 450, 0, 0, &[NT + 0x900]),
     ] {
-        collector.record(&header, &bytes);
+        collector.record(header, bytes);
     }
     // A sample in the kernel whose thread ends before returning to user mode.
     for (header, bytes) in [
@@ -156,10 +156,10 @@ fn the_whole_system_counts_every_process_and_a_lost_user_part_is_said() {
         payload::stack_walk(501, 500, 88, 888, &[NT + 0x100]),
         payload::thread(END, 88, 888),
     ] {
-        collector.record(&header, &bytes);
+        collector.record(header, bytes);
     }
     let (header, bytes) = payload::image(LOAD, 77, PROG, 0x100, "x.dll");
-    collector.record(&header, &bytes[..12]);
+    collector.record(header, bytes[..12].to_vec());
     let counts = collector.counts();
     assert_eq!(
         (counts.samples, counts.user_missing, counts.undecodable),
@@ -184,7 +184,7 @@ fn without_the_rundown_an_attached_process_has_no_module_names() {
         payload::sampled_profile(100, 4242, PROG + 0x1234),
         payload::stack_walk(101, 100, 77, 4242, &[PROG + 0x1234]),
     ] {
-        collector.record(&header, &bytes);
+        collector.record(header, bytes);
     }
     let (profile, _, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
     let names: Vec<&str> = profile.frames.iter().map(|f| f.name.as_str()).collect();
@@ -218,4 +218,48 @@ fn user_or_kernel_frames_alone_are_kept_when_asked() {
         let folded = folded(&profile);
         assert!(folded.contains_key(expected), "{folded:#?}");
     }
+}
+
+#[test]
+fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order() {
+    let mut collector = Collector::new(
+        Target::Pids {
+            pids: vec![77],
+            children: false,
+        },
+        paths(),
+    );
+    collector.reorder_within(1000);
+    // The rundown, then a sample in the kernel whose user stack (logged on another CPU when
+    // the thread returned to user mode) is delivered first.
+    let mut events = vec![
+        payload::process(DC_START, 77, 12, 0, "myprog.exe", None),
+        payload::image(
+            DC_START,
+            77,
+            PROG,
+            0x2_0000,
+            r"\Device\HarddiskVolume3\src\myprog.exe",
+        ),
+        payload::image(
+            DC_START,
+            0,
+            NT,
+            0x100_0000,
+            r"\SystemRoot\system32\ntoskrnl.exe",
+        ),
+    ];
+    events.push(payload::stack_walk(260, 250, 77, 4242, &[PROG + 0x1500]));
+    events.push(payload::sampled_profile(200, 4242, NT + 0x100));
+    events.push(payload::stack_walk(201, 200, 77, 4242, &[NT + 0x100]));
+    for (header, bytes) in events {
+        collector.record(header, bytes);
+    }
+    let (profile, _, hints) = collector.finish(&mut Symbolizer::new(), Metadata::default());
+    assert!(hints.is_empty(), "{hints:?}");
+    let expected = "myprog.exe;myprog.exe+0x14ff@myprog.exe;ntoskrnl.exe+0x100@ntoskrnl.exe";
+    assert_eq!(
+        folded(&profile),
+        BTreeMap::from([(expected.to_string(), 1)])
+    );
 }

@@ -18,6 +18,7 @@ use windows_sys::Win32::Storage::FileSystem::QueryDosDeviceW;
 use windows_sys::Win32::System::Diagnostics::ToolHelp::{
     CreateToolhelp32Snapshot, Thread32First, Thread32Next, TH32CS_SNAPTHREAD, THREADENTRY32,
 };
+use windows_sys::Win32::System::Performance::QueryPerformanceFrequency;
 use windows_sys::Win32::System::SystemInformation::GetWindowsDirectoryW;
 use windows_sys::Win32::System::Threading::{
     GetCurrentProcess, OpenProcess, OpenProcessToken, OpenThread, ResumeThread,
@@ -197,4 +198,16 @@ pub(super) fn device_paths() -> DevicePaths {
     let len = unsafe { GetWindowsDirectoryW(buf.as_mut_ptr(), buf.len() as u32) } as usize;
     let windows = (len > 0 && len < buf.len()).then(|| String::from_utf16_lossy(&buf[..len]));
     DevicePaths::new(drives, windows)
+}
+
+/// Event time stamps per second: the session stamps events with QueryPerformanceCounter.
+pub(super) fn ticks_per_second() -> u64 {
+    let mut frequency = 0i64;
+    // SAFETY: writes one integer.
+    unsafe { QueryPerformanceFrequency(&mut frequency) };
+    // Windows 10 and later count at 10 MHz.
+    u64::try_from(frequency)
+        .ok()
+        .filter(|&f| f > 0)
+        .unwrap_or(10_000_000)
 }
