@@ -221,11 +221,6 @@ impl Collector {
         self.counts
     }
 
-    /// True once the session has said anything: the rundown comes first.
-    pub fn started(&self) -> bool {
-        self.counts.events > 0
-    }
-
     /// Counts the samples still waiting for their stacks, and names every frame once.
     pub fn finish(
         mut self,

@@ -160,6 +160,8 @@ impl Trace {
             Context: context.cast(),
             ..EVENT_TRACE_LOGFILEW::default()
         };
+        // Raw time stamps: a StackWalk event names its sample by the sample's raw time stamp,
+        // which the header's must match rather than be converted to system time.
         logfile.Anonymous1.ProcessTraceMode = PROCESS_TRACE_MODE_REAL_TIME
             | PROCESS_TRACE_MODE_EVENT_RECORD
             | PROCESS_TRACE_MODE_RAW_TIMESTAMP;
