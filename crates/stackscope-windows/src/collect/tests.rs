@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::event::opcode::{DC_START, END, LOAD, START};
+use crate::event::Header;
 use crate::payload;
 
 const PROG: u64 = 0x7ff7_1000_0000;
@@ -35,10 +36,9 @@ fn folded(profile: &Profile) -> BTreeMap<String, u64> {
     out
 }
 
-fn stream(collector: &mut Collector) {
-    let events = [
-        // The rundown: the attached process, its thread and images, the kernel, and another
-        // process.
+/// The rundown of the attached process: it, its thread and images, and the kernel.
+fn rundown() -> Vec<(Header, Vec<u8>)> {
+    vec![
         payload::process(DC_START, 77, 12, 0, "myprog.exe", Some(1001)),
         payload::thread(DC_START, 77, 4242),
         payload::image(
@@ -62,6 +62,13 @@ fn stream(collector: &mut Collector) {
             0x100_0000,
             r"\SystemRoot\system32\ntoskrnl.exe",
         ),
+    ]
+}
+
+fn stream(collector: &mut Collector) {
+    let mut events = rundown();
+    events.extend([
+        // Another process, in the rundown too.
         payload::process(DC_START, 88, 12, 0, "other.exe", None),
         payload::thread(DC_START, 88, 888),
         // A sample in user code: one stack event.
@@ -96,7 +103,7 @@ fn stream(collector: &mut Collector) {
         payload::sampled_profile(400, 4242, 0x1234_0000),
         payload::stack_walk(401, 400, 77, 4242, &[0x1234_0000, PROG + 0x2000]),
         payload::process(END, 99, 77, 3, "child.exe", None),
-    ];
+    ]);
     for (header, bytes) in events {
         collector.record(header, bytes);
     }
@@ -231,23 +238,7 @@ fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order()
     collector.reorder_within(1000);
     // The rundown, then a sample in the kernel whose user stack (logged on another CPU when
     // the thread returned to user mode) is delivered first.
-    let mut events = vec![
-        payload::process(DC_START, 77, 12, 0, "myprog.exe", None),
-        payload::image(
-            DC_START,
-            77,
-            PROG,
-            0x2_0000,
-            r"\Device\HarddiskVolume3\src\myprog.exe",
-        ),
-        payload::image(
-            DC_START,
-            0,
-            NT,
-            0x100_0000,
-            r"\SystemRoot\system32\ntoskrnl.exe",
-        ),
-    ];
+    let mut events = rundown();
     events.push(payload::stack_walk(260, 250, 77, 4242, &[PROG + 0x1500]));
     events.push(payload::sampled_profile(200, 4242, NT + 0x100));
     events.push(payload::stack_walk(201, 200, 77, 4242, &[NT + 0x100]));
