@@ -62,3 +62,44 @@ impl Images {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn image(pid: u32, base: u64, size: u64) -> Image {
+        Image {
+            pid,
+            base,
+            size,
+            path: String::new(),
+        }
+    }
+
+    #[test]
+    fn an_address_is_found_in_its_process_image_or_the_kernels_module() {
+        let mut images = Images::default();
+        images.load(&image(7, 0x1000, 0x1000), r"C:\a.exe");
+        images.load(&image(7, 0x4000, 0x800), r"C:\b.dll");
+        images.load(&image(0, 0xffff_f800_0000_0000, 0x10_0000), r"C:\nt.exe");
+        let path = |pid, addr| images.find(pid, addr).map(|m| &*m.path);
+        assert_eq!(path(7, 0x1000), Some(r"C:\a.exe"));
+        assert_eq!(path(7, 0x1fff), Some(r"C:\a.exe"));
+        assert_eq!(path(7, 0x2000), None, "one past the image");
+        assert_eq!(path(7, 0x47ff), Some(r"C:\b.dll"));
+        assert_eq!(path(8, 0x1000), None, "another process maps nothing there");
+        assert_eq!(path(8, 0xffff_f800_0000_1234), Some(r"C:\nt.exe"));
+    }
+
+    #[test]
+    fn unloaded_images_and_ended_processes_are_forgotten() {
+        let mut images = Images::default();
+        images.load(&image(7, 0x1000, 0x1000), r"C:\a.exe");
+        images.load(&image(7, 0x4000, 0x800), r"C:\b.dll");
+        images.unload(&image(7, 0x4000, 0x800));
+        assert!(images.find(7, 0x4000).is_none());
+        assert!(images.find(7, 0x1000).is_some());
+        images.process_ended(7);
+        assert!(images.find(7, 0x1000).is_none());
+    }
+}
