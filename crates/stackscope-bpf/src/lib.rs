@@ -12,6 +12,8 @@
 //!
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
 
+#![cfg(target_os = "linux")]
+
 mod error;
 mod layout;
 mod processes;

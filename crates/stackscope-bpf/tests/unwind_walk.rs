@@ -3,6 +3,8 @@
 //! binary without unwind tables (frame pointers there, tables again in libc), and a Rust
 //! recursion deeper than the walker's frame limit. Needs root, BTF and kernel >= 6.4.
 
+#![cfg(target_os = "linux")]
+
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 

@@ -10,6 +10,7 @@ mod registers;
 
 use std::fmt;
 use std::net::TcpStream;
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -126,7 +127,15 @@ impl Client<Box<dyn Stream>> {
                 stream.set_nodelay(true).map_err(connect_err)?;
                 Box::new(stream)
             }
+            #[cfg(unix)]
             Remote::Unix(path) => Box::new(UnixStream::connect(path).map_err(connect_err)?),
+            #[cfg(not(unix))]
+            Remote::Unix(_) => {
+                return Err(connect_err(std::io::Error::new(
+                    std::io::ErrorKind::Unsupported,
+                    "Unix sockets exist only on Unix: give HOST:PORT",
+                )))
+            }
         };
         let mut conn = Connection::new(stream, timeout);
         conn.set_peer(format!("the GDB stub at {remote}"));

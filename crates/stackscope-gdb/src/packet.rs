@@ -9,6 +9,7 @@ mod token;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+#[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ impl Stream for TcpStream {
     }
 }
 
+#[cfg(unix)]
 impl Stream for UnixStream {
     fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         UnixStream::set_read_timeout(self, Some(timeout))

@@ -9,6 +9,8 @@
 //!
 //! It does not format output (that is `stackscope-profile`) nor parse arguments (the CLI).
 
+#![cfg(target_os = "linux")]
+
 mod error;
 pub mod event;
 pub mod maps;

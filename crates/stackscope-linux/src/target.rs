@@ -12,19 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::SampleError;
 
-/// What to sample.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    /// Launch this command (argv[0] looked up in PATH), held before exec until the events are
-    /// open, then followed into every thread and every child it forks or execs (inherit=1).
-    Command(Vec<OsString>),
-    /// Attach to running processes: all their current threads, and (inherit) new threads/children.
-    Pids(Vec<u32>),
-    /// Only these threads (no inherit).
-    Tids(Vec<u32>),
-    /// Every process on the machine.
-    System,
-}
+/// What to sample; the perf source follows a launched command or attached process into
+/// every child it forks or execs (inherit=1), and `Tids` without inherit.
+pub use stackscope_stacks::Target;
 
 /// Thread ids of a process, from `/proc/PID/task`.
 pub fn threads_of(pid: u32) -> io::Result<Vec<u32>> {

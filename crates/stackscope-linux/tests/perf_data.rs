@@ -2,6 +2,8 @@
 //! program that forks, its parent spinning in user code and its child copying from /dev/zero
 //! in the kernel, recorded with DWARF stacks; the reading's progress; damaged files.
 
+#![cfg(target_os = "linux")]
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

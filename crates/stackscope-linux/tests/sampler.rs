@@ -2,6 +2,8 @@
 //! attached to, sampled thread-only and system-wide, and (when run as root) profiled again as
 //! an unprivileged user.
 
+#![cfg(target_os = "linux")]
+
 use std::ffi::OsString;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

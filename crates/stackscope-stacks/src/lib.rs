@@ -3,7 +3,7 @@
 //! a register set and a memory-read closure ([`walk::walk`]), a table of raw stacks
 //! counted as they arrive ([`table::StackTable`]), and the one step that names every unique
 //! address once and builds the [`stackscope_profile::Profile`]; and what every source hands
-//! back ([`Recording`]), with its [`Hint`]s in the source's own terms.
+//! back ([`Recording`]) and what it is told to sample ([`Target`]), with its [`Hint`]s in the source's own terms.
 //!
 //! Sources (perf_event, eBPF, GDB, perf.data) keep only how their samples arrive. This crate
 //! neither talks to a kernel nor formats output.
@@ -13,8 +13,10 @@ mod mapping;
 pub mod module;
 mod recording;
 pub mod table;
+mod target;
 pub mod walk;
 
 pub use hint::Hint;
 pub use mapping::Mapping;
 pub use recording::{ProgramCost, Recording, Rounds, Storage};
+pub use target::Target;

@@ -29,8 +29,10 @@ impl Mapping {
         addr - self.start + self.offset
     }
 
-    /// True for mappings backed by a regular file we can open and read ELF from.
+    /// True for mappings backed by a regular file we can open and read ELF (or, for a
+    /// Windows image, PE) from: an absolute path, `C:\...` for a Windows image.
     pub fn is_file(&self) -> bool {
-        self.path.starts_with('/') && !self.path.starts_with("//anon")
+        let windows = self.path.as_bytes().get(1..3) == Some(b":\\");
+        windows || (self.path.starts_with('/') && !self.path.starts_with("//anon"))
     }
 }

@@ -8,7 +8,6 @@ mod functions;
 use std::fs::File;
 use std::io;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -143,7 +142,7 @@ impl ElfFile {
     /// in place, by installers and linkers, so the mapping keeps showing the file opened.
     pub fn map(file: &File) -> Result<Self, ElfError> {
         let mut magic = [0u8; 4];
-        match file.read_exact_at(&mut magic, 0) {
+        match read_at(file, &mut magic, 0) {
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Err(ElfError::NotElf),
             Err(e) => return Err(ElfError::Io(e)),
             Ok(()) if magic != *MAGIC => return Err(ElfError::NotElf),
@@ -226,6 +225,25 @@ impl ElfFile {
             bytes: &self.bytes,
         })
     }
+}
+
+/// Reads `buf.len()` bytes at `offset` (on Unix, without moving the position callers share).
+#[cfg(unix)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+}
+
+#[cfg(windows)]
+fn read_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    use std::os::windows::fs::FileExt;
+    let mut done = 0;
+    while done < buf.len() {
+        match file.seek_read(&mut buf[done..], offset + done as u64)? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => done += n,
+        }
+    }
+    Ok(())
 }
 
 /// Reads the headers of a file of class `Elf`.

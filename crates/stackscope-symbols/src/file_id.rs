@@ -3,6 +3,7 @@
 
 use std::fs::{File, Metadata};
 use std::io;
+#[cfg(unix)]
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -17,6 +18,7 @@ pub struct FileId {
 }
 
 impl FileId {
+    #[cfg(unix)]
     pub fn of(meta: &Metadata) -> Self {
         FileId {
             dev: meta.dev(),
@@ -24,6 +26,23 @@ impl FileId {
             size: meta.size(),
             mtime: meta.mtime(),
             mtime_nsec: meta.mtime_nsec(),
+        }
+    }
+
+    /// Without stable file indexes in std off Unix, size and modification time alone.
+    #[cfg(not(unix))]
+    pub fn of(meta: &Metadata) -> Self {
+        let since_epoch = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .unwrap_or_default();
+        FileId {
+            dev: 0,
+            ino: 0,
+            size: meta.len(),
+            mtime: since_epoch.as_secs() as i64,
+            mtime_nsec: i64::from(since_epoch.subsec_nanos()),
         }
     }
 

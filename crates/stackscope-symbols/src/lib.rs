@@ -9,6 +9,7 @@
 //! rest of stackscope reads binaries through, as the lowest crate that reads them.
 
 pub mod debug_file;
+#[cfg(not(windows))]
 pub mod debuginfod;
 pub mod elf;
 mod elf_info;

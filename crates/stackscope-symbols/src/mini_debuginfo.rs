@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::elf::ElfFile;
@@ -28,9 +27,7 @@ impl MiniDebugInfo {
         let mut image = Bounded(Vec::new());
         lzma_rs::xz_decompress(&mut &compressed[..], &mut image).ok()?;
         ElfFile::from_bytes(&image.0).ok()?;
-        let mut file = memfd()?;
-        file.write_all(&image.0).ok()?;
-        let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        let (file, path) = in_memory(&image.0)?;
         Some(MiniDebugInfo { _file: file, path })
     }
 
@@ -39,7 +36,24 @@ impl MiniDebugInfo {
     }
 }
 
+/// `image` in an anonymous in-memory file, and the path that opens it.
+#[cfg(target_os = "linux")]
+fn in_memory(image: &[u8]) -> Option<(File, PathBuf)> {
+    use std::os::fd::AsRawFd;
+    let mut file = memfd()?;
+    file.write_all(image).ok()?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    Some((file, path))
+}
+
+/// MiniDebugInfo is a Linux distributions' habit, and anonymous files by path are Linux's.
+#[cfg(not(target_os = "linux"))]
+fn in_memory(_: &[u8]) -> Option<(File, PathBuf)> {
+    None
+}
+
 /// An anonymous file in memory, closed on exec.
+#[cfg(target_os = "linux")]
 fn memfd() -> Option<File> {
     // SAFETY: the name is NUL-terminated; the returned descriptor is ours alone.
     let fd = unsafe { libc::memfd_create(c"stackscope-debugdata".as_ptr(), libc::MFD_CLOEXEC) };

@@ -127,7 +127,11 @@ impl Symbolizer {
     pub fn symbolize_vdso(&mut self, offsets: &[u64]) -> Vec<Vec<SymFrame>> {
         let mut out = vec![Vec::new(); offsets.len()];
         // SAFETY: getauxval only reads the auxiliary vector.
+        #[cfg(target_os = "linux")]
         let base = unsafe { libc::getauxval(libc::AT_SYSINFO_EHDR) };
+        // Only Linux maps a vDSO.
+        #[cfg(not(target_os = "linux"))]
+        let base: u64 = 0;
         if base == 0 {
             return out;
         }

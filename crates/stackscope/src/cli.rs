@@ -7,11 +7,13 @@
 mod diff;
 mod flags;
 mod gdb;
+#[cfg(target_os = "linux")]
 mod profile;
 
 pub use diff::DiffArgs;
 pub use flags::*;
 pub use gdb::GdbArgs;
+#[cfg(target_os = "linux")]
 pub use profile::ProfileArgs;
 
 use std::ffi::OsString;
@@ -78,19 +80,32 @@ pub enum Command {
         debug files, STACKSCOPE_DEBUG_FILE_DIRECTORY, MODULE+0xADDRESS).")]
     Report(ReportArgs),
     /// bcc `profile`: its command line and output, with whole user stacks (eBPF).
+    #[cfg(target_os = "linux")]
     Profile(ProfileArgs),
+    /// bcc `profile` with whole user stacks: Linux-only (eBPF).
+    #[cfg(not(target_os = "linux"))]
+    Profile(LinuxOnlyArgs),
     /// Sample a guest kernel (QEMU) or a program under gdbserver over the GDB remote protocol.
     Gdb(GdbArgs),
     /// A differential flamegraph of two profiles.
     Diff(DiffArgs),
     /// Check what recording needs on this machine (and, given one, what a program offers for
-    /// unwinding); each check says ok, warn or fail and its fix.
+    /// unwinding); each check says ok, warn or fail and its fix. Linux-only.
     #[command(after_help = "Examples:\n  \
         stackscope doctor\n  \
         stackscope doctor -- ./target/release/myprog\n\n\
         Exits 1 when something recording needs fails (sampling cannot start, or the program \
         cannot be profiled by this user), else 0; warnings name what works only in part.")]
     Doctor(DoctorArgs),
+}
+
+/// A Linux-only command's arguments on other systems: taken whole, so that the command is
+/// refused by name, not by its first flag.
+#[cfg(not(target_os = "linux"))]
+#[derive(Args)]
+pub struct LinuxOnlyArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub args: Vec<OsString>,
 }
 
 #[derive(Args)]

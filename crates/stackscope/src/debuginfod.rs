@@ -5,7 +5,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use stackscope_symbols::debug_file::{set_process_fetcher, FetchDebugFile};
+use stackscope_symbols::debug_file::set_process_fetcher;
+#[cfg(not(windows))]
+use stackscope_symbols::debug_file::FetchDebugFile;
+#[cfg(not(windows))]
 use stackscope_symbols::debuginfod::Debuginfod;
 
 use crate::cli::DebuginfodArg;
@@ -13,6 +16,7 @@ use crate::cli::DebuginfodArg;
 /// Fetches from the servers `DEBUGINFOD_URLS` names, unless `--no-debuginfod` says not to;
 /// a Ctrl-C that sets `stop` while fetching stops it, so that the profile is written at once
 /// with the names it has.
+#[cfg(not(windows))]
 pub(crate) fn install(arg: &DebuginfodArg, stop: Option<&Arc<AtomicBool>>) {
     let fetcher = if arg.no_debuginfod {
         None
@@ -26,4 +30,10 @@ pub(crate) fn install(arg: &DebuginfodArg, stop: Option<&Arc<AtomicBool>>) {
         })
     };
     set_process_fetcher(fetcher);
+}
+
+/// Windows binaries name their frames from PDBs, not from debuginfod's ELF debug files.
+#[cfg(windows)]
+pub(crate) fn install(_: &DebuginfodArg, _: Option<&Arc<AtomicBool>>) {
+    set_process_fetcher(None);
 }

@@ -6,15 +6,20 @@
 //! file; one that starts like no known format is refused after its first bytes.
 
 use std::fs::File;
-use std::io::{BufReader, IsTerminal, Read, Seek, SeekFrom};
+use std::io::Read;
+#[cfg(target_os = "linux")]
+use std::io::{BufReader, IsTerminal, Seek, SeekFrom};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
+#[cfg(target_os = "linux")]
 use indicatif::{ProgressBar, ProgressStyle};
+#[cfg(target_os = "linux")]
 use stackscope_linux::perf_data::{self, Progress};
 use stackscope_profile::{format, Profile};
 
 /// perf.data files at least this big get a progress bar (when stderr is a terminal).
+#[cfg(target_os = "linux")]
 const PROGRESS_MIN_BYTES: u64 = 32 << 20;
 
 /// Reads the profile in `path`, detecting its format from the content, and refuses one with no
@@ -27,15 +32,20 @@ pub fn read_profile(path: &Path) -> Result<Profile> {
         .take(format::START_BYTES as u64)
         .read_to_end(&mut head)
         .with_context(cannot_read)?;
-    let profile = if perf_data::is_perf_data(&head) {
-        read_perf_data(file, &head, path)?
-    } else {
-        let not_profile = || format!("{} is not a profile stackscope can read", path.display());
-        format::check_start(&head).with_context(not_profile)?;
-        let mut bytes = head;
-        file.read_to_end(&mut bytes).with_context(cannot_read)?;
-        format::read(&bytes).with_context(not_profile)?
-    };
+    // perf.data is read by the Linux source's reader (and its zstd), built on Linux only.
+    #[cfg(target_os = "linux")]
+    if perf_data::is_perf_data(&head) {
+        return with_samples(read_perf_data(file, &head, path)?, path);
+    }
+    let not_profile = || format!("{} is not a profile stackscope can read", path.display());
+    format::check_start(&head).with_context(not_profile)?;
+    let mut bytes = head;
+    file.read_to_end(&mut bytes).with_context(cannot_read)?;
+    with_samples(format::read(&bytes).with_context(not_profile)?, path)
+}
+
+/// Refuses a profile with no samples: there would be nothing to show.
+fn with_samples(profile: Profile, path: &Path) -> Result<Profile> {
     if profile.samples.is_empty() {
         bail!("{} holds no samples: nothing to report", path.display());
     }
@@ -44,6 +54,7 @@ pub fn read_profile(path: &Path) -> Result<Profile> {
 
 /// Reads a perf.data file whose first bytes, `head`, were read from `file` already. The format
 /// is read out of order: a pipe's bytes are first copied to an unnamed temporary file.
+#[cfg(target_os = "linux")]
 fn read_perf_data(mut file: File, head: &[u8], path: &Path) -> Result<Profile> {
     let cannot_read = || format!("cannot read {}", path.display());
     let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());

@@ -3,13 +3,18 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+#[cfg(target_os = "linux")]
 use stackscope_bpf::{BpfConfig, Rate, DEFAULT_MAX_FRAMES};
+#[cfg(target_os = "linux")]
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
+#[cfg(target_os = "linux")]
 use stackscope_linux::sampler::{SamplerConfig, StackMode};
-use stackscope_linux::target::Target;
 use stackscope_profile::Profile;
+use stackscope_stacks::Target;
 
-use crate::cli::{BackendArg, RecordArgs, UnwindArg, RECORD_FREQUENCY, STACK_SIZE};
+use crate::cli::RecordArgs;
+#[cfg(target_os = "linux")]
+use crate::cli::{BackendArg, UnwindArg, RECORD_FREQUENCY, STACK_SIZE};
 use crate::output::{Fallback, Output};
 use crate::status::stop_on_signals;
 use crate::summary::{self, Ending};
@@ -20,17 +25,14 @@ pub fn run(args: RecordArgs) -> Result<i32> {
 
 /// `record` with another last step: `write` saves the profile where `output` says (checked
 /// writable before sampling began). The drop-in shims use it to trim stacks before writing.
+#[cfg(target_os = "linux")]
 pub(crate) fn run_with(
     args: RecordArgs,
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     let target = target(&args)?;
     let config = sampler_config(&args)?;
-    let command: Vec<String> = args
-        .command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
     let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
     output.check_writable()?;
@@ -65,13 +67,73 @@ pub(crate) fn run_with(
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
-    let ending = Ending {
-        command: &command,
-        why_empty: " (the target ran for less than one sampling period, or slept the whole time)",
-    };
-    summary::finish(recording, &output, ending, write)
+    summary::finish(recording, &output, ending(&command), write)
 }
 
+/// `record` where neither perf_event nor eBPF exists: the same target, output and ending,
+/// with this system's source in the middle.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn run_with(
+    args: RecordArgs,
+    write: impl FnOnce(&Output, &Profile) -> Result<()>,
+) -> Result<i32> {
+    crate::platform::refuse_linux_flags(&args)?;
+    let target = target(&args)?;
+    let command = command_line(&args);
+    let what = describe(&target, &command, None);
+    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
+    output.check_writable()?;
+
+    let stop = stop_on_signals()?;
+    crate::debuginfod::install(&args.debuginfod, Some(&stop));
+    let announcement = format!(
+        "stackscope: sampling {what} {}",
+        until(&target, args.duration.duration)
+    );
+    let announce = || eprintln!("{announcement}");
+    let recording = sample(&args, target, &stop, announce)?;
+    summary::finish(recording, &output, ending(&command), write)
+}
+
+/// The sampling source of a system without perf_event and eBPF: ETW on Windows.
+#[cfg(windows)]
+fn sample(
+    args: &RecordArgs,
+    target: Target,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    on_start: impl FnOnce(),
+) -> Result<stackscope_stacks::Recording> {
+    crate::source_etw::sample(args, target, stop, on_start)
+}
+
+/// No sampling source is built for a system that is neither Linux nor Windows.
+#[cfg(not(any(target_os = "linux", windows)))]
+fn sample(
+    _: &RecordArgs,
+    _: Target,
+    _: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _: impl FnOnce(),
+) -> Result<stackscope_stacks::Recording> {
+    bail!("no sampling source is built for this system: stackscope samples with perf_event or eBPF on Linux, ETW on Windows")
+}
+
+/// The launched command's words, for the announcement and the summary.
+fn command_line(args: &RecordArgs) -> Vec<String> {
+    args.command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// How `record`'s summary speaks of the launched command and of an empty profile.
+fn ending(command: &[String]) -> Ending<'_> {
+    Ending {
+        command,
+        why_empty: " (the target ran for less than one sampling period, or slept the whole time)",
+    }
+}
+
+#[cfg(target_os = "linux")]
 /// `record --backend bpf`: the eBPF source with record's target, rate and stack choices, bcc
 /// profile's storage sizes, and the program's cost measured.
 fn bpf_config(
@@ -97,6 +159,7 @@ fn bpf_config(
     }
 }
 
+#[cfg(target_os = "linux")]
 /// What to sample and how, from the flags, refusing combinations that cannot be honoured.
 fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
     let cpu =
@@ -168,6 +231,7 @@ fn describe(target: &Target, command: &[String], cpu: Option<u32>) -> String {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn rate(config: &SamplerConfig) -> String {
     match (config.frequency, config.period) {
         (Some(hz), _) => format!("{hz} Hz"),

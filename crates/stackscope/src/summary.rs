@@ -2,9 +2,10 @@
 //! source measured, how the launched command ended, the summary, and the profile written
 //! where asked.
 
-use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 
 use anyhow::Result;
+#[cfg(target_os = "linux")]
 use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
 use stackscope_profile::format;
 use stackscope_profile::Profile;
@@ -34,9 +35,9 @@ pub(crate) fn finish(
     say_figures(&recording);
     let exit_code = recording.exit_status.map(|status| match status.code() {
         Some(code) => code,
-        None => 128 + status.signal().unwrap_or(0),
+        None => 128 + killed_by(status).unwrap_or(0),
     });
-    if let Some(signal) = recording.exit_status.and_then(|s| s.signal()) {
+    if let Some(signal) = recording.exit_status.and_then(killed_by) {
         eprintln!(
             "stackscope: {} was killed by signal {signal}",
             ending
@@ -63,6 +64,18 @@ pub(crate) fn finish(
     Ok(exit_code.unwrap_or(0))
 }
 
+/// The signal that ended a command, as a shell's `128 + N` counts it.
+#[cfg(unix)]
+fn killed_by(status: ExitStatus) -> Option<i32> {
+    std::os::unix::process::ExitStatusExt::signal(&status)
+}
+
+/// Windows has no signals: every ending has an exit code.
+#[cfg(not(unix))]
+fn killed_by(_: ExitStatus) -> Option<i32> {
+    None
+}
+
 /// Says why sampling stopped before its time, when it did.
 pub(crate) fn say_failure(recording: &Recording) {
     if let Some(e) = &recording.failure {
@@ -75,6 +88,8 @@ fn say_figures(recording: &Recording) {
     if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
         eprintln!("{}", describe_cost(cost));
     }
+    // Only the eBPF source (Linux) stores stacks in the kernel.
+    #[cfg(target_os = "linux")]
     if let Some(storage) = &recording.storage {
         // record has no storage flags: say what was lost in its own words.
         let missed = storage.missed_stacks;

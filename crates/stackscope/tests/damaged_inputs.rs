@@ -3,6 +3,8 @@
 //! files recorded here by `perf record` with one record damaged, a FIFO, a pipe, `/dev/zero`,
 //! and folded stacks whose counts approach 2^64, written in every format.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::io::Write;

@@ -5,6 +5,8 @@
 //! servers that cannot be reached cost the timeout once, are named in one warning each, and
 //! the profile is written all the same.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::ffi::OsStr;

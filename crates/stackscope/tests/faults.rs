@@ -2,6 +2,8 @@
 //! report input, a target that crashes, Ctrl-C, and an unprivileged user asking for the
 //! whole system. Each error is one `stackscope: error:` line on stderr and exit code 1.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

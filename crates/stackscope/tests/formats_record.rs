@@ -3,6 +3,8 @@
 //! `report profile.json` into speedscope, Firefox Profiler and OSDK JSON, the last read back
 //! by `report` itself.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

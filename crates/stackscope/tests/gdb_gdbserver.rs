@@ -5,6 +5,8 @@
 //! address must come from the stub; gdbserver holds it at its first instruction, so it must be
 //! continued.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};

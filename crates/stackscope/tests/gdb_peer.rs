@@ -4,6 +4,8 @@
 //! end within its stated bounds (the reply timeout, the recording's duration) with a clear
 //! error, and write what it sampled before.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::io::{self, Read, Write};

@@ -6,6 +6,8 @@
 //! with frame pointers and no unwind tables, and without frame pointers with `.eh_frame`, so
 //! each unwinding method is the only one that works on one of the builds.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 mod qemu;
 

@@ -9,6 +9,8 @@
 //! works on one of the builds. Beside them: the ELF file of another architecture than the
 //! stub's, and a stub that ignores interrupts.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 mod qemu;
 

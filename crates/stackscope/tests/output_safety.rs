@@ -3,6 +3,8 @@
 //! no temporary, and an output that cannot be written is refused before any sampling, by every
 //! command that records.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

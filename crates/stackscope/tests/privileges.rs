@@ -2,6 +2,8 @@
 //! unprivileged user, a setuid program the kernel will not let that user profile, and errors
 //! about permissions that point to `doctor`.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! a usage error and exit code 2, as argparse does) and ids that name nothing (one line, exit
 //! code 1), before sampling anything.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

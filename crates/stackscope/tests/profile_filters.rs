@@ -2,6 +2,8 @@
 //! busy processes run, and, when the kernel's stack storage overflows, bcc's markers and
 //! warning with a count that matches what is shown.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! user-only (-U), the user/kernel delimiter (-d) and kernel annotations (-a) in folded and
 //! text output, the banner, and Ctrl-C ending a run that has no duration.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

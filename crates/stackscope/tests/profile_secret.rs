@@ -12,6 +12,8 @@
 //! arrives through the mmapped ring buffer, which no system call shows, so a trace of it
 //! proves nothing either way.)
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! each checked against the split the program measured over the attach window. And
 //! `record --backend bpf` and `record` each give the split their own run measured.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

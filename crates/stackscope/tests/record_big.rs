@@ -5,6 +5,8 @@
 //! entry, and the summary must call complete exactly the stacks whose outermost frame is an
 //! entry, as read back from the written profile.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::fmt::Write as _;

@@ -3,6 +3,8 @@
 //! dlclose well before the end, with each backend; and with the eBPF backend across the
 //! whole system (-a), the same program, which exits before the recording ends.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

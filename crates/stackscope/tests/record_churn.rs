@@ -2,6 +2,8 @@
 //! named and unwound from the kernel's own records, and the samples caught inside execve are
 //! neither "truncated" nor blamed on the stack copy size.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

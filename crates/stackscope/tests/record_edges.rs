@@ -2,6 +2,8 @@
 //! perf map, targets that go away mid-run (an attached process exiting, a launched command
 //! killed), and an output path that cannot be written.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! split is checked against that), and an `#[inline(always)]` helper that must show up as an
 //! inlined, demangled frame.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -3,6 +3,8 @@
 //! splits its time): the sampled split against the measured one, whole stacks, every output
 //! format and the report round trip.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

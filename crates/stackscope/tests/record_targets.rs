@@ -3,6 +3,8 @@
 //! Ground truth from perf 6.1 on the same programs: threads 33/67 by tid, forker 1/3 per
 //! process, lib_hot_function (libhot.so) in 99.9% of dlopen_main's samples.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -4,6 +4,8 @@
 //! several events in one file, a system-wide recording, an optimised Rust program whose
 //! inlined helper must come out as an inlined frame, and damaged files.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::path::{Path, PathBuf};

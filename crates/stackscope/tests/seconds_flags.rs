@@ -2,6 +2,8 @@
 //! negative, zero where zero means nothing, more than a year) with one clear line, before
 //! anything runs, and never panics.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -2,6 +2,8 @@
 //! that read the real tools' output (inferno's perf and dtrace collapsers, cargo-flamegraph
 //! itself), and `stackscope diff` on real recordings.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

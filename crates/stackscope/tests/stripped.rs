@@ -3,6 +3,8 @@
 //! stripped library whose static functions no source names, which come out as two
 //! `module+address` frames in every output and in `report perf.data`.
 
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use common::*;

@@ -238,10 +238,11 @@ fn address_name(module: &str, address: u64) -> String {
     format!("{module}+{address:#x}")
 }
 
-/// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`; for a copy
+/// The last path component: `libc.so.6` for `/usr/lib/x86_64-linux-gnu/libc.so.6`, `ntdll.dll`
+/// for `C:\Windows\System32\ntdll.dll`; for a copy
 /// in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`), the original file's name.
 pub(super) fn file_name(path: &str) -> String {
-    let mut parts = path.rsplit('/');
+    let mut parts = path.rsplit(['/', '\\']);
     let last = parts.next().unwrap_or(path);
     if last == "elf" && path.contains("/.debug/") {
         let id = parts.next().unwrap_or("");
@@ -269,6 +270,7 @@ mod tests {
             "prog"
         );
         assert_eq!(file_name("/opt/tools/elf"), "elf");
+        assert_eq!(file_name(r"C:\Windows\System32\ntdll.dll"), "ntdll.dll");
     }
 
     #[test]

@@ -8,7 +8,20 @@
 //! go on to draw the flamegraph, where an exit code would read as a failure.
 
 pub mod dtrace;
+#[cfg(target_os = "linux")]
 pub mod perf;
+
+/// `perf` is Linux's: elsewhere its stand-in refuses in one line and points to the one that fits.
+#[cfg(not(target_os = "linux"))]
+pub mod perf {
+    /// Refuses to run, naming `stackscope-dtrace` instead.
+    pub fn main() -> ! {
+        crate::status::exit(Err(anyhow::anyhow!(
+            "stackscope-perf stands in for Linux's perf and is Linux-only; cargo flamegraph on \
+             this system runs dtrace: DTRACE=stackscope-dtrace"
+        )))
+    }
+}
 
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicUsize, Ordering};
