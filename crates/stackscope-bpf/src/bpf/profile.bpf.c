@@ -354,6 +354,26 @@ int on_sample(struct bpf_perf_event_data *ctx)
 	return 0;
 }
 
+/* The probes. Uprobes, uretprobes, USDT probes, kprobes and kretprobes all run this one
+ * program; the loader gives each attachment its event index as the attach cookie. A uprobe
+ * stops the task in user mode, so its registers are the user's; a uretprobe's are those just
+ * after the return (its stack is the caller's); a kprobe's are the kernel's, so the user stack
+ * is unwound from the registers saved at kernel entry. A USDT probe is a uprobe at the
+ * probe's address (with its semaphore counted up while attached). */
+SEC("kprobe")
+int on_probe(struct pt_regs *ctx)
+{
+	count_current(ctx, ctx, bpf_get_attach_cookie(ctx), 1);
+	return 0;
+}
+
+SEC("tracepoint")
+int on_tracepoint(void *ctx)
+{
+	count_current(ctx, NULL, bpf_get_attach_cookie(ctx), 1);
+	return 0;
+}
+
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 {

@@ -68,7 +68,11 @@ impl StackTable {
                         FrameKind::Kernel => in_exec |= is_exec(&frame.name),
                         _ => {}
                     }
-                    rooted.get_or_insert_with(|| is_entry(frame));
+                    // Judged by the outermost code frame: a source may root a stack in a
+                    // marker naming what counted it.
+                    if frame.kind != FrameKind::Marker {
+                        rooted.get_or_insert_with(|| is_entry(frame));
+                    }
                     chain.push(id);
                 }
             }
