@@ -105,6 +105,15 @@ fn malloc_uprobe_counts_each_call_site_exactly() {
         "the announcement names the probe: {}",
         run.stderr
     );
+    let summary = format!(
+        "{} samples of uprobe:libc:malloc in ",
+        profile.total_samples()
+    );
+    assert!(
+        run.stderr.contains(&summary),
+        "the summary names the event: {}",
+        run.stderr
+    );
     // The flamegraph names the event too.
     let svg = dir.path().join("allocs.svg");
     let report = stackscope(
@@ -185,6 +194,9 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
         format!("{uret}, {write}, {usdt}"),
         "the metadata names every event"
     );
+    // The event's root frame does not hide that each stack is whole.
+    let unwind = &profile.meta.unwind;
+    assert_eq!(unwind.complete, unwind.user_stacks, "{}", run.stderr);
 }
 
 /// Whether this kernel can make kprobes (a kernel built without CONFIG_KPROBES cannot).

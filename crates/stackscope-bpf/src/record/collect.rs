@@ -141,7 +141,7 @@ fn count_stacks(
             }
         }
         if let Some(marker) = markers.get(key.event as usize) {
-            frames.push(RawFrame::Marker(marker));
+            frames.push(RawFrame::Event(marker));
         }
         table.add_count(key.pid, key.tid, 0, &frames, end, *count);
     }
