@@ -313,7 +313,13 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
         true => "cpu-clock".to_string(),
         false => plan.counted().collect::<Vec<_>>().join(", "),
     };
-    let timer = |rate| plan.timer.then_some(rate).flatten();
+    // A rate says what one count stands for: only when every count is a timer sample (pprof
+    // turns counts into time by it).
+    let timer = |rate| {
+        (plan.timer && plan.probes.is_empty())
+            .then_some(rate)
+            .flatten()
+    };
     Metadata {
         source: "ebpf".into(),
         event,
