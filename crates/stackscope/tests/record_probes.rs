@@ -6,7 +6,9 @@ mod common;
 
 use common::*;
 use stackscope_profile::{FrameKind, Profile};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 
 fn probes_program(dir: &Path) -> PathBuf {
     let source = std::fs::read_to_string(workloads_src().join("probes.c")).expect("probes.c");
@@ -197,6 +199,64 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
     // The event's root frame does not hide that each stack is whole.
     let unwind = &profile.meta.unwind;
     assert_eq!(unwind.complete, unwind.user_stacks, "{}", run.stderr);
+}
+
+/// Starts `probes loop` and waits (bounded) until it says it runs.
+fn looping(prog: &Path) -> Child {
+    let mut child = Command::new(prog)
+        .arg("loop")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start probes loop");
+    let mut line = String::new();
+    let stdout = child.stdout.take().expect("piped");
+    // read_line returns at the first line or when the program ends: no wait on speed.
+    BufReader::new(stdout).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "looping", "probes loop did not start");
+    child
+}
+
+#[test]
+fn uprobe_goes_into_the_target_process_only() {
+    let dir = tempdir();
+    let prog = probes_program(dir.path());
+    let mut target = looping(&prog);
+    let mut bystander = looping(&prog);
+    let pid = target.id().to_string();
+    let out = dir.path().join("profile.json");
+    let run = record(
+        dir.path(),
+        &out,
+        &["-e", "uprobe:libc:malloc", "-p", &pid, "-d", "1"],
+        &[],
+    );
+    for child in [&mut target, &mut bystander] {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    run.assert_ok();
+    let profile = read_json(&out);
+    let top = top_stacks(&profile, 5);
+    assert!(profile.total_samples() > 0, "no hits:\n{}", run.stderr);
+    assert!(
+        profile.threads.iter().all(|t| t.pid == target.id()),
+        "hits of another process:\n{top}"
+    );
+    let at_site = hits(&profile, |frames| {
+        user_names(frames)
+            .windows(2)
+            .any(|w| w == ["main", "alloc_site_a"])
+    });
+    assert_eq!(at_site, profile.total_samples(), "{top}");
+    // The probe program ran only for the target's calls: the bystander, calling the same
+    // malloc as fast, never hit it (its runs would outnumber the counts).
+    let runs: u64 = run
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("in-kernel sampling: "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no program cost: {}", run.stderr));
+    assert_eq!(runs, profile.total_samples(), "{}", run.stderr);
 }
 
 /// Whether this kernel can make kprobes (a kernel built without CONFIG_KPROBES cannot).

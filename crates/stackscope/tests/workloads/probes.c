@@ -1,11 +1,14 @@
 /* The probes workload: calls malloc from two sites, parses numbers, opens and writes files
  * and fires a USDT probe, each a number of times given on the command line, then prints what
  * it did so the test compares the profile with the program's own account.
- * usage: probes SITE_A SITE_B PARSES OPENS WRITES TICKS */
+ * usage: probes SITE_A SITE_B PARSES OPENS WRITES TICKS
+ *        probes loop   (calls malloc from alloc_site_a until killed, at most 60 s) */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/sdt.h>
+#include <time.h>
 #include <unistd.h>
 
 void *volatile sink;
@@ -63,6 +66,15 @@ int main(int argc, char **argv)
 	long n[6];
 	int fd;
 
+	if (argc == 2 && strcmp(argv[1], "loop") == 0) {
+		time_t end = time(NULL) + 60;
+
+		printf("looping\n");
+		fflush(stdout);
+		while (time(NULL) < end)
+			alloc_site_a(32);
+		return 0;
+	}
 	if (argc != 7) {
 		fprintf(stderr, "usage: probes SITE_A SITE_B PARSES OPENS WRITES TICKS\n");
 		return 2;
