@@ -116,23 +116,15 @@ fn malloc_uprobe_counts_each_call_site_exactly() {
         "the summary names the event: {}",
         run.stderr
     );
-    // The flamegraph names the event too.
+    // The flamegraph names the event in its title (and its subtitle).
     let svg = dir.path().join("allocs.svg");
-    let report = stackscope(
-        dir.path(),
-        [
-            os("report"),
-            dir.path().join("profile.json").as_os_str(),
-            os("-o"),
-            svg.as_os_str(),
-        ],
-    );
-    report.assert_ok();
+    record(dir.path(), &svg, &["-e", "uprobe:libc:malloc"], &command).assert_ok();
     let svg = std::fs::read_to_string(&svg).expect("svg written");
-    assert!(
-        svg.contains("uprobe:libc:malloc"),
-        "the SVG names the event"
+    let title = format!(
+        "stackscope: {} {a} {b} 0 0 0 0 (uprobe:libc:malloc)",
+        prog.display()
     );
+    assert!(svg.contains(&title), "no title {title:?} in the SVG");
 }
 
 #[test]
