@@ -142,7 +142,8 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
     let uret = format!("uretprobe:{prog_s}:parse_number");
     let write = "tracepoint:syscalls:sys_enter_write";
     let usdt = format!("usdt:{prog_s}:stackscope_test:tick");
-    let options = ["-e", &uret, "-e", write, "-e", &usdt];
+    let guarded = format!("usdt:{prog_s}:stackscope_test:guarded");
+    let options = ["-e", &uret, "-e", write, "-e", &usdt, "-e", &guarded];
     let (run, profile) = record_json(dir.path(), &options, &command);
     let account = account(&run.stdout);
     let top = top_stacks(&profile, 8);
@@ -156,7 +157,7 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
     };
     let all = |event: &str| under(event, &|_| true);
     assert_eq!(
-        all(&uret) + all(write) + all(&usdt),
+        all(&uret) + all(write) + all(&usdt) + all(&guarded),
         profile.total_samples(),
         "every stack is rooted in its event:\n{top}"
     );
@@ -183,9 +184,17 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
         said(&account, "ticks"),
         "ticks of the USDT probe:\n{top}"
     );
+    // A probe behind a semaphore fires only while the semaphore is up: stackscope raised it
+    // from before the program ran, so every pass fired and was counted.
+    assert_eq!(said(&account, "guarded"), ticks, "the semaphore was not up");
+    let guarded_seen = under(&guarded, &|user| user.ends_with(&["main", "guarded_tick"]));
+    assert_eq!(
+        guarded_seen, ticks,
+        "hits of the guarded USDT probe:\n{top}"
+    );
     assert_eq!(
         profile.meta.event,
-        format!("{uret}, {write}, {usdt}"),
+        format!("{uret}, {write}, {usdt}, {guarded}"),
         "the metadata names every event"
     );
     // The event's root frame does not hide that each stack is whole.
