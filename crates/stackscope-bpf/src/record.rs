@@ -138,12 +138,7 @@ pub fn record(
         true => Sampling::start(&skel, &cpus, config.rate)?,
         false => Sampling::none(),
     };
-    let mut probes = Probes::attach(
-        &skel,
-        &plan.probes,
-        &plan.names[1..],
-        &probed_pids(&config.target, child.as_ref()),
-    )?;
+    let mut probes = Probes::attach(&skel, &plan, &probed_pids(&config.target, child.as_ref()))?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
     if let Some(child) = child.as_mut() {

@@ -3,7 +3,7 @@
 
 use libbpf_rs::{KprobeOpts, Link, TracepointCategory, TracepointOpts, UprobeOpts};
 
-use super::Resolved;
+use super::{Plan, Resolved};
 use crate::error::BpfError;
 use crate::program::ProfileSkel;
 
@@ -13,18 +13,14 @@ pub(crate) struct Probes {
 }
 
 impl Probes {
-    /// Attaches `probes[i]` as event `i + 1` (0 is the timer), each named by `names[i]` in
-    /// errors. Uprobes and USDT probes go into the processes `pids` only (-1: every process
+    /// Attaches the plan's probes, each as its event index (0 is the timer), named in errors
+    /// as written. Uprobes and USDT probes go into the processes `pids` only (-1: every process
     /// mapping the file), so other processes calling the same library do not pay for them;
     /// kprobes and tracepoints see every task and the program's filter keeps the target's.
-    pub fn attach(
-        skel: &ProfileSkel<'_>,
-        probes: &[Resolved],
-        names: &[String],
-        pids: &[i32],
-    ) -> Result<Probes, BpfError> {
+    pub fn attach(skel: &ProfileSkel<'_>, plan: &Plan, pids: &[i32]) -> Result<Probes, BpfError> {
         let mut links = Vec::new();
-        for (i, (probe, name)) in probes.iter().zip(names).enumerate() {
+        // names[0] is the timer's.
+        for (i, (probe, name)) in plan.probes.iter().zip(&plan.names[1..]).enumerate() {
             let cookie = i as u64 + 1;
             let failed = |e: libbpf_rs::Error| attach_error(name, e);
             match probe {
