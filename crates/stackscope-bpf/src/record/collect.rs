@@ -69,8 +69,8 @@ struct Counted {
     collisions: bool,
 }
 
-/// Each event's root frame by its index, with several events (none with one). The names live
-/// as long as the program: a stack table's markers are static, and a run has a few events.
+/// Each event's root frame by its index, with several events (none with one). Leaked: the
+/// stack table names markers by `&'static str`, and a run counts a few events.
 fn event_markers(plan: &Plan) -> Vec<&'static str> {
     if !plan.marks_events() {
         return Vec::new();
