@@ -24,6 +24,8 @@ test_packages=(
     libssl3                    # libcrypto's hand-written unwind rules, exercised by the BPF walker tests
     binutils xz-utils          # stripped test programs: strip, objcopy, nm, and xz for MiniDebugInfo
     debuginfod elfutils        # a real debuginfod server that the debug-info fetching tests read from
+    systemtap-sdt-dev          # sys/sdt.h: the USDT probe of the probes workload (record --event usdt:...)
+    bpftrace                   # the peer benches/probe_malloc.sh compares a malloc uprobe against
 )
 
 mode=${1:-test}
@@ -44,6 +46,14 @@ fi
 
 if [ "$mode" = build ]; then
     exit 0
+fi
+
+# Tracepoints are found (and attached, by libbpf) through tracefs; some kernels boot without
+# it mounted. The probe tests count at a syscall tracepoint.
+if [ "$(id -u)" -eq 0 ] && [ ! -e /sys/kernel/tracing/available_events ] &&
+    [ ! -e /sys/kernel/debug/tracing/available_events ]; then
+    mount -t tracefs nodev /sys/kernel/tracing ||
+        echo "warning: could not mount tracefs: the tracepoint probe test will fail" >&2
 fi
 
 # cargo-flamegraph, driven with PERF=stackscope-perf by the shim tests.

@@ -15,6 +15,9 @@ pub enum BpfError {
     NoBtf,
     #[error("the kernel's verifier rejected BPF program {program} (kernel 6.4 or newer is needed for its loops): {log}")]
     Verifier { program: String, log: String },
+    /// A probe that cannot attach, with the near matches of what it names.
+    #[error("{0}")]
+    Probe(String),
     #[error("cannot {what}: {detail}")]
     Bpf { what: String, detail: String },
     #[error("{what}: {source}")]

@@ -37,6 +37,9 @@ pub(crate) struct CountKey {
     pub tid: u32,
     pub user_stack_id: i64,
     pub kernel_stack_id: i32,
+    /// Which event counted the stack: 0 (`EVENT_INDEX_TIMER`) for the cpu-clock samples, else
+    /// the loader's index of a probe.
+    pub event: u32,
     pub comm: String,
 }
 
@@ -57,6 +60,7 @@ impl CountKey {
             tid: u32_at(b, 4)?,
             user_stack_id: u64_at(b, 8)? as i64,
             kernel_stack_id: u32_at(b, 16)? as i32,
+            event: u32_at(b, 20)?,
             comm: String::from_utf8_lossy(&comm[..len]).into_owned(),
         })
     }
@@ -133,13 +137,14 @@ mod tests {
         key.extend(8u32.to_ne_bytes());
         key.extend((-14i64).to_ne_bytes());
         key.extend(3i32.to_ne_bytes());
-        key.extend(0u32.to_ne_bytes());
+        key.extend(2u32.to_ne_bytes());
         key.extend(b"prog\0\0\0\0\0\0\0\0\0\0\0\0");
         let k = CountKey::from_bytes(&key).unwrap();
         assert_eq!(
             (k.pid, k.tid, k.user_stack_id, k.kernel_stack_id),
             (7, 8, NO_STACK, 3)
         );
+        assert_eq!(k.event, 2);
         assert_eq!(k.comm, "prog");
 
         let mut stack = vec![0u8; user_stack_size(MAX_STACK_FRAMES)];

@@ -5,7 +5,9 @@
 //! against the kernel's BTF) runs on the software cpu-clock event of each CPU, filters the
 //! wanted processes or threads in the kernel, stores kernel stacks with `bpf_get_stackid` and
 //! user stacks walked in the kernel from the unwind tables loaded for each process, and counts
-//! (pid, tid, user stack, kernel stack, comm) keys as bcc's `profile` does. User space loads
+//! (pid, tid, user stack, kernel stack, comm, event) keys as bcc's `profile` does. The same
+//! counting runs at probes (`EventSpec`: uprobes, uretprobes, USDT probes, kprobes,
+//! tracepoints), each hit one count under its event. User space loads
 //! the tables, follows execs and dlopens, and at the end turns the counts into a profile
 //! through `stackscope-stacks`'s stack table, so symbols and completeness figures are the same
 //! as with the perf_event source.
@@ -16,12 +18,14 @@
 
 mod error;
 mod layout;
+mod probe;
 mod processes;
 mod program;
 mod record;
 mod tables;
 
 pub use error::BpfError;
+pub use probe::EventSpec;
 pub use record::{
     record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
 };

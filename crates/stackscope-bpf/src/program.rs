@@ -53,6 +53,10 @@ pub(crate) struct Settings {
     pub table_files: u32,
     /// Frames kept per user stack, at most [`MAX_USER_FRAMES`].
     pub max_frames: u32,
+    /// Load the program probes attach to (uprobes, kprobes, USDT).
+    pub probes: bool,
+    /// Load the program tracepoints attach to.
+    pub tracepoints: bool,
 }
 
 /// `MAX_USER_FRAMES`: the middle's limit.
@@ -96,6 +100,9 @@ pub(crate) fn load<'a>(
         data.hold_loads = settings.hold_loads;
         data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
     }
+    // Programs no event uses are not loaded: the verifier's time is not spent on them.
+    open.progs.on_probe.set_autoload(settings.probes);
+    open.progs.on_tracepoint.set_autoload(settings.tracepoints);
     // Deep stacks take values of max_frames frames; with fewer frames the map stays unused.
     let deep_frames = (settings.max_frames as usize)
         .clamp(layout::MAX_STACK_FRAMES + 1, MAX_USER_FRAMES as usize);
@@ -162,7 +169,7 @@ fn load_error(err: libbpf_rs::Error) -> BpfError {
 /// How many instructions the verifier walked for each program (kernel 5.16+), for reports.
 pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     let mut out = Vec::new();
-    for prog in skel.object().progs() {
+    for prog in skel.object().progs().filter(|p| p.autoload()) {
         if let Some(info) = prog_info(&prog) {
             out.push((
                 prog.name().to_string_lossy().into_owned(),
@@ -182,12 +189,18 @@ pub(crate) fn time_programs() -> Option<OwnedFd> {
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The sampling program's runs and time so far, as the kernel timed them.
+/// The counting programs' runs and time so far (timer samples and probe hits), as the kernel
+/// timed them.
 pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
-    let info = prog_info(&skel.progs.on_sample)?;
-    Some(ProgramCost {
-        runs: info.run_cnt,
-        run_time_ns: info.run_time_ns,
+    let progs = &skel.progs;
+    let infos: Vec<_> = [&progs.on_sample, &progs.on_probe, &progs.on_tracepoint]
+        .into_iter()
+        .filter(|p| p.autoload())
+        .filter_map(prog_info)
+        .collect();
+    (!infos.is_empty()).then(|| ProgramCost {
+        runs: infos.iter().map(|i| i.run_cnt).sum(),
+        run_time_ns: infos.iter().map(|i| i.run_time_ns).sum(),
         verified_insns: Vec::new(),
     })
 }
@@ -267,6 +280,11 @@ impl Sampling {
             links.push(link);
         }
         Ok(Sampling { links })
+    }
+
+    /// No timer: the events are probes only.
+    pub fn none() -> Sampling {
+        Sampling { links: Vec::new() }
     }
 
     /// Stops sampling: the program is detached from every event.

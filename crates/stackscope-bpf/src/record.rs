@@ -22,6 +22,7 @@ use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
+use crate::probe::{EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, ProfileSkel, Sampling, Settings};
 use sampled::Targets;
@@ -74,6 +75,9 @@ pub struct BpfConfig {
     /// Have the kernel time the sampling program ([`Recording::program_cost`]). While on,
     /// every BPF program on the machine pays for two clock reads per run.
     pub measure_cost: bool,
+    /// What to count stacks at; none: the cpu-clock timer at `rate`. A timer event
+    /// (`profile:hz:N`) runs at `rate` too: the caller sets `rate` from it.
+    pub events: Vec<EventSpec>,
 }
 
 impl BpfConfig {
@@ -92,6 +96,7 @@ impl BpfConfig {
             duration: None,
             command: Vec::new(),
             measure_cost: false,
+            events: Vec::new(),
         }
     }
 }
@@ -111,6 +116,7 @@ pub fn record(
     sampled::check_max_frames(config.max_frames)?;
     let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
+    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?;
 
     // A launched command waits before exec until it is filtered for and traced; spawning it
     // first reports a missing program before anything is loaded.
@@ -119,7 +125,7 @@ pub fn record(
         _ => None,
     };
     let mut storage = MaybeUninit::uninit();
-    let mut skel = program::load(&mut storage, &settings(&config, &targets))?;
+    let mut skel = program::load(&mut storage, &settings(&config, &targets, &plan))?;
     let verified_insns = program::verified_insns(&skel);
     program::attach_tracepoints(&mut skel)?;
     let mut processes = follow(&skel, &config, &targets, child.as_ref())?;
@@ -128,12 +134,17 @@ pub fn record(
 
     // Timing starts before the first sample and is read after the last.
     let timing = config.measure_cost.then(program::time_programs).flatten();
-    let mut sampling = Sampling::start(&skel, &cpus, config.rate)?;
+    let mut sampling = match plan.timer {
+        true => Sampling::start(&skel, &cpus, config.rate)?,
+        false => Sampling::none(),
+    };
+    let mut probes = Probes::attach(&skel, &plan, &probed_pids(&config.target, child.as_ref()))?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
     if let Some(child) = child.as_mut() {
         if let Err(e) = start_command(child, &skel, &mut processes, config.user) {
             sampling.stop();
+            probes.stop();
             return Err(e);
         }
     }
@@ -148,6 +159,7 @@ pub fn record(
         child.as_mut(),
     );
     sampling.stop();
+    probes.stop();
     let elapsed = started.elapsed();
     let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
     let _ = ring.consume();
@@ -159,8 +171,8 @@ pub fn record(
         }
     }
 
-    let meta = metadata(&config, elapsed);
-    let counted = collect::collect(&skel, &config, &mut processes, meta);
+    let meta = metadata(&config, &plan, elapsed);
+    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan);
     Ok(Recording {
         exit_status: child
             .as_ref()
@@ -176,7 +188,7 @@ pub fn record(
 }
 
 /// What the program is loaded with.
-fn settings(config: &BpfConfig, targets: &Targets) -> Settings {
+fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
     Settings {
         filter: targets.filter,
         include_idle: config.include_idle,
@@ -188,6 +200,26 @@ fn settings(config: &BpfConfig, targets: &Targets) -> Settings {
         hash_storage_size: config.hash_storage_size,
         table_files: config.table_files,
         max_frames: config.max_frames,
+        probes: plan.has_probes(),
+        tracepoints: plan.has_tracepoints(),
+    }
+}
+
+/// The processes uprobes go into: the launched command, the processes or threads asked for,
+/// or every process (-1).
+fn probed_pids(target: &Target, child: Option<&HeldChild>) -> Vec<i32> {
+    match (target, child) {
+        (_, Some(child)) => vec![child.pid as i32],
+        (Target::Pids(ids) | Target::Tids(ids), _) => ids.iter().map(|&id| id as i32).collect(),
+        _ => vec![-1],
+    }
+}
+
+/// The timer's name when no `profile:hz:N` names it.
+fn timer_name(rate: Rate) -> String {
+    match rate {
+        Rate::Frequency(hz) => format!("profile:hz:{hz}"),
+        Rate::Period(ns) => format!("cpu-clock every {ns} ns"),
     }
 }
 
@@ -269,19 +301,31 @@ fn sample_until_end(
     }
 }
 
-/// The profile's metadata: what was sampled, how often, for how long.
-fn metadata(config: &BpfConfig, elapsed: Duration) -> Metadata {
+/// The profile's metadata: what was sampled, how often, for how long. The timer alone is the
+/// cpu-clock event, as the perf_event source names it; probes are named as written.
+fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
+    let event = match plan.probes.is_empty() {
+        true => "cpu-clock".to_string(),
+        false => plan.counted().collect::<Vec<_>>().join(", "),
+    };
+    // A rate says what one count stands for: only when every count is a timer sample (pprof
+    // turns counts into time by it).
+    let timer = |rate| {
+        (plan.timer && plan.probes.is_empty())
+            .then_some(rate)
+            .flatten()
+    };
     Metadata {
         source: "ebpf".into(),
-        event: "cpu-clock".into(),
-        frequency_hz: match config.rate {
+        event,
+        frequency_hz: timer(match config.rate {
             Rate::Frequency(hz) => Some(hz),
             Rate::Period(_) => None,
-        },
-        period: match config.rate {
+        }),
+        period: timer(match config.rate {
             Rate::Period(ns) => Some(ns),
             Rate::Frequency(_) => None,
-        },
+        }),
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
         ..Metadata::default()

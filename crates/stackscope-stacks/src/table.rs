@@ -38,6 +38,9 @@ pub enum RawFrame {
     Truncated,
     /// A marker a source puts in place of a stack it could not take, e.g. `[Missed User Stack]`.
     Marker(&'static str),
+    /// The event that counted the stack, as its root frame, when a recording counts at several
+    /// (a marker naming it); passed over when judging whether the stack is whole.
+    Event(&'static str),
 }
 
 /// Where a module's code comes from, for the symbolizer.

@@ -56,7 +56,9 @@ pub enum Command {
         stackscope record -F 999 -o out.folded -- ./prog\n  \
         stackscope record -p 1234,5678 -d 10 -o out.svg\n  \
         stackscope record -L 4321 -o thread.txt --format bcc\n  \
-        stackscope record -a -C 1 -o cpu1.svg\n\n\
+        stackscope record -a -C 1 -o cpu1.svg\n  \
+        stackscope record -e uprobe:libc:malloc -o allocs.svg -- ./prog   # stacks that allocate\n  \
+        stackscope record -e tracepoint:syscalls:sys_enter_write -e kprobe:vfs_read -- ./prog\n\n\
         Recording stops when the duration ends, when the target exits, or at Ctrl-C; in every \
         case the profile collected so far is written. With a launched command, stackscope \
         exits with the command's exit code.\n\n\
@@ -139,12 +141,25 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub stacks: StacksArgs,
 
+    /// What to count stacks at (repeatable), spelled as bpftrace spells probes:
+    /// `profile:hz:N` (the timer, the default; same as -F N), `uprobe:FILE:FUNC`,
+    /// `uretprobe:FILE:FUNC` (the caller's stack), `kprobe:FUNC`, `kretprobe:FUNC`,
+    /// `tracepoint:CATEGORY:NAME`, `usdt:FILE:PROVIDER:NAME`. FILE is a path, a library as the
+    /// dynamic loader finds it (`libc`), or a program in PATH. Every hit counts its stack once.
+    /// Any event but the timer runs on the eBPF backend (root, or CAP_BPF+CAP_PERFMON, as for
+    /// `stackscope profile`); uprobes go into the target's processes only (with -a, into
+    /// every process mapping FILE), so processes it forks later are not probed. With several
+    /// events each stack's root frame names its event.
+    #[arg(short = 'e', long = "event", value_name = "SPEC", value_parser = parse_event)]
+    pub events: Vec<stackscope_bpf::EventSpec>,
+
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
     /// from the binaries' unwind tables, so no stack memory leaves the kernel (needs root or
     /// CAP_BPF+CAP_PERFMON); it ends by saying how much CPU the program took in the kernel.
-    #[arg(long, value_enum, default_value = "perf")]
-    pub backend: BackendArg,
+    /// Default: perf, or bpf when an --event is a probe.
+    #[arg(long, value_enum)]
+    pub backend: Option<BackendArg>,
 
     /// How the perf backend unwinds user stacks: `dwarf` (the default) copies stack memory
     /// and unwinds with the binaries' unwind tables (whole stacks without frame pointers);
@@ -181,6 +196,10 @@ pub struct RecordArgs {
     /// The command to launch and profile, after `--`.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+fn parse_event(s: &str) -> Result<stackscope_bpf::EventSpec, String> {
+    s.parse()
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{BpfConfig, Rate, DEFAULT_MAX_FRAMES};
+use stackscope_bpf::{BpfConfig, EventSpec, Rate, DEFAULT_MAX_FRAMES};
 #[cfg(target_os = "linux")]
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
@@ -31,22 +31,34 @@ pub(crate) fn run_with(
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     let target = target(&args)?;
-    let config = sampler_config(&args)?;
+    let backend = backend(&args)?;
+    let config = sampler_config(&args, backend)?;
     let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
-    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
+    let probes = probe_names(&args);
+    let title = match &probes {
+        Some(events) => format!("stackscope: {what} ({events})"),
+        None => format!("stackscope: {what}"),
+    };
+    let output = Output::from_args(&args.output, Fallback::file(title));
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&args.debuginfod, Some(&stop));
     let duration = args.duration.duration;
-    let announcement = format!(
-        "stackscope: sampling {what} at {} {}",
-        rate(&config),
-        until(&target, duration)
-    );
+    let announcement = match &probes {
+        Some(events) => format!(
+            "stackscope: counting stacks of {what} at {events} {}",
+            until(&target, duration)
+        ),
+        None => format!(
+            "stackscope: sampling {what} at {} {}",
+            rate(&config),
+            until(&target, duration)
+        ),
+    };
     let announce = || eprintln!("{announcement}");
-    let recording = match args.backend {
+    let recording = match backend {
         BackendArg::Perf => {
             let options = RecordOptions {
                 target,
@@ -62,6 +74,7 @@ pub(crate) fn run_with(
             let max_frames = args.max_stack.max_stack.unwrap_or(DEFAULT_MAX_FRAMES);
             let config = BpfConfig {
                 max_frames,
+                events: args.events.clone(),
                 ..bpf_config(target, &config, duration, &command)
             };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
@@ -159,9 +172,50 @@ fn bpf_config(
     }
 }
 
+/// The backend asked for; probes need the eBPF one.
+#[cfg(target_os = "linux")]
+fn backend(args: &RecordArgs) -> Result<BackendArg> {
+    let probe = args.events.iter().find(|e| !e.is_timer());
+    match (args.backend, probe) {
+        (Some(BackendArg::Perf), Some(probe)) => bail!(
+            "--event {probe} runs on the eBPF backend only: drop --backend perf (the perf backend samples the timer, profile:hz:N)"
+        ),
+        (Some(backend), _) => Ok(backend),
+        (None, Some(_)) => Ok(BackendArg::Bpf),
+        (None, None) => Ok(BackendArg::Perf),
+    }
+}
+
+/// The probes counted, as written, when there are any.
+#[cfg(target_os = "linux")]
+fn probe_names(args: &RecordArgs) -> Option<String> {
+    let names: Vec<String> = args.events.iter().map(|e| e.to_string()).collect();
+    args.events
+        .iter()
+        .any(|e| !e.is_timer())
+        .then(|| names.join(", "))
+}
+
+/// The timer's rate from `profile:hz:N`, refused beside -F or -c or a second timer.
+#[cfg(target_os = "linux")]
+fn timer_event(args: &RecordArgs) -> Result<Option<u64>> {
+    let mut timers = args.events.iter().filter_map(|e| match e {
+        EventSpec::Timer { hz } => Some(*hz),
+        _ => None,
+    });
+    let hz = timers.next();
+    if timers.next().is_some() {
+        bail!("give one profile:hz:N event: the timer runs at one rate");
+    }
+    if hz.is_some() && (args.rate.frequency.frequency.is_some() || args.rate.count.is_some()) {
+        bail!("profile:hz:N sets the rate: give it or -F/-c, not both");
+    }
+    Ok(hz)
+}
+
 #[cfg(target_os = "linux")]
 /// What to sample and how, from the flags, refusing combinations that cannot be honoured.
-fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
+fn sampler_config(args: &RecordArgs, backend: BackendArg) -> Result<SamplerConfig> {
     let cpu =
         match args.cpu.cpu {
             Some(_) if !args.all_cpus => {
@@ -172,10 +226,10 @@ fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
             })?),
             None => None,
         };
-    if args.backend == BackendArg::Perf && args.max_stack.max_stack.is_some() {
+    if backend == BackendArg::Perf && args.max_stack.max_stack.is_some() {
         bail!("--max-stack is for --backend bpf: --backend perf keeps what --stack-size copies, up to 1024 frames");
     }
-    if args.backend == BackendArg::Bpf {
+    if backend == BackendArg::Bpf {
         let given = [
             (args.unwind.is_some(), "--unwind"),
             (args.stack_size.is_some(), "--stack-size"),
@@ -194,6 +248,7 @@ fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
         );
     }
     let rate = &args.rate;
+    let timer_hz = timer_event(args)?;
     if rate.frequency.frequency == Some(0) || rate.count == Some(0) {
         bail!("-F and -c must be greater than zero");
     }
@@ -202,7 +257,11 @@ fn sampler_config(args: &RecordArgs) -> Result<SamplerConfig> {
         cpu,
         frequency: match rate.count {
             Some(_) => None,
-            None => Some(rate.frequency.frequency.unwrap_or(RECORD_FREQUENCY)),
+            None => Some(
+                timer_hz
+                    .or(rate.frequency.frequency)
+                    .unwrap_or(RECORD_FREQUENCY),
+            ),
         },
         period: rate.count,
         user: !stacks.kernel_stacks_only,

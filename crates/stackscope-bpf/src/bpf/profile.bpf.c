@@ -214,8 +214,23 @@ static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
 	return (__s64)(h & (DEEP_STACK_ID - 1));
 }
 
-/* Unwinds the current task's user stack and stores it; returns its id or an error. */
-static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 pid)
+/* The user registers to unwind from: the hook's own when it stopped the task in user mode (a
+ * cpu-clock sample taken there, a uprobe), else those saved at the task's kernel entry. */
+static __always_inline void user_regs(struct pt_regs *regs, struct task_struct *task,
+				      struct pt_regs *out)
+{
+	if (regs && (regs->cs & 3)) {
+		out->rip = regs->rip;
+		out->rsp = regs->rsp;
+		out->rbp = regs->rbp;
+	} else {
+		bpf_probe_read_kernel(out, sizeof(*out), (void *)bpf_task_pt_regs(task));
+	}
+}
+
+/* Unwinds the current task's user stack and stores it; returns its id or an error. `ctx` is
+ * the program's context (for the kernel's frame-pointer walk), `regs` as for count_current. */
+static __always_inline __s64 user_stack(void *ctx, struct pt_regs *regs, __u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
 	__u32 zero = 0;
@@ -232,23 +247,15 @@ static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 p
 		return -EFAULT;
 #if HAVE_UNWIND_TABLES
 	{
-		struct unwind_regs regs = {};
+		struct unwind_regs uregs = {};
+		struct pt_regs saved = {};
 		__u32 status = UNWIND_BROKEN;
 
-		if (ctx->regs.cs & 3) {
-			regs.ip = ctx->regs.rip;
-			regs.sp = ctx->regs.rsp;
-			regs.bp = ctx->regs.rbp;
-		} else {
-			/* Sampled in the kernel: the user registers saved at kernel entry. */
-			struct pt_regs saved = {};
-
-			bpf_probe_read_kernel(&saved, sizeof(saved), (void *)bpf_task_pt_regs(task));
-			regs.ip = saved.rip;
-			regs.sp = saved.rsp;
-			regs.bp = saved.rbp;
-		}
-		n = unwind_user(&regs, pid, st->ips, max_frames, &status);
+		user_regs(regs, task, &saved);
+		uregs.ip = saved.rip;
+		uregs.sp = saved.rsp;
+		uregs.bp = saved.rbp;
+		n = unwind_user(&uregs, pid, st->ips, max_frames, &status);
 		if (status == UNWIND_COMPLETE)
 			end = USER_END_COMPLETE;
 		else if (status == UNWIND_TRUNCATED)
@@ -287,48 +294,83 @@ static __always_inline __s64 user_stack(struct bpf_perf_event_data *ctx, __u32 p
 	return id;
 }
 
-SEC("perf_event")
-int on_sample(struct bpf_perf_event_data *ctx)
+/* Whether the current task's stacks are wanted; sets its ids in the caller's namespace. */
+static __always_inline bool wanted_current(__u32 *pid, __u32 *tid)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (!current_ids(pid, tid))
+		return false;
+	if (*tid == 0 && !include_idle)
+		return false;
+	if (filter == FILTER_PIDS)
+		return bpf_map_lookup_elem(&filter_ids, pid) || bpf_map_lookup_elem(&followed, &tgid);
+	if (filter == FILTER_TIDS)
+		return bpf_map_lookup_elem(&filter_ids, tid) != NULL;
+	return true;
+}
+
+/* Adds `weight` to the current task's stack under `event` (EVENT_INDEX_TIMER for the
+ * cpu-clock samples), whatever hook runs it: the kernel stack is taken from `ctx`, the user
+ * stack unwound from `regs` when they are user registers (NULL or kernel registers: those
+ * saved at the task's kernel entry). Does nothing for tasks the filter leaves out. */
+static __always_inline void count_current(void *ctx, struct pt_regs *regs, __u32 event,
+					  __u64 weight)
+{
 	struct count_key key = {};
 	__u32 pid, tid;
-	__u64 one = 1, *count;
+	__u64 *count;
 	long err;
 
-	if (!current_ids(&pid, &tid))
-		return 0;
-	if (tid == 0 && !include_idle)
-		return 0;
-	if (filter == FILTER_PIDS) {
-		if (!bpf_map_lookup_elem(&filter_ids, &pid) && !bpf_map_lookup_elem(&followed, &tgid))
-			return 0;
-	} else if (filter == FILTER_TIDS) {
-		if (!bpf_map_lookup_elem(&filter_ids, &tid))
-			return 0;
-	}
-
+	if (!wanted_current(&pid, &tid))
+		return;
 	key.pid = pid;
 	key.tid = tid;
+	key.event = event;
 	bpf_get_current_comm(&key.comm, sizeof(key.comm));
 	key.kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces, 0) : -EFAULT;
-	key.user_stack_id = want_user && tid != 0 ? user_stack(ctx, pid) : -EFAULT;
+	key.user_stack_id = want_user && tid != 0 ? user_stack(ctx, regs, pid) : -EFAULT;
 
 	count = bpf_map_lookup_elem(&counts, &key);
 	if (count) {
-		__sync_fetch_and_add(count, 1);
-		return 0;
+		__sync_fetch_and_add(count, weight);
+		return;
 	}
-	err = bpf_map_update_elem(&counts, &key, &one, BPF_NOEXIST);
+	err = bpf_map_update_elem(&counts, &key, &weight, BPF_NOEXIST);
 	if (err == -EEXIST) {
 		/* Another CPU added the key meanwhile. */
 		count = bpf_map_lookup_elem(&counts, &key);
 		if (count)
-			__sync_fetch_and_add(count, 1);
+			__sync_fetch_and_add(count, weight);
 	} else if (err) {
 		count_drop(DROP_COUNT_MAP_FULL);
 	}
+}
+
+SEC("perf_event")
+int on_sample(struct bpf_perf_event_data *ctx)
+{
+	count_current(ctx, &ctx->regs, EVENT_INDEX_TIMER, 1);
+	return 0;
+}
+
+/* The probes. Uprobes, uretprobes, USDT probes, kprobes and kretprobes all run this one
+ * program; the loader gives each attachment its event index as the attach cookie. A uprobe
+ * stops the task in user mode, so its registers are the user's; a uretprobe's are those just
+ * after the return (its stack is the caller's); a kprobe's are the kernel's, so the user stack
+ * is unwound from the registers saved at kernel entry. A USDT probe is a uprobe at the
+ * probe's address (with its semaphore counted up while attached). */
+SEC("kprobe")
+int on_probe(struct pt_regs *ctx)
+{
+	count_current(ctx, ctx, bpf_get_attach_cookie(ctx), 1);
+	return 0;
+}
+
+SEC("tracepoint")
+int on_tracepoint(void *ctx)
+{
+	count_current(ctx, NULL, bpf_get_attach_cookie(ctx), 1);
 	return 0;
 }
 

@@ -41,9 +41,13 @@ struct count_key {
 	__s64 user_stack_id;
 	/* Key into stack_traces or an error (bpf_get_stackid's). */
 	__s32 kernel_stack_id;
-	__u32 pad;
+	/* Which event counted the stack: EVENT_INDEX_TIMER or the loader's index of a probe. */
+	__u32 event;
 	char comm[16];
 };
+
+/* count_key.event of the cpu-clock samples. */
+#define EVENT_INDEX_TIMER 0
 
 /* Per-CPU counters of samples the maps could not hold. */
 enum drop_counter {

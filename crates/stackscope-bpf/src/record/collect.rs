@@ -14,6 +14,7 @@ use stackscope_symbols::Symbolizer;
 
 use super::BpfConfig;
 use crate::layout::{self, CountKey};
+use crate::probe::Plan;
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 use crate::tables::NotLoaded;
@@ -24,14 +25,16 @@ pub(super) fn collect(
     config: &BpfConfig,
     processes: &mut Processes,
     mut meta: Metadata,
+    plan: &Plan,
 ) -> Recording {
     let counts = program::counts(skel);
     let (dropped, user_full) = program::drops(skel);
+    let markers = event_markers(plan);
     let Counted {
         table,
         comms,
         collisions,
-    } = count_stacks(skel, config, processes, &counts);
+    } = count_stacks(skel, config, processes, &counts, &markers);
 
     meta.lost_samples = dropped;
     let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
@@ -66,12 +69,26 @@ struct Counted {
     collisions: bool,
 }
 
-/// Turns each counted key's stack ids into frames, reading every stack once.
+/// Each event's root frame by its index, with several events (none with one). Leaked: the
+/// stack table names markers by `&'static str`, and a run counts a few events.
+fn event_markers(plan: &Plan) -> Vec<&'static str> {
+    if !plan.marks_events() {
+        return Vec::new();
+    }
+    plan.names
+        .iter()
+        .map(|name| &*Box::leak(name.clone().into_boxed_str()))
+        .collect()
+}
+
+/// Turns each counted key's stack ids into frames, reading every stack once; with several
+/// events, each stack's root is its event's marker.
 fn count_stacks(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
     counts: &[(CountKey, u64)],
+    markers: &[&'static str],
 ) -> Counted {
     let mut table = StackTable::default();
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
@@ -122,6 +139,9 @@ fn count_stacks(
                     frames.push(RawFrame::Marker(MISSED_USER));
                 }
             }
+        }
+        if let Some(marker) = markers.get(key.event as usize) {
+            frames.push(RawFrame::Event(marker));
         }
         table.add_count(key.pid, key.tid, 0, &frames, end, *count);
     }

@@ -21,8 +21,13 @@ pub fn summary(profile: &Profile) -> String {
         .samples
         .iter()
         .fold(0u64, |sum, s| sum.saturating_add(s.count));
+    // The timer goes unsaid, as ever; any other event (a probe's hits) is named.
+    let of = match meta.event.as_str() {
+        "" | "cpu-clock" => String::new(),
+        event => format!(" of {event}"),
+    };
     let mut s = format!(
-        "{samples} samples in {:.1} s, {} lost\n",
+        "{samples} samples{of} in {:.1} s, {} lost\n",
         meta.duration_secs, meta.lost_samples
     );
     let unwind = &meta.unwind;

@@ -60,6 +60,8 @@ impl StackTable {
             // already outermost first.
             let mut rooted = None;
             for raw in &raw {
+                // An event's root frame says what counted the stack, not where it began.
+                let judged = !matches!(raw, RawFrame::Event(_));
                 unnamed_user |= names.is_unnamed(raw);
                 for &id in names.frames(raw) {
                     let frame = builder.frame_at(id);
@@ -68,7 +70,9 @@ impl StackTable {
                         FrameKind::Kernel => in_exec |= is_exec(&frame.name),
                         _ => {}
                     }
-                    rooted.get_or_insert_with(|| is_entry(frame));
+                    if judged {
+                        rooted.get_or_insert_with(|| is_entry(frame));
+                    }
                     chain.push(id);
                 }
             }

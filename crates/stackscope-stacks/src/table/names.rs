@@ -74,7 +74,7 @@ impl Names {
                 RawFrame::Unmapped(_) => Some(unknown(FrameKind::User, None)),
                 RawFrame::UnmappedKernel(_) => Some(unknown(FrameKind::Kernel, None)),
                 RawFrame::Truncated => Some(Frame::marker("[truncated]")),
-                RawFrame::Marker(name) => Some(Frame::marker(name)),
+                RawFrame::Marker(name) | RawFrame::Event(name) => Some(Frame::marker(name)),
             };
             // A placeholder keeps each address queued once.
             self.spans.insert(*raw, (0, 0));
