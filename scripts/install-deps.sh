@@ -41,7 +41,19 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
     echo "installing ${missing[*]} ..." >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    # Every QEMU package must be of one version: a qemu-utils installed from elsewhere (a
+    # backport) breaks the distribution's qemu-system-*. The tests were measured against the
+    # distribution's QEMU, so qemu-utils is brought to its version.
+    pinned=()
+    if [ "$mode" = test ]; then
+        have=$(dpkg-query -W -f='${Version}' qemu-utils 2>/dev/null || true)
+        want=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2 }')
+        if [ -n "$have" ] && [ -n "$want" ] && [ "$have" != "$want" ]; then
+            echo "qemu-utils $have does not match qemu-system-x86 $want: installing qemu-utils $want" >&2
+            pinned=(--allow-downgrades "qemu-utils=$want")
+        fi
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pinned[@]}" "${missing[@]}" >/dev/null
 fi
 
 if [ "$mode" = build ]; then
