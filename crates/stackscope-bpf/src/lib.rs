@@ -7,7 +7,9 @@
 //! user stacks walked in the kernel from the unwind tables loaded for each process, and counts
 //! (pid, tid, user stack, kernel stack, comm, event) keys as bcc's `profile` does. The same
 //! counting runs at probes (`EventSpec`: uprobes, uretprobes, USDT probes, kprobes,
-//! tracepoints), each hit one count under its event. User space loads
+//! tracepoints), each hit one count under its event, and at the scheduler's switch
+//! ([`TimeProfile`]: the time a thread stays off the CPU, added to the stacks it left
+//! with). User space loads
 //! the tables, follows execs and dlopens, and at the end turns the counts into a profile
 //! through `stackscope-stacks`'s stack table, so symbols and completeness figures are the same
 //! as with the perf_event source.
@@ -27,5 +29,5 @@ mod tables;
 pub use error::BpfError;
 pub use probe::EventSpec;
 pub use record::{
-    record, BpfConfig, Rate, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
+    record, BpfConfig, Rate, TimeProfile, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
 };

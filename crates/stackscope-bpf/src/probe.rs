@@ -14,7 +14,9 @@ use std::str::FromStr;
 use stackscope_linux::target::Target;
 
 use crate::error::BpfError;
+use crate::{Rate, TimeProfile};
 pub(crate) use attach::Probes;
+use stackscope_linux::sampler::SampleError;
 use resolve::{resolve, Resolved};
 
 /// One event, as `--event` spells it.
@@ -54,7 +56,15 @@ pub(crate) struct Plan {
     pub timer: bool,
     pub probes: Vec<Resolved>,
     pub names: Vec<String>,
+    /// The event index off-CPU time is counted under, when it is.
+    pub off_cpu: Option<u32>,
+    /// Nanoseconds of CPU time a timer sample stands for, when counts are time (`--wall`).
+    pub timer_ns: Option<u64>,
 }
+
+/// The names of on-CPU and off-CPU time, as events and as root frames.
+pub(crate) const ON_CPU: &str = "on-cpu";
+pub(crate) const OFF_CPU: &str = "off-cpu";
 
 impl Plan {
     /// Resolves the probes of `events` (none: the timer alone) for `target`; `timer` names the
@@ -68,6 +78,8 @@ impl Plan {
             timer: events.is_empty(),
             probes: Vec::new(),
             names: vec![timer.to_string()],
+            off_cpu: None,
+            timer_ns: None,
         };
         for event in events {
             if event.is_timer() {
@@ -79,6 +91,49 @@ impl Plan {
             }
         }
         Ok(plan)
+    }
+
+    /// Adds off-CPU time (`--off-cpu`), or on- and off-CPU time (`--wall`, the timer at
+    /// `rate`), to a plan that counts no probes: a profile weighs its stacks by one unit.
+    pub fn with_time(mut self, time: Option<&TimeProfile>, rate: Rate) -> Result<Plan, BpfError> {
+        let Some(time) = time else {
+            return Ok(self);
+        };
+        if let Some(probe) = self.names.get(1) {
+            return Err(SampleError::InvalidConfig(format!(
+                "{probe} counts hits and {time} counts time: record them apart"
+            ))
+            .into());
+        }
+        match time {
+            TimeProfile::OffCpu { .. } => self.timer = false,
+            TimeProfile::Wall => {
+                self.timer = true;
+                self.names[0] = ON_CPU.to_string();
+                // The cpu-clock event runs every 1e9/hz ns (perf turns a frequency into that
+                // period for clock events).
+                self.timer_ns = Some(match rate {
+                    Rate::Frequency(hz) => 1_000_000_000 / hz.max(1),
+                    Rate::Period(ns) => ns,
+                });
+            }
+        }
+        self.off_cpu = Some(self.names.len() as u32);
+        self.names.push(OFF_CPU.to_string());
+        Ok(self)
+    }
+
+    /// What a count of `event` weighs in the profile: the count itself, or with time counted,
+    /// microseconds (rounded) of the nanoseconds off the CPU or of the timer's samples.
+    pub fn weight(&self, event: u32, count: u64) -> u64 {
+        if self.off_cpu.is_none() {
+            return count;
+        }
+        let ns = match (event, self.timer_ns) {
+            (0, Some(period)) => count.saturating_mul(period),
+            _ => count,
+        };
+        ns.saturating_add(500) / 1000
     }
 
     /// The events counted, in the count key's order (the timer first when it runs).

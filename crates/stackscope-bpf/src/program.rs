@@ -57,6 +57,30 @@ pub(crate) struct Settings {
     pub probes: bool,
     /// Load the program tracepoints attach to.
     pub tracepoints: bool,
+    /// Count off-CPU time: at the scheduler's switch, under this event index, blocks of at
+    /// least `min_block_ns`.
+    pub off_cpu: Option<OffCpuHook>,
+}
+
+/// How off-CPU time is counted (see [`Settings::off_cpu`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct OffCpuHook {
+    pub event: u32,
+    pub min_block_ns: u64,
+    /// The BTF tracepoint (typed arguments) when the kernel's BTF has its type, else the raw
+    /// tracepoint.
+    pub btf: bool,
+}
+
+impl OffCpuHook {
+    /// Whether the kernel's BTF describes the sched_switch tracepoint, as a BTF tracepoint
+    /// program needs.
+    pub fn kernel_has_btf_switch() -> bool {
+        libbpf_rs::btf::Btf::from_vmlinux().is_ok_and(|btf| {
+            btf.type_by_name::<libbpf_rs::btf::BtfType<'_>>("btf_trace_sched_switch")
+                .is_some()
+        })
+    }
 }
 
 /// `MAX_USER_FRAMES`: the middle's limit.
@@ -99,10 +123,20 @@ pub(crate) fn load<'a>(
         }
         data.hold_loads = settings.hold_loads;
         data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
+        if let Some(hook) = settings.off_cpu {
+            data.off_cpu_event = hook.event;
+            data.min_block_ns = hook.min_block_ns;
+        }
     }
     // Programs no event uses are not loaded: the verifier's time is not spent on them.
     open.progs.on_probe.set_autoload(settings.probes);
     open.progs.on_tracepoint.set_autoload(settings.tracepoints);
+    let hook = settings.off_cpu;
+    open.progs.on_switch.set_autoload(hook.is_some_and(|h| h.btf));
+    open.progs.on_switch_raw.set_autoload(hook.is_some_and(|h| !h.btf));
+    // Attached with the timer, not with the process-tracking tracepoints.
+    open.progs.on_switch.set_autoattach(false);
+    open.progs.on_switch_raw.set_autoattach(false);
     // Deep stacks take values of max_frames frames; with fewer frames the map stays unused.
     let deep_frames = (settings.max_frames as usize)
         .clamp(layout::MAX_STACK_FRAMES + 1, MAX_USER_FRAMES as usize);
@@ -115,6 +149,7 @@ pub(crate) fn load<'a>(
         (&mut open.maps.user_stacks, settings.stack_storage_size),
         (&mut open.maps.deep_stacks, settings.stack_storage_size),
         (&mut open.maps.counts, settings.hash_storage_size),
+        (&mut open.maps.blocked, settings.hash_storage_size),
         (&mut open.maps.unwind_tables, settings.table_files),
     ];
     for (map, size) in sizes {
@@ -193,8 +228,14 @@ pub(crate) fn time_programs() -> Option<OwnedFd> {
 /// timed them.
 pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
     let progs = &skel.progs;
-    let infos: Vec<_> = [&progs.on_sample, &progs.on_probe, &progs.on_tracepoint]
-        .into_iter()
+    let infos: Vec<_> = [
+        &progs.on_sample,
+        &progs.on_probe,
+        &progs.on_tracepoint,
+        &progs.on_switch,
+        &progs.on_switch_raw,
+    ]
+    .into_iter()
         .filter(|p| p.autoload())
         .filter_map(prog_info)
         .collect();
@@ -287,6 +328,19 @@ impl Sampling {
         Sampling { links: Vec::new() }
     }
 
+    /// Attaches the off-CPU program to the scheduler's switch, when it was loaded.
+    pub fn switches(&mut self, skel: &ProfileSkel<'_>) -> Result<(), BpfError> {
+        for prog in [&skel.progs.on_switch, &skel.progs.on_switch_raw] {
+            if prog.autoload() {
+                let link = prog
+                    .attach()
+                    .map_err(|e| BpfError::bpf("attach to the scheduler's switch tracepoint", e))?;
+                self.links.push(link);
+            }
+        }
+        Ok(())
+    }
+
     /// Stops sampling: the program is detached from every event.
     pub fn stop(&mut self) {
         self.links.clear();
@@ -323,6 +377,19 @@ pub(crate) fn counts(skel: &ProfileSkel<'_>) -> Vec<(CountKey, u64)> {
         }
     }
     out
+}
+
+/// The threads still off the CPU: since when (bpf_ktime_get_ns) and the key their time goes
+/// to.
+pub(crate) fn still_blocked(skel: &ProfileSkel<'_>) -> Vec<(u64, CountKey)> {
+    let map = &skel.maps.blocked;
+    map.keys()
+        .filter_map(|tid| map.lookup(&tid, MapFlags::ANY).ok()?)
+        .filter_map(|value| {
+            let since = u64::from_ne_bytes(value.get(..8)?.try_into().ok()?);
+            Some((since, CountKey::from_bytes(&value[8..])?))
+        })
+        .collect()
 }
 
 /// A kernel stack, leaf first.

@@ -17,14 +17,14 @@ use std::time::{Duration, Instant};
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_linux::sampler;
 use stackscope_linux::target::{self, HeldChild, Target};
-use stackscope_profile::Metadata;
+use stackscope_profile::{CountUnit, Metadata};
 use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
 use crate::probe::{EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
-use crate::program::{self, ProfileSkel, Sampling, Settings};
+use crate::program::{self, OffCpuHook, ProfileSkel, Sampling, Settings};
 use sampled::Targets;
 
 /// bcc profile's default stack storage: unique stacks kept.
@@ -44,6 +44,26 @@ pub enum Rate {
     Frequency(u64),
     /// Nanoseconds of cpu-clock per sample.
     Period(u64),
+}
+
+/// Time rather than samples or hits: what `record --off-cpu` and `--wall` count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeProfile {
+    /// The time threads spend off the CPU, at the stack where they left it; blocks shorter
+    /// than `min_block_ns` are not counted.
+    OffCpu { min_block_ns: u64 },
+    /// On-CPU time (each timer sample weighs its period) and off-CPU time, every stack rooted
+    /// in `on-cpu` or `off-cpu`.
+    Wall,
+}
+
+impl std::fmt::Display for TimeProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeProfile::OffCpu { .. } => "off-CPU time",
+            TimeProfile::Wall => "wall-clock time",
+        })
+    }
 }
 
 /// What to record, with bcc profile's storage sizes from [`BpfConfig::new`].
@@ -78,6 +98,9 @@ pub struct BpfConfig {
     /// What to count stacks at; none: the cpu-clock timer at `rate`. A timer event
     /// (`profile:hz:N`) runs at `rate` too: the caller sets `rate` from it.
     pub events: Vec<EventSpec>,
+    /// Count time instead: off-CPU, or on- and off-CPU (the timer then runs at `rate`). Counts
+    /// are then microseconds.
+    pub time: Option<TimeProfile>,
 }
 
 impl BpfConfig {
@@ -97,6 +120,7 @@ impl BpfConfig {
             command: Vec::new(),
             measure_cost: false,
             events: Vec::new(),
+            time: None,
         }
     }
 }
@@ -116,7 +140,8 @@ pub fn record(
     sampled::check_max_frames(config.max_frames)?;
     let cpus = sampler::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
-    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?;
+    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
+        .with_time(config.time.as_ref(), config.rate)?;
 
     // A launched command waits before exec until it is filtered for and traced; spawning it
     // first reports a missing program before anything is loaded.
@@ -138,6 +163,7 @@ pub fn record(
         true => Sampling::start(&skel, &cpus, config.rate)?,
         false => Sampling::none(),
     };
+    sampling.switches(&skel)?;
     let mut probes = Probes::attach(&skel, &plan, &probed_pids(&config.target, child.as_ref()))?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
@@ -160,6 +186,7 @@ pub fn record(
     );
     sampling.stop();
     probes.stop();
+    let ended = monotonic_ns();
     let elapsed = started.elapsed();
     let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
     let _ = ring.consume();
@@ -172,7 +199,7 @@ pub fn record(
     }
 
     let meta = metadata(&config, &plan, elapsed);
-    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan);
+    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended);
     Ok(Recording {
         exit_status: child
             .as_ref()
@@ -202,7 +229,26 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
         max_frames: config.max_frames,
         probes: plan.has_probes(),
         tracepoints: plan.has_tracepoints(),
+        off_cpu: plan.off_cpu.map(|event| OffCpuHook {
+            event,
+            min_block_ns: match config.time {
+                Some(TimeProfile::OffCpu { min_block_ns }) => min_block_ns,
+                _ => 0,
+            },
+            btf: OffCpuHook::kernel_has_btf_switch(),
+        }),
     }
+}
+
+/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The processes uprobes go into: the launched command, the processes or threads asked for,
@@ -304,17 +350,14 @@ fn sample_until_end(
 /// The profile's metadata: what was sampled, how often, for how long. The timer alone is the
 /// cpu-clock event, as the perf_event source names it; probes are named as written.
 fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
-    let event = match plan.probes.is_empty() {
+    let only_timer = plan.probes.is_empty() && plan.off_cpu.is_none();
+    let event = match only_timer {
         true => "cpu-clock".to_string(),
         false => plan.counted().collect::<Vec<_>>().join(", "),
     };
     // A rate says what one count stands for: only when every count is a timer sample (pprof
     // turns counts into time by it).
-    let timer = |rate| {
-        (plan.timer && plan.probes.is_empty())
-            .then_some(rate)
-            .flatten()
-    };
+    let timer = |rate| (plan.timer && only_timer).then_some(rate).flatten();
     Metadata {
         source: "ebpf".into(),
         event,
@@ -328,6 +371,10 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
         }),
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
+        count_unit: match plan.off_cpu {
+            Some(_) => CountUnit::Microseconds,
+            None => CountUnit::Samples,
+        },
         ..Metadata::default()
     }
 }

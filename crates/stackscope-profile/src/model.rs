@@ -142,6 +142,32 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+/// What a sample's count measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum CountUnit {
+    /// Samples or probe hits, one each.
+    #[default]
+    Samples,
+    /// Microseconds: a profile of time (off-CPU time, or on- and off-CPU time together),
+    /// each stack weighed by how long threads spent in it.
+    Microseconds,
+}
+
+impl CountUnit {
+    pub fn is_samples(&self) -> bool {
+        *self == CountUnit::Samples
+    }
+
+    /// The unit's short name, as a flamegraph shows counts: `samples` or `µs`.
+    pub fn short_name(self) -> &'static str {
+        match self {
+            CountUnit::Samples => "samples",
+            CountUnit::Microseconds => "µs",
+        }
+    }
+}
+
 /// How a profile was taken.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct Metadata {
@@ -159,6 +185,9 @@ pub struct Metadata {
     pub duration_secs: f64,
     /// Samples the kernel could not hand over (ring buffer full).
     pub lost_samples: u64,
+    /// What the sample counts measure: samples (the default), or time.
+    #[serde(default, skip_serializing_if = "CountUnit::is_samples")]
+    pub count_unit: CountUnit,
     #[serde(default)]
     pub unwind: UnwindStats,
     /// The profiled command line, when stackscope launched it.

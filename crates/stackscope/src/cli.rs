@@ -58,7 +58,9 @@ pub enum Command {
         stackscope record -L 4321 -o thread.txt --format bcc\n  \
         stackscope record -a -C 1 -o cpu1.svg\n  \
         stackscope record -e uprobe:libc:malloc -o allocs.svg -- ./prog   # stacks that allocate\n  \
-        stackscope record -e tracepoint:syscalls:sys_enter_write -e kprobe:vfs_read -- ./prog\n\n\
+        stackscope record -e tracepoint:syscalls:sys_enter_write -e kprobe:vfs_read -- ./prog\n  \
+        stackscope record --off-cpu --min-block 1000 -o blocked.svg -- ./prog   # where it waits\n  \
+        stackscope record --wall -o wall.svg -p 1234 -d 10        # on- and off-CPU time together\n\n\
         Recording stops when the duration ends, when the target exits, or at Ctrl-C; in every \
         case the profile collected so far is written. With a launched command, stackscope \
         exits with the command's exit code.\n\n\
@@ -152,6 +154,27 @@ pub struct RecordArgs {
     /// events each stack's root frame names its event.
     #[arg(short = 'e', long = "event", value_name = "SPEC", value_parser = parse_event)]
     pub events: Vec<stackscope_bpf::EventSpec>,
+
+    /// Count off-CPU time instead of samples: the stack (kernel and user) where a thread left
+    /// the CPU (blocked, slept, waited for a lock or I/O, or was preempted), weighted by how
+    /// long it stayed off, in microseconds, from the scheduler's switch tracepoint. Time a
+    /// thread was stopped (SIGSTOP, a debugger) is not counted; a thread still off the CPU when
+    /// recording ends is counted up to the end, one already off when it starts only from its
+    /// next switch. eBPF backend (root, or CAP_BPF+CAP_PERFMON). Not with -F/-c or --event.
+    #[arg(long)]
+    pub off_cpu: bool,
+
+    /// With --off-cpu: leave out blocks shorter than USECS microseconds (as bcc offcputime's
+    /// --min-block-time). Default: every block.
+    #[arg(long, value_name = "USECS")]
+    pub min_block: Option<u64>,
+
+    /// Wall-clock time: on-CPU time (timer samples at -F/-c, each weighing its period) and
+    /// off-CPU time (as --off-cpu, every block) in one profile, in microseconds, each stack
+    /// rooted in an `on-cpu` or `off-cpu` frame (pprof: an `event` label). A thread's two
+    /// add up to the time it lived in the recording. eBPF backend. Not with --event.
+    #[arg(long)]
+    pub wall: bool,
 
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there

@@ -19,10 +19,13 @@ pub(crate) fn refuse_linux_flags(args: &RecordArgs) -> Result<()> {
         (args.stack_size.is_some(), "--stack-size"),
         (args.read_stack_on, "--read-stack-on"),
         (args.max_stack.max_stack.is_some(), "--max-stack"),
+        (args.off_cpu, "--off-cpu"),
+        (args.wall, "--wall"),
+        (args.min_block.is_some(), "--min-block"),
     ];
     match given.iter().find(|(set, _)| *set) {
         Some((_, flag)) => bail!(
-            "{flag} is Linux-only: it chooses how the perf_event or eBPF source unwinds, which this system does not have"
+            "{flag} is Linux-only: it needs the perf_event or eBPF source, which this system does not have"
         ),
         None => Ok(()),
     }

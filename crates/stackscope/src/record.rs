@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{BpfConfig, EventSpec, Rate, DEFAULT_MAX_FRAMES};
+use stackscope_bpf::{BpfConfig, EventSpec, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
 #[cfg(target_os = "linux")]
 use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
@@ -31,14 +31,19 @@ pub(crate) fn run_with(
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     let target = target(&args)?;
-    let backend = backend(&args)?;
+    let time = time_profile(&args)?;
+    let backend = backend(&args, time.as_ref())?;
     let config = sampler_config(&args, backend)?;
     let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
     let probes = probe_names(&args);
-    let title = match &probes {
-        Some(events) => format!("stackscope: {what} ({events})"),
-        None => format!("stackscope: {what}"),
+    let title = match (&probes, &time) {
+        (_, Some(TimeProfile::OffCpu { .. })) => format!("stackscope: {what} (off-cpu time, µs)"),
+        (_, Some(TimeProfile::Wall)) => {
+            format!("stackscope: {what} (on-cpu and off-cpu time, µs)")
+        }
+        (Some(events), None) => format!("stackscope: {what} ({events})"),
+        (None, None) => format!("stackscope: {what}"),
     };
     let output = Output::from_args(&args.output, Fallback::file(title));
     output.check_writable()?;
@@ -46,12 +51,25 @@ pub(crate) fn run_with(
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&args.debuginfod, Some(&stop));
     let duration = args.duration.duration;
-    let announcement = match &probes {
-        Some(events) => format!(
+    let announcement = match (&probes, &time) {
+        (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
+            "stackscope: counting the off-CPU time of {what}{} {}",
+            match min_block_ns / 1000 {
+                0 => String::new(),
+                us => format!(" in blocks of {us} µs or more"),
+            },
+            until(&target, duration)
+        ),
+        (_, Some(TimeProfile::Wall)) => format!(
+            "stackscope: sampling {what} on-CPU at {} and counting its off-CPU time {}",
+            rate(&config),
+            until(&target, duration)
+        ),
+        (Some(events), None) => format!(
             "stackscope: counting stacks of {what} at {events} {}",
             until(&target, duration)
         ),
-        None => format!(
+        (None, None) => format!(
             "stackscope: sampling {what} at {} {}",
             rate(&config),
             until(&target, duration)
@@ -75,6 +93,7 @@ pub(crate) fn run_with(
             let config = BpfConfig {
                 max_frames,
                 events: args.events.clone(),
+                time,
                 ..bpf_config(target, &config, duration, &command)
             };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
@@ -172,9 +191,50 @@ fn bpf_config(
     }
 }
 
-/// The backend asked for; probes need the eBPF one.
+/// `--off-cpu` or `--wall`, refused beside what they cannot be counted with.
 #[cfg(target_os = "linux")]
-fn backend(args: &RecordArgs) -> Result<BackendArg> {
+fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
+    let flag = match (args.off_cpu, args.wall) {
+        (true, true) => bail!(
+            "--wall counts off-CPU time already (beside on-CPU time): give --wall or --off-cpu, not both"
+        ),
+        (true, false) => "--off-cpu",
+        (false, true) => "--wall",
+        (false, false) => {
+            if args.min_block.is_some() {
+                bail!("--min-block is for --off-cpu: it leaves out blocks shorter than it");
+            }
+            return Ok(None);
+        }
+    };
+    if let Some(event) = args.events.first() {
+        bail!("{flag} counts time and --event {event} counts hits: record them apart");
+    }
+    if args.wall && args.min_block.is_some() {
+        bail!("--min-block is for --off-cpu: --wall counts every block, so that a thread's on- and off-CPU times add up to its wall-clock time");
+    }
+    let timer = args.rate.frequency.frequency.is_some() || args.rate.count.is_some();
+    if args.off_cpu && timer {
+        bail!("--off-cpu takes no timer: -F/-c set the on-CPU sampling of --wall");
+    }
+    Ok(Some(match args.wall {
+        true => TimeProfile::Wall,
+        false => TimeProfile::OffCpu {
+            min_block_ns: args.min_block.unwrap_or(0).saturating_mul(1000),
+        },
+    }))
+}
+
+/// The backend asked for; probes and time need the eBPF one.
+#[cfg(target_os = "linux")]
+fn backend(args: &RecordArgs, time: Option<&TimeProfile>) -> Result<BackendArg> {
+    if let (Some(BackendArg::Perf), Some(time)) = (args.backend, time) {
+        let flag = if args.wall { "--wall" } else { "--off-cpu" };
+        bail!("{flag} ({time}) runs on the eBPF backend only: drop --backend perf");
+    }
+    if time.is_some() {
+        return Ok(BackendArg::Bpf);
+    }
     let probe = args.events.iter().find(|e| !e.is_timer());
     match (args.backend, probe) {
         (Some(BackendArg::Perf), Some(probe)) => bail!(

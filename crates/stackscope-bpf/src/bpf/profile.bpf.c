@@ -6,6 +6,9 @@
  * frame pointers while a process has none), and counts the (pid, tid, user stack, kernel stack,
  * comm) key. Only return addresses ever leave the kernel, never stack memory.
  *
+ * The same counting runs at probes, and at the scheduler's switch for off-CPU time: a thread's
+ * stacks are taken as it leaves the CPU, and the time until it comes back is added to them.
+ *
  * Small tracepoint and uprobe programs follow the sampled processes: forks of followed processes
  * join the filter, and exec, library loads (at start-up and dlopen) and exits are reported
  * through a ring buffer so user space loads or drops their unwind tables.
@@ -13,6 +16,7 @@
 #include "kernel.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
 
 #include "profile.h"
 
@@ -35,6 +39,13 @@ struct task_struct {
 
 #define SIGSTOP 19
 
+/* Task states (include/linux/sched.h) a thread leaves the CPU in that are not waiting of its
+ * own: stopped by a signal, stopped by a tracer (stackscope holds a launched command so while
+ * it loads tables), dying. */
+#define TASK_STOPPED_BIT 0x0004
+#define TASK_TRACED_BIT 0x0008
+#define TASK_DEAD_BIT 0x0080
+
 /* Set by the loader before the program is loaded. */
 const volatile __u32 filter = FILTER_NONE;
 const volatile bool include_idle = false;
@@ -47,6 +58,10 @@ const volatile __u64 ns_ino = 0;
 const volatile bool hold_loads = false;
 /* Frames kept per user stack, at most MAX_USER_FRAMES. */
 const volatile __u32 max_frames = MAX_STACK_FRAMES;
+/* The count key's event of off-CPU time (the switch programs run only when it is counted),
+ * and the shortest block counted, in nanoseconds. */
+const volatile __u32 off_cpu_event = 0;
+const volatile __u64 min_block_ns = 0;
 
 /* Sizes below are placeholders: the loader sets them from the command line. */
 struct {
@@ -105,6 +120,16 @@ struct {
 	__type(value, __u8);
 	__uint(max_entries, 65536);
 } followed SEC(".maps");
+
+/* Wanted threads off the CPU, by global tid: since when, and the key their time goes to. LRU:
+ * a thread that leaves for good without dying (its process killed while it waited) is
+ * forgotten when room runs out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, __u32);
+	__type(value, struct blocked);
+	__uint(max_entries, 40960);
+} blocked SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -229,7 +254,7 @@ static __always_inline void user_regs(struct pt_regs *regs, struct task_struct *
 }
 
 /* Unwinds the current task's user stack and stores it; returns its id or an error. `ctx` is
- * the program's context (for the kernel's frame-pointer walk), `regs` as for count_current. */
+ * the program's context (for the kernel's frame-pointer walk), `regs` as for current_key. */
 static __always_inline __s64 user_stack(void *ctx, struct pt_regs *regs, __u32 pid)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -310,41 +335,57 @@ static __always_inline bool wanted_current(__u32 *pid, __u32 *tid)
 	return true;
 }
 
-/* Adds `weight` to the current task's stack under `event` (EVENT_INDEX_TIMER for the
- * cpu-clock samples), whatever hook runs it: the kernel stack is taken from `ctx`, the user
- * stack unwound from `regs` when they are user registers (NULL or kernel registers: those
- * saved at the task's kernel entry). Does nothing for tasks the filter leaves out. */
-static __always_inline void count_current(void *ctx, struct pt_regs *regs, __u32 event,
-					  __u64 weight)
+/* Fills `key` with the current task's stacks under `event`, whatever hook runs it: the kernel
+ * stack is taken from `ctx`, the user stack unwound from `regs` when they are user registers
+ * (NULL or kernel registers: those saved at the task's kernel entry). False for tasks the
+ * filter leaves out. */
+static __always_inline bool current_key(void *ctx, struct pt_regs *regs, __u32 event,
+					struct count_key *key)
 {
-	struct count_key key = {};
 	__u32 pid, tid;
+
+	if (!wanted_current(&pid, &tid))
+		return false;
+	key->pid = pid;
+	key->tid = tid;
+	key->event = event;
+	bpf_get_current_comm(&key->comm, sizeof(key->comm));
+	key->kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces, 0) : -EFAULT;
+	key->user_stack_id = want_user && tid != 0 ? user_stack(ctx, regs, pid) : -EFAULT;
+	return true;
+}
+
+/* Adds `weight` (a sample, a hit, nanoseconds off the CPU) to the count of `key`. */
+static __always_inline void add_count(struct count_key *key, __u64 weight)
+{
 	__u64 *count;
 	long err;
 
-	if (!wanted_current(&pid, &tid))
-		return;
-	key.pid = pid;
-	key.tid = tid;
-	key.event = event;
-	bpf_get_current_comm(&key.comm, sizeof(key.comm));
-	key.kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces, 0) : -EFAULT;
-	key.user_stack_id = want_user && tid != 0 ? user_stack(ctx, regs, pid) : -EFAULT;
-
-	count = bpf_map_lookup_elem(&counts, &key);
+	count = bpf_map_lookup_elem(&counts, key);
 	if (count) {
 		__sync_fetch_and_add(count, weight);
 		return;
 	}
-	err = bpf_map_update_elem(&counts, &key, &weight, BPF_NOEXIST);
+	err = bpf_map_update_elem(&counts, key, &weight, BPF_NOEXIST);
 	if (err == -EEXIST) {
 		/* Another CPU added the key meanwhile. */
-		count = bpf_map_lookup_elem(&counts, &key);
+		count = bpf_map_lookup_elem(&counts, key);
 		if (count)
 			__sync_fetch_and_add(count, weight);
 	} else if (err) {
 		count_drop(DROP_COUNT_MAP_FULL);
 	}
+}
+
+/* Adds `weight` to the current task's stack under `event` (EVENT_INDEX_TIMER for the
+ * cpu-clock samples); `ctx` and `regs` as for current_key. */
+static __always_inline void count_current(void *ctx, struct pt_regs *regs, __u32 event,
+					  __u64 weight)
+{
+	struct count_key key = {};
+
+	if (current_key(ctx, regs, event, &key))
+		add_count(&key, weight);
 }
 
 SEC("perf_event")
@@ -371,6 +412,49 @@ SEC("tracepoint")
 int on_tracepoint(void *ctx)
 {
 	count_current(ctx, NULL, bpf_get_attach_cookie(ctx), 1);
+	return 0;
+}
+
+/* Off-CPU time. The switch runs in the thread leaving the CPU: its stacks are taken then (its
+ * user stack unwound from the registers saved at its kernel entry, as only the current task's
+ * memory can be read), and the time until the thread is switched back in is added to them. */
+static __always_inline void switch_threads(void *ctx, struct task_struct *next,
+					   unsigned int prev_state)
+{
+	__u32 prev_tid = (__u32)bpf_get_current_pid_tgid();
+	__u32 next_tid = BPF_CORE_READ(next, pid);
+	__u64 now = bpf_ktime_get_ns();
+	struct blocked *back;
+
+	if (prev_tid && !(prev_state & (TASK_STOPPED_BIT | TASK_TRACED_BIT | TASK_DEAD_BIT))) {
+		struct blocked out = { .since = now };
+
+		if (current_key(ctx, NULL, off_cpu_event, &out.key))
+			bpf_map_update_elem(&blocked, &prev_tid, &out, BPF_ANY);
+	}
+	back = bpf_map_lookup_elem(&blocked, &next_tid);
+	if (!back)
+		return;
+	if (now - back->since >= min_block_ns)
+		add_count(&back->key, now - back->since);
+	bpf_map_delete_elem(&blocked, &next_tid);
+}
+
+SEC("tp_btf/sched_switch")
+int BPF_PROG(on_switch, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	switch_threads(ctx, next, prev_state);
+	return 0;
+}
+
+/* The same where the kernel's BTF lacks the tracepoint's type: the raw tracepoint passes the
+ * same arguments, untyped (hence BPF_CORE_READ above). */
+SEC("raw_tp/sched_switch")
+int BPF_PROG(on_switch_raw, bool preempt, struct task_struct *prev, struct task_struct *next,
+	     unsigned int prev_state)
+{
+	switch_threads(ctx, next, prev_state);
 	return 0;
 }
 

@@ -49,6 +49,12 @@ struct count_key {
 /* count_key.event of the cpu-clock samples. */
 #define EVENT_INDEX_TIMER 0
 
+/* A wanted thread off the CPU: when it left (bpf_ktime_get_ns) and where its time goes. */
+struct blocked {
+	__u64 since;
+	struct count_key key;
+};
+
 /* Per-CPU counters of samples the maps could not hold. */
 enum drop_counter {
 	DROP_COUNT_MAP_FULL = 0,

@@ -12,29 +12,35 @@ use stackscope_stacks::walk::lookup_addresses;
 use stackscope_stacks::{Hint, Recording, Storage};
 use stackscope_symbols::Symbolizer;
 
-use super::BpfConfig;
+use super::{BpfConfig, TimeProfile};
 use crate::layout::{self, CountKey};
 use crate::probe::Plan;
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 use crate::tables::NotLoaded;
 
-/// Reads the counted stacks and symbolizes them, with what the maps could not hold.
+/// Reads the counted stacks and symbolizes them, with what the maps could not hold. Threads
+/// still off the CPU when counting stopped (`ended`, on the program's clock) are counted up to
+/// then.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
     mut meta: Metadata,
     plan: &Plan,
+    ended: u64,
 ) -> Recording {
-    let counts = program::counts(skel);
+    let mut counts = program::counts(skel);
+    if plan.off_cpu.is_some() {
+        counts.extend(still_blocked(skel, config, ended));
+    }
     let (dropped, user_full) = program::drops(skel);
     let markers = event_markers(plan);
     let Counted {
         table,
         comms,
         collisions,
-    } = count_stacks(skel, config, processes, &counts, &markers);
+    } = count_stacks(skel, config, processes, &counts, &markers, plan);
 
     meta.lost_samples = dropped;
     let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
@@ -58,6 +64,23 @@ pub(super) fn collect(
         hints,
         ..Recording::default()
     }
+}
+
+/// The time of the threads still off the CPU at `ended`, as counts of their keys; blocks
+/// shorter than the minimum are left out as the program leaves them.
+fn still_blocked(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    ended: u64,
+) -> impl Iterator<Item = (CountKey, u64)> {
+    let min_block = match config.time {
+        Some(TimeProfile::OffCpu { min_block_ns }) => min_block_ns,
+        _ => 0,
+    };
+    program::still_blocked(skel)
+        .into_iter()
+        .map(move |(since, key)| (key, ended.saturating_sub(since)))
+        .filter(move |&(_, ns)| ns > 0 && ns >= min_block)
 }
 
 /// The count map read into a stack table.
@@ -89,6 +112,7 @@ fn count_stacks(
     processes: &mut Processes,
     counts: &[(CountKey, u64)],
     markers: &[&'static str],
+    plan: &Plan,
 ) -> Counted {
     let mut table = StackTable::default();
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
@@ -143,7 +167,10 @@ fn count_stacks(
         if let Some(marker) = markers.get(key.event as usize) {
             frames.push(RawFrame::Event(marker));
         }
-        table.add_count(key.pid, key.tid, 0, &frames, end, *count);
+        let weight = plan.weight(key.event, *count);
+        if weight > 0 {
+            table.add_count(key.pid, key.tid, 0, &frames, end, weight);
+        }
     }
 
     Counted {

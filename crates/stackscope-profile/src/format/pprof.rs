@@ -1,14 +1,17 @@
 //! pprof: a gzipped `perftools.profiles.Profile` protocol buffer, as `go tool pprof` reads it.
 //!
 //! Each sample carries two values, `samples/count` and `cpu/nanoseconds` (count × sampling
-//! period; the latter only when the period is known as a time). A location is one machine
+//! period; the latter only when the period is known as a time). A profile of time (counts in
+//! microseconds: off-CPU, or on- and off-CPU) carries one, `off-cpu/nanoseconds` or
+//! `wall/nanoseconds`. When stacks are rooted in the event that counted them (several events),
+//! each sample also has an `event` label naming it, for `-tagfocus`. A location is one machine
 //! address: a frame and the frames inlined into it (the model's [`Frame::inlined`] flag marks
 //! a frame that shares its caller's address) become one location with one line per frame,
 //! innermost first. Every module becomes a mapping, with its build-id where the profile has
 //! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
 //! no address range; pprof then goes by the function names, files and lines.
 
-use crate::{Frame, FrameKind, Profile};
+use crate::{CountUnit, Frame, FrameKind, Profile};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
@@ -147,6 +150,9 @@ pub mod proto {
 /// frequency, or the period of a clock event (counted in nanoseconds).
 pub(crate) fn sample_nanos(profile: &Profile) -> Option<u64> {
     let meta = &profile.meta;
+    if meta.count_unit == CountUnit::Microseconds {
+        return Some(1000);
+    }
     match (meta.frequency_hz, meta.period) {
         (Some(hz), _) if hz > 0 => Some(1_000_000_000 / hz).filter(|&n| n > 0),
         (_, Some(period))
@@ -232,15 +238,27 @@ impl<'a> Encoder<'a> {
     fn encode(mut self) -> proto::Profile {
         let meta = &self.profile.meta;
         let nanos = sample_nanos(self.profile);
-        let count_type = self.value_type("samples", "count");
-        self.message.sample_type.push(count_type);
-        if let Some(nanos) = nanos {
+        let timed = meta.count_unit == CountUnit::Microseconds;
+        if timed {
+            // Counts are time already: one value, the time.
+            let events = meta.event.split(", ").count();
+            let kind = if events > 1 { "wall" } else { meta.event.as_str() };
+            let time_type = self.value_type(kind, "nanoseconds");
+            self.message.sample_type.push(time_type);
+            self.message.period_type = Some(time_type);
+            self.message.period = 1000;
+            self.message.default_sample_type = time_type.r#type;
+        } else if let Some(nanos) = nanos {
+            let count_type = self.value_type("samples", "count");
+            self.message.sample_type.push(count_type);
             let cpu_type = self.value_type("cpu", "nanoseconds");
             self.message.sample_type.push(cpu_type);
             self.message.period_type = Some(cpu_type);
             self.message.period = clamp(nanos);
             self.message.default_sample_type = cpu_type.r#type;
         } else {
+            let count_type = self.value_type("samples", "count");
+            self.message.sample_type.push(count_type);
             self.message.period_type = Some(count_type);
             self.message.period = 1;
         }
@@ -255,7 +273,9 @@ impl<'a> Encoder<'a> {
             self.string("pid"),
             self.string("tid"),
             self.string("cpu"),
+            self.string("event"),
         ];
+        let events = rooted_events(self.profile);
         let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
         for sample in &self.profile.samples {
             let location_id = match stack_locations.get(&sample.stack) {
@@ -266,7 +286,10 @@ impl<'a> Encoder<'a> {
                     ids
                 }
             };
-            let mut value = vec![clamp(sample.count)];
+            let mut value = Vec::with_capacity(2);
+            if !timed {
+                value.push(clamp(sample.count));
+            }
             if let Some(nanos) = nanos {
                 value.push(clamp(sample.count.saturating_mul(nanos)));
             }
@@ -292,6 +315,14 @@ impl<'a> Encoder<'a> {
                 label.push(proto::Label {
                     key: keys[3],
                     num: cpu.into(),
+                    ..Default::default()
+                });
+            }
+            let root = self.profile.stack(sample.stack).frames.first();
+            if let Some(event) = root.and_then(|&f| event_root(self.profile, &events, f)) {
+                label.push(proto::Label {
+                    key: keys[4],
+                    str: self.string(event),
                     ..Default::default()
                 });
             }
@@ -412,6 +443,23 @@ impl<'a> Encoder<'a> {
         self.mappings.insert(module.to_string(), id);
         id
     }
+}
+
+/// The events stacks are rooted in: those `meta.event` lists, when it lists several.
+fn rooted_events(profile: &Profile) -> Vec<&str> {
+    let events: Vec<&str> = profile.meta.event.split(", ").collect();
+    if events.len() > 1 {
+        events
+    } else {
+        Vec::new()
+    }
+}
+
+/// The event a stack's root frame names, if it is an event's marker.
+fn event_root<'p>(profile: &'p Profile, events: &[&str], root: u32) -> Option<&'p str> {
+    let frame = profile.frame(root);
+    (frame.kind == FrameKind::Marker && events.contains(&frame.name.as_str()))
+        .then_some(frame.name.as_str())
 }
 
 /// What pprof shows as comments: how the profile was taken, and its hints.

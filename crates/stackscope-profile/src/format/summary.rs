@@ -1,6 +1,6 @@
 //! The short end-of-run report for stderr: how much was sampled and how whole the stacks are.
 
-use crate::{FrameKind, Profile, MISSED_KERNEL_STACK, MISSED_USER_STACK};
+use crate::{CountUnit, FrameKind, Profile, MISSED_KERNEL_STACK, MISSED_USER_STACK};
 use std::collections::HashSet;
 use std::fmt::Write;
 
@@ -26,8 +26,17 @@ pub fn summary(profile: &Profile) -> String {
         "" | "cpu-clock" => String::new(),
         event => format!(" of {event}"),
     };
-    let mut s = format!(
-        "{samples} samples{of} in {:.1} s, {} lost\n",
+    let mut s = match meta.count_unit {
+        CountUnit::Samples => format!("{samples} samples{of}"),
+        CountUnit::Microseconds => format!(
+            "{:.3} s{of}{}",
+            samples as f64 / 1e6,
+            time_by_root(profile)
+        ),
+    };
+    let _ = writeln!(
+        s,
+        " in {:.1} s, {} lost",
         meta.duration_secs, meta.lost_samples
     );
     let unwind = &meta.unwind;
@@ -35,10 +44,15 @@ pub fn summary(profile: &Profile) -> String {
         s.push_str("user stacks: none\n");
     } else {
         let share = |n: u64| 100.0 * n as f64 / unwind.user_stacks as f64;
+        // Time is not a number of stacks: its shares are of the time.
+        let stacks = match meta.count_unit {
+            CountUnit::Samples => unwind.user_stacks.to_string(),
+            CountUnit::Microseconds => "by time".to_string(),
+        };
         let _ = write!(
             s,
             "user stacks: {}, {:.1}% complete, {:.1}% with unknown frames, {:.1}% truncated",
-            unwind.user_stacks,
+            stacks,
             share(unwind.complete),
             share(unwind.with_unknown),
             share(unwind.truncated),
@@ -66,6 +80,31 @@ pub fn summary(profile: &Profile) -> String {
         let _ = writeln!(s, "hint: {hint}");
     }
     s
+}
+
+/// With several events as roots (`on-cpu, off-cpu`), the time under each: ` (on-cpu 0.612 s,
+/// off-cpu 2.401 s)`.
+fn time_by_root(profile: &Profile) -> String {
+    let events: Vec<&str> = profile.meta.event.split(", ").collect();
+    if events.len() < 2 {
+        return String::new();
+    }
+    let mut under = vec![0u64; events.len()];
+    for sample in &profile.samples {
+        let root = profile.stack_frames(sample.stack).next();
+        let at = root
+            .filter(|f| f.kind == FrameKind::Marker)
+            .and_then(|f| events.iter().position(|e| *e == f.name));
+        if let Some(i) = at {
+            under[i] = under[i].saturating_add(sample.count);
+        }
+    }
+    let parts: Vec<String> = events
+        .iter()
+        .zip(under)
+        .map(|(e, us)| format!("{e} {:.3} s", us as f64 / 1e6))
+        .collect();
+    format!(" ({})", parts.join(", "))
 }
 
 /// Stacks the kernel could not store, counted as bcc profile counts them for its warning: one

@@ -7,7 +7,7 @@
 
 use super::folded::{self, Spelling};
 use super::WriteOptions;
-use crate::Profile;
+use crate::{CountUnit, Profile};
 use inferno::flamegraph::{self, color::MultiPalette, Palette};
 use std::io::{self, Write};
 
@@ -31,7 +31,7 @@ pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write)
     }
     let mut options = flamegraph::Options::default();
     options.title = title.to_string();
-    options.count_name = "samples".to_string();
+    options.count_name = profile.meta.count_unit.short_name().to_string();
     options.colors = Palette::Multi(MultiPalette::Java);
     // Colour by name hash, so a function keeps its colour across runs and graphs.
     options.hash = true;
@@ -48,6 +48,9 @@ fn subtitle(profile: &Profile) -> String {
         s.push_str(&format!(" at {hz} Hz"));
     } else if let Some(period) = meta.period {
         s.push_str(&format!(", every {period} events"));
+    }
+    if meta.count_unit == CountUnit::Microseconds {
+        s.push_str(", time in µs");
     }
     if meta.duration_secs > 0.0 {
         s.push_str(&format!(", {:.1} s", meta.duration_secs));
