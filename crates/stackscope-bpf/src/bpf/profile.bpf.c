@@ -336,11 +336,11 @@ static __always_inline bool wanted_current(__u32 *pid, __u32 *tid)
 }
 
 /* Fills `key` with the current task's stacks under `event`, whatever hook runs it: the kernel
- * stack is taken from `ctx`, the user stack unwound from `regs` when they are user registers
- * (NULL or kernel registers: those saved at the task's kernel entry). False for tasks the
- * filter leaves out. */
+ * stack is taken from `ctx` (its innermost `kernel_skip` frames left out), the user stack
+ * unwound from `regs` when they are user registers (NULL or kernel registers: those saved at
+ * the task's kernel entry). False for tasks the filter leaves out. */
 static __always_inline bool current_key(void *ctx, struct pt_regs *regs, __u32 event,
-					struct count_key *key)
+					__u32 kernel_skip, struct count_key *key)
 {
 	__u32 pid, tid;
 
@@ -350,7 +350,9 @@ static __always_inline bool current_key(void *ctx, struct pt_regs *regs, __u32 e
 	key->tid = tid;
 	key->event = event;
 	bpf_get_current_comm(&key->comm, sizeof(key->comm));
-	key->kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces, 0) : -EFAULT;
+	key->kernel_stack_id = want_kernel ? bpf_get_stackid(ctx, &stack_traces,
+							      kernel_skip & BPF_F_SKIP_FIELD_MASK)
+					   : -EFAULT;
 	key->user_stack_id = want_user && tid != 0 ? user_stack(ctx, regs, pid) : -EFAULT;
 	return true;
 }
@@ -384,7 +386,7 @@ static __always_inline void count_current(void *ctx, struct pt_regs *regs, __u32
 {
 	struct count_key key = {};
 
-	if (current_key(ctx, regs, event, &key))
+	if (current_key(ctx, regs, event, 0, &key))
 		add_count(&key, weight);
 }
 
@@ -415,6 +417,10 @@ int on_tracepoint(void *ctx)
 	return 0;
 }
 
+/* Frames of the tracepoint's own call atop a stack taken at the switch: this program and
+ * bpf_trace_run4, under __schedule. */
+#define SWITCH_SKIP 2
+
 /* Off-CPU time. The switch runs in the thread leaving the CPU: its stacks are taken then (its
  * user stack unwound from the registers saved at its kernel entry, as only the current task's
  * memory can be read), and the time until the thread is switched back in is added to them. */
@@ -429,7 +435,7 @@ static __always_inline void switch_threads(void *ctx, struct task_struct *next,
 	if (prev_tid && !(prev_state & (TASK_STOPPED_BIT | TASK_TRACED_BIT | TASK_DEAD_BIT))) {
 		struct blocked out = { .since = now };
 
-		if (current_key(ctx, NULL, off_cpu_event, &out.key))
+		if (current_key(ctx, NULL, off_cpu_event, SWITCH_SKIP, &out.key))
 			bpf_map_update_elem(&blocked, &prev_tid, &out, BPF_ANY);
 	}
 	back = bpf_map_lookup_elem(&blocked, &next_tid);

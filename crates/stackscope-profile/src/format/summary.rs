@@ -10,6 +10,8 @@ use std::fmt::Write;
 /// kernel could not copy, ones whose outer frames came from other samples and ones holding
 /// functions no symbol names), then each of meta.hints on its own line.
 ///
+/// A profile of time says seconds instead of samples (`2.401 s of off-cpu time in 3.0 s`).
+///
 /// ```text
 /// 1500 samples in 3.0 s, 2 lost
 /// user stacks: 1400, 95.0% complete, 3.0% with unknown frames, 2.0% truncated
@@ -28,11 +30,10 @@ pub fn summary(profile: &Profile) -> String {
     };
     let mut s = match meta.count_unit {
         CountUnit::Samples => format!("{samples} samples{of}"),
-        CountUnit::Microseconds => format!(
-            "{:.3} s{of}{}",
-            samples as f64 / 1e6,
-            time_by_root(profile)
-        ),
+        CountUnit::Microseconds => match time_by_root(profile) {
+            Some(parts) => format!("{:.3} s of time ({parts})", samples as f64 / 1e6),
+            None => format!("{:.3} s{of} time", samples as f64 / 1e6),
+        },
     };
     let _ = writeln!(
         s,
@@ -82,12 +83,12 @@ pub fn summary(profile: &Profile) -> String {
     s
 }
 
-/// With several events as roots (`on-cpu, off-cpu`), the time under each: ` (on-cpu 0.612 s,
-/// off-cpu 2.401 s)`.
-fn time_by_root(profile: &Profile) -> String {
+/// With several events as roots (`on-cpu, off-cpu`), the time under each: `on-cpu 0.612 s,
+/// off-cpu 2.401 s`.
+fn time_by_root(profile: &Profile) -> Option<String> {
     let events: Vec<&str> = profile.meta.event.split(", ").collect();
     if events.len() < 2 {
-        return String::new();
+        return None;
     }
     let mut under = vec![0u64; events.len()];
     for sample in &profile.samples {
@@ -104,7 +105,7 @@ fn time_by_root(profile: &Profile) -> String {
         .zip(under)
         .map(|(e, us)| format!("{e} {:.3} s", us as f64 / 1e6))
         .collect();
-    format!(" ({})", parts.join(", "))
+    Some(parts.join(", "))
 }
 
 /// Stacks the kernel could not store, counted as bcc profile counts them for its warning: one
