@@ -29,5 +29,6 @@ mod tables;
 pub use error::BpfError;
 pub use probe::EventSpec;
 pub use record::{
-    record, BpfConfig, Rate, TimeProfile, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
+    record, BpfConfig, Rate, TimeProfile, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES,
+    DEFAULT_STACK_STORAGE,
 };

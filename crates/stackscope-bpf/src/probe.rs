@@ -16,8 +16,8 @@ use stackscope_linux::target::Target;
 use crate::error::BpfError;
 use crate::{Rate, TimeProfile};
 pub(crate) use attach::Probes;
-use stackscope_linux::sampler::SampleError;
 use resolve::{resolve, Resolved};
+use stackscope_linux::sampler::SampleError;
 
 /// One event, as `--event` spells it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -132,8 +132,12 @@ pub(crate) fn load<'a>(
     open.progs.on_probe.set_autoload(settings.probes);
     open.progs.on_tracepoint.set_autoload(settings.tracepoints);
     let hook = settings.off_cpu;
-    open.progs.on_switch.set_autoload(hook.is_some_and(|h| h.btf));
-    open.progs.on_switch_raw.set_autoload(hook.is_some_and(|h| !h.btf));
+    open.progs
+        .on_switch
+        .set_autoload(hook.is_some_and(|h| h.btf));
+    open.progs
+        .on_switch_raw
+        .set_autoload(hook.is_some_and(|h| !h.btf));
     // Attached with the timer, not with the process-tracking tracepoints.
     open.progs.on_switch.set_autoattach(false);
     open.progs.on_switch_raw.set_autoattach(false);
@@ -236,9 +240,9 @@ pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
         &progs.on_switch_raw,
     ]
     .into_iter()
-        .filter(|p| p.autoload())
-        .filter_map(prog_info)
-        .collect();
+    .filter(|p| p.autoload())
+    .filter_map(prog_info)
+    .collect();
     (!infos.is_empty()).then(|| ProgramCost {
         runs: infos.iter().map(|i| i.run_cnt).sum(),
         run_time_ns: infos.iter().map(|i| i.run_time_ns).sum(),

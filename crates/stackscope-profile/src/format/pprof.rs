@@ -242,7 +242,11 @@ impl<'a> Encoder<'a> {
         if timed {
             // Counts are time already: one value, the time.
             let events = meta.event.split(", ").count();
-            let kind = if events > 1 { "wall" } else { meta.event.as_str() };
+            let kind = if events > 1 {
+                "wall"
+            } else {
+                meta.event.as_str()
+            };
             let time_type = self.value_type(kind, "nanoseconds");
             self.message.sample_type.push(time_type);
             self.message.period_type = Some(time_type);

@@ -46,6 +46,7 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "forker" => c("forker.c", &[]),
         "crasher" => c("crasher.c", &[]),
         "spin" => c("spin.c", &[]),
+        "blocking" => c("blocking.c", &[]),
         "churn" => c("churn.c", &[]),
         "syscalls" => c("syscalls.c", &[]),
         "jit" => c("jit.c", &[]),
