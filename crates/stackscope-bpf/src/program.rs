@@ -438,3 +438,64 @@ pub(crate) fn drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
         read(layout::DROP_USER_STACK_FULL),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Both switch programs load and count this thread's sleeps as time off the CPU: the BTF
+    /// tracepoint, and the raw one it falls back to where the kernel's BTF lacks its type.
+    /// Needs root.
+    #[test]
+    fn both_switch_programs_count_time_off_the_cpu() {
+        for btf in [true, false] {
+            let settings = Settings {
+                filter: Filter::Tids,
+                include_idle: false,
+                user: true,
+                kernel: true,
+                pid_ns: crate::record::sampled::caller_pid_namespace(),
+                hold_loads: false,
+                stack_storage_size: 1024,
+                hash_storage_size: 1024,
+                table_files: 16,
+                max_frames: 127,
+                probes: false,
+                tracepoints: false,
+                off_cpu: Some(OffCpuHook {
+                    event: 1,
+                    min_block_ns: 0,
+                    btf,
+                }),
+            };
+            let mut storage = MaybeUninit::uninit();
+            let skel = load(&mut storage, &settings).expect("the program loads");
+            eprintln!(
+                "btf {btf}: instructions verified: {:?}",
+                verified_insns(&skel)
+            );
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() } as u32;
+            add_filter_id(&skel, tid).expect("filter");
+            let mut sampling = Sampling::none();
+            sampling.switches(&skel).expect("attach");
+            let started = Instant::now();
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let slept = started.elapsed().as_nanos() as u64;
+            sampling.stop();
+            let off: u64 = counts(&skel)
+                .iter()
+                .filter(|(key, _)| key.tid == tid && key.event == 1)
+                .map(|(_, ns)| ns)
+                .sum();
+            // Twenty sleeps of 5 ms at least, within the time the loop took.
+            assert!(
+                (100_000_000..=slept).contains(&off),
+                "btf {btf}: {off} ns off the CPU in {slept} ns of 20 sleeps of 5 ms"
+            );
+        }
+    }
+}

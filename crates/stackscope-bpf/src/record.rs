@@ -5,7 +5,7 @@
 //! perf_event source.
 
 mod collect;
-mod sampled;
+pub(crate) mod sampled;
 
 use std::cell::RefCell;
 use std::io;

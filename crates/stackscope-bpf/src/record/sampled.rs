@@ -84,7 +84,7 @@ pub(super) fn resolve(target: &Target) -> Result<Targets, SampleError> {
 
 /// The caller's pid namespace as the kernel's pid helper wants it, unless it is the initial
 /// one (where every pid is already what the caller sees, and no translation is needed).
-pub(super) fn caller_pid_namespace() -> Option<(u64, u64)> {
+pub(crate) fn caller_pid_namespace() -> Option<(u64, u64)> {
     /// PROC_PID_INIT_INO: the inode number of the initial pid namespace.
     const INIT_PID_NS: u64 = 0xEFFF_FFFC;
     let meta = std::fs::metadata("/proc/self/ns/pid").ok()?;
