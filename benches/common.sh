@@ -53,3 +53,19 @@ install_perf_tools() {
 now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# rate_table UNIT: the median of each tool's rates in the associative array `rates` (space-
+# separated numbers under `none`, `stackscope` and `bpftrace`), as a table headed UNIT, then
+# the ratios of each profiled rate to the unprofiled one and of stackscope's to bpftrace's.
+rate_table() {
+    declare -A med
+    printf "%-11s %14s\n" tool "$1"
+    for tool in none stackscope bpftrace; do
+        # shellcheck disable=SC2086
+        med[$tool]=$(printf "%s\n" ${rates[$tool]} | median)
+        printf "%-11s %14.0f\n" "$tool" "${med[$tool]}"
+    done
+    echo "ratios: stackscope/none $(calc "${med[stackscope]} / ${med[none]}")," \
+        "bpftrace/none $(calc "${med[bpftrace]} / ${med[none]}")," \
+        "stackscope/bpftrace $(calc "${med[stackscope]} / ${med[bpftrace]}")"
+}

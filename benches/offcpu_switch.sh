@@ -106,13 +106,4 @@ done
 blocked=$(awk '/;hand_on;/ { n += $NF } END { printf "%.3f", n / 1e6 }' stacks.folded)
 echo "stackscope counted $blocked s off the CPU under hand_on; $(grep 'in-kernel' stackscope.err)"
 
-declare -A med
-printf "%-11s %14s\n" tool "switches/s"
-for tool in none stackscope bpftrace; do
-    # shellcheck disable=SC2086
-    med[$tool]=$(printf "%s\n" ${rates[$tool]} | median)
-    printf "%-11s %14.0f\n" "$tool" "${med[$tool]}"
-done
-echo "ratios: stackscope/none $(calc "${med[stackscope]} / ${med[none]}")," \
-    "bpftrace/none $(calc "${med[bpftrace]} / ${med[none]}")," \
-    "stackscope/bpftrace $(calc "${med[stackscope]} / ${med[bpftrace]}")"
+rate_table "switches/s"

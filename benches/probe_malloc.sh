@@ -68,13 +68,4 @@ done
 counted=$(awk '/;site;/ { n += $NF } END { print n + 0 }' stacks.folded)
 echo "stackscope counted $counted malloc calls under site (the program made $calls)"
 
-declare -A med
-printf "%-11s %14s\n" tool "calls/s"
-for tool in none stackscope bpftrace; do
-    # shellcheck disable=SC2086
-    med[$tool]=$(printf "%s\n" ${rates[$tool]} | median)
-    printf "%-11s %14.0f\n" "$tool" "${med[$tool]}"
-done
-echo "ratios: stackscope/none $(calc "${med[stackscope]} / ${med[none]}")," \
-    "bpftrace/none $(calc "${med[bpftrace]} / ${med[none]}")," \
-    "stackscope/bpftrace $(calc "${med[stackscope]} / ${med[bpftrace]}")"
+rate_table "calls/s"

@@ -11,22 +11,10 @@ use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Command;
 
-/// The program's own account: `nap 123 burn 456` as (name, count) pairs.
+/// The program's own account, its last line: `nap 123 burn 456` as (name, number) pairs.
 fn account(stdout: &str) -> Vec<(String, u64)> {
-    let words: Vec<&str> = stdout
-        .lines()
-        .last()
-        .unwrap_or_else(|| panic!("the program printed nothing: {stdout:?}"))
-        .split_whitespace()
-        .collect();
-    words
-        .chunks(2)
-        .map(|w| (w[0].to_string(), w[1].parse().expect("a number")))
-        .collect()
-}
-
-fn said(account: &[(String, u64)], what: &str) -> u64 {
-    account.iter().find(|(w, _)| w == what).expect(what).1
+    let line = stdout.lines().last();
+    account_pairs(line.unwrap_or_else(|| panic!("the program printed nothing: {stdout:?}")))
 }
 
 /// Microseconds (the counts of a profile of time) of the stacks `pred` picks.
@@ -40,9 +28,7 @@ fn micros(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> u64 {
 }
 
 fn user_has(frames: &[&Frame], name: &str) -> bool {
-    frames
-        .iter()
-        .any(|f| f.kind == FrameKind::User && f.name == name)
+    user_names(frames).contains(&name)
 }
 
 fn rooted(frames: &[&Frame], event: &str) -> bool {
@@ -179,12 +165,7 @@ fn off_cpu_stack_names_the_blocking_call_and_reaches_main() {
     let long = micros(&profile, |f| user_has(f, "long_nap"));
     let whole = micros(&profile, |f| {
         let names: Vec<&str> = f.iter().map(|f| f.name.as_str()).collect();
-        let user: Vec<&str> = f
-            .iter()
-            .filter(|f| f.kind == FrameKind::User)
-            .map(|f| f.name.as_str())
-            .collect();
-        user.windows(2).any(|w| w == ["main", "long_nap"])
+        user_names(f).windows(2).any(|w| w == ["main", "long_nap"])
             && names.iter().any(|n| n.contains("nanosleep"))
             && f.iter()
                 .any(|f| f.kind == FrameKind::Kernel && f.name == "schedule")
@@ -275,13 +256,8 @@ fn check_attached(profile: &Profile, pid: u32, only: bool, context: &str) {
         .filter(|s| of_pid(s))
         .filter(|s| {
             let frames: Vec<&Frame> = profile.stack_frames(s.stack).collect();
-            let user: Vec<&str> = frames
-                .iter()
-                .filter(|f| f.kind == FrameKind::User)
-                .map(|f| f.name.as_str())
-                .collect();
             match only {
-                true => user.windows(2).any(|w| w == ["main", "nap"]),
+                true => user_names(&frames).windows(2).any(|w| w == ["main", "nap"]),
                 false => frames
                     .iter()
                     .any(|f| f.kind == FrameKind::Kernel && f.name == "do_nanosleep"),

@@ -33,15 +33,7 @@ fn account(stdout: &str) -> Vec<(String, u64)> {
         .lines()
         .find(|l| l.starts_with("site_a "))
         .unwrap_or_else(|| panic!("the program printed no account: {stdout:?}"));
-    let words: Vec<&str> = line.split_whitespace().collect();
-    words
-        .chunks(2)
-        .map(|w| (w[0].to_string(), w[1].parse().expect("a count")))
-        .collect()
-}
-
-fn said(account: &[(String, u64)], what: &str) -> u64 {
-    account.iter().find(|(w, _)| w == what).expect(what).1
+    account_pairs(line)
 }
 
 /// Hits (counts) of the stacks `pred` picks.
@@ -52,15 +44,6 @@ fn hits(profile: &Profile, pred: impl Fn(&[&stackscope_profile::Frame]) -> bool)
         .filter(|s| pred(&profile.stack_frames(s.stack).collect::<Vec<_>>()))
         .map(|s| s.count)
         .sum()
-}
-
-/// The user frames of a stack, root first.
-fn user_names<'a>(frames: &[&'a stackscope_profile::Frame]) -> Vec<&'a str> {
-    frames
-        .iter()
-        .filter(|f| f.kind == FrameKind::User)
-        .map(|f| f.name.as_str())
-        .collect()
 }
 
 #[test]

@@ -307,6 +307,38 @@ pub fn record_json(dir: &Path, options: &[&str], command: &[&OsStr]) -> (Run, Pr
     (run, profile)
 }
 
+/// A workload's account of itself, a line of `NAME NUMBER` pairs (`site_a 1000 site_b 2500`),
+/// as (name, number) pairs.
+pub fn account_pairs(line: &str) -> Vec<(String, u64)> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    words
+        .chunks(2)
+        .map(|w| {
+            let number = w.get(1).and_then(|n| n.parse().ok());
+            let number = number.unwrap_or_else(|| panic!("not `NAME NUMBER` pairs: {line:?}"));
+            (w[0].to_string(), number)
+        })
+        .collect()
+}
+
+/// The number an account gives `what`.
+pub fn said(account: &[(String, u64)], what: &str) -> u64 {
+    account
+        .iter()
+        .find(|(w, _)| w == what)
+        .unwrap_or_else(|| panic!("no {what} in {account:?}"))
+        .1
+}
+
+/// The user frames of a stack, root first.
+pub fn user_names<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
+    frames
+        .iter()
+        .filter(|f| f.kind == FrameKind::User)
+        .map(|f| f.name.as_str())
+        .collect()
+}
+
 /// Share of samples (by count) whose stack satisfies `pred`.
 pub fn share(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> f64 {
     let total = profile.total_samples();
