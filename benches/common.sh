@@ -54,6 +54,17 @@ now() { date +%s.%N; }
 calc() { awk "BEGIN { printf \"%.3f\", $* }"; }
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+# What the scripts that run stackscope's eBPF side against bpftrace on a C program need:
+# bpftrace, gcc, stackscope ($STACKSCOPE); then the work dir, entered.
+set_up_against_bpftrace() {
+    need bpftrace bpftrace
+    need gcc gcc libc6-dev
+    install_needed || return
+    build_unless_set STACKSCOPE stackscope || return
+    make_work_dir
+    cd "$work" || return
+}
+
 # rate_table UNIT: the median of each tool's rates in the associative array `rates` (space-
 # separated numbers under `none`, `stackscope` and `bpftrace`), as a table headed UNIT, then
 # the ratios of each profiled rate to the unprofiled one and of stackscope's to bpftrace's.

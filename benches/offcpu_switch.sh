@@ -23,12 +23,7 @@ source "$(dirname "$0")/common.sh"
 runs=${RUNS:-3}
 rounds=${ROUNDS:-100000}
 
-need bpftrace bpftrace
-need gcc gcc libc6-dev
-install_needed
-build_unless_set STACKSCOPE stackscope
-make_work_dir
-cd "$work"
+set_up_against_bpftrace
 
 cat > pingpong.c <<'EOF'
 #include <pthread.h>

@@ -19,12 +19,7 @@ source "$(dirname "$0")/common.sh"
 runs=${RUNS:-3}
 calls=${CALLS:-1000000}
 
-need bpftrace bpftrace
-need gcc gcc libc6-dev
-install_needed
-build_unless_set STACKSCOPE stackscope
-make_work_dir
-cd "$work"
+set_up_against_bpftrace
 
 cat > mallocs.c <<'EOF'
 #include <stdio.h>

@@ -19,12 +19,7 @@ fn account(stdout: &str) -> Vec<(String, u64)> {
 
 /// Microseconds (the counts of a profile of time) of the stacks `pred` picks.
 fn micros(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> u64 {
-    profile
-        .samples
-        .iter()
-        .filter(|s| pred(&profile.stack_frames(s.stack).collect::<Vec<_>>()))
-        .map(|s| s.count)
-        .sum()
+    counts_where(profile, pred)
 }
 
 fn user_has(frames: &[&Frame], name: &str) -> bool {

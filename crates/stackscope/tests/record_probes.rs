@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use stackscope_profile::{FrameKind, Profile};
+use stackscope_profile::FrameKind;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -36,16 +36,6 @@ fn account(stdout: &str) -> Vec<(String, u64)> {
     account_pairs(line)
 }
 
-/// Hits (counts) of the stacks `pred` picks.
-fn hits(profile: &Profile, pred: impl Fn(&[&stackscope_profile::Frame]) -> bool) -> u64 {
-    profile
-        .samples
-        .iter()
-        .filter(|s| pred(&profile.stack_frames(s.stack).collect::<Vec<_>>()))
-        .map(|s| s.count)
-        .sum()
-}
-
 #[test]
 fn malloc_uprobe_counts_each_call_site_exactly() {
     let dir = tempdir();
@@ -66,7 +56,7 @@ fn malloc_uprobe_counts_each_call_site_exactly() {
     assert_eq!((said(&account, "site_a"), said(&account, "site_b")), (a, b));
 
     let at = |site: &str| {
-        hits(&profile, |frames| {
+        counts_where(&profile, |frames| {
             // The site is malloc's caller: the user frame just above the leaf.
             let user = user_names(frames);
             user.len() >= 2 && user[user.len() - 2] == site
@@ -133,7 +123,7 @@ fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
 
     // Several events: every stack is rooted in its event's marker.
     let under = |event: &str, pred: &dyn Fn(&[&str]) -> bool| {
-        hits(&profile, |frames| {
+        counts_where(&profile, |frames| {
             let root = frames.first().expect("a frame");
             root.kind == FrameKind::Marker && root.name == event && pred(&user_names(frames))
         })
@@ -226,7 +216,7 @@ fn uprobe_goes_into_the_target_process_only() {
         profile.threads.iter().all(|t| t.pid == target.id()),
         "hits of another process:\n{top}"
     );
-    let at_site = hits(&profile, |frames| {
+    let at_site = counts_where(&profile, |frames| {
         user_names(frames)
             .windows(2)
             .any(|w| w == ["main", "alloc_site_a"])
@@ -281,7 +271,7 @@ fn kprobe_stacks_reach_main_or_the_kernel_says_it_has_none() {
     run.assert_ok();
     let profile = read_json(&out);
     let account = account(&run.stdout);
-    let opened = hits(&profile, |frames| {
+    let opened = counts_where(&profile, |frames| {
         let user = user_names(frames);
         user.contains(&"main") && user.contains(&"open_files")
     });

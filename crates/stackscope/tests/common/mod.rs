@@ -339,6 +339,16 @@ pub fn user_names<'a>(frames: &[&'a Frame]) -> Vec<&'a str> {
         .collect()
 }
 
+/// The sum of the counts (samples, hits, microseconds) of the stacks `pred` picks.
+pub fn counts_where(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> u64 {
+    profile
+        .samples
+        .iter()
+        .filter(|s| pred(&profile.stack_frames(s.stack).collect::<Vec<_>>()))
+        .map(|s| s.count)
+        .sum()
+}
+
 /// Share of samples (by count) whose stack satisfies `pred`.
 pub fn share(profile: &Profile, pred: impl Fn(&[&Frame]) -> bool) -> f64 {
     let total = profile.total_samples();
