@@ -153,7 +153,14 @@ pub(crate) fn load<'a>(
         (&mut open.maps.user_stacks, settings.stack_storage_size),
         (&mut open.maps.deep_stacks, settings.stack_storage_size),
         (&mut open.maps.counts, settings.hash_storage_size),
-        (&mut open.maps.blocked, settings.hash_storage_size),
+        // Preallocated: room only when off-CPU time is counted.
+        (
+            &mut open.maps.blocked,
+            match settings.off_cpu {
+                Some(_) => settings.hash_storage_size,
+                None => 1,
+            },
+        ),
         (&mut open.maps.unwind_tables, settings.table_files),
     ];
     for (map, size) in sizes {
