@@ -7,7 +7,7 @@ use flate2::read::GzDecoder;
 use prost::Message;
 use stackscope_profile::format::pprof::proto;
 use stackscope_profile::format::{write, Format, WriteOptions};
-use stackscope_profile::{CountUnit, Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
@@ -226,41 +226,10 @@ fn go_tool_pprof_reads_the_fixture() {
     assert!(traces.contains("Type: cpu"), "{traces}");
 }
 
-/// A wall-clock profile as `record --wall` writes it: microseconds, stacks rooted in `on-cpu`
-/// and `off-cpu`.
-fn wall_profile() -> Profile {
-    let mut b = ProfileBuilder::new(Metadata {
-        event: "on-cpu, off-cpu".to_string(),
-        count_unit: CountUnit::Microseconds,
-        duration_secs: 1.0,
-        ..Metadata::default()
-    });
-    let on = b.frame(Frame::marker("on-cpu"));
-    let off = b.frame(Frame::marker("off-cpu"));
-    let main = b.frame(Frame {
-        name: "main".to_string(),
-        ..Frame::default()
-    });
-    let burn = b.frame(Frame {
-        name: "burn".to_string(),
-        ..Frame::default()
-    });
-    let nap = b.frame(Frame {
-        name: "nap".to_string(),
-        ..Frame::default()
-    });
-    let t = b.thread(Thread::default());
-    let burning = b.stack(&[on, main, burn]);
-    b.add(t, burning, None, 200_000);
-    let napping = b.stack(&[off, main, nap]);
-    b.add(t, napping, None, 800_000);
-    b.finish()
-}
-
 #[test]
 fn a_wall_profile_is_time_with_its_events_as_labels() {
     let dir = tempfile::tempdir().unwrap();
-    let file = write_file(&wall_profile(), dir.path(), "wall.pb.gz");
+    let file = write_file(&fixture::wall(), dir.path(), "wall.pb.gz");
     let p = decode(&std::fs::read(&file).unwrap());
     let name = |i: i64| p.string_table[i as usize].as_str();
     let types: Vec<_> = p

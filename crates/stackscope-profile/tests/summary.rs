@@ -17,6 +17,18 @@ fn summary_of_the_fixture() {
 }
 
 #[test]
+fn a_profile_of_time_says_seconds_and_the_time_of_each_root() {
+    assert_eq!(
+        summary(&fixture::wall()),
+        "1.000 s of time (on-cpu 0.200 s, off-cpu 0.800 s) in 1.0 s, 0 lost\n\
+         user stacks: none\n"
+    );
+    let mut off = fixture::wall();
+    off.meta.event = "off-cpu".to_string();
+    assert!(summary(&off).starts_with("1.000 s of off-cpu time in 1.0 s"));
+}
+
+#[test]
 fn summary_without_user_stacks() {
     assert_eq!(
         summary(&Profile::default()),

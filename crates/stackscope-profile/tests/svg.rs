@@ -169,6 +169,13 @@ fn flamegraph_of_the_fixture() {
 }
 
 #[test]
+fn a_profile_of_time_counts_microseconds() {
+    let svg = render(&fixture::wall(), &WriteOptions::default());
+    assert!(svg.contains("nap (800,000 µs, 80.00%)"), "{svg}");
+    assert!(svg.contains("time in µs"), "the subtitle names the unit");
+}
+
+#[test]
 fn custom_title_is_escaped() {
     let opts = WriteOptions {
         title: Some("CPU <worker> & co".to_string()),
