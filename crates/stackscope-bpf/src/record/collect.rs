@@ -67,7 +67,10 @@ pub(super) fn collect(
 }
 
 /// The time of the threads still off the CPU at `ended`, as counts of their keys; blocks
-/// shorter than the minimum are left out as the program leaves them.
+/// shorter than the minimum are left out as the program leaves them. A thread that no longer
+/// lives is not off the CPU but gone: its entry is one whose switch back the program did not
+/// see (a run the kernel skipped), and counting it up to the end would add time it never
+/// waited.
 fn still_blocked(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
@@ -79,6 +82,7 @@ fn still_blocked(
     };
     program::still_blocked(skel)
         .into_iter()
+        .filter(|(_, key)| target::is_alive(key.tid))
         .map(move |(since, key)| (key, ended.saturating_sub(since)))
         .filter(move |&(_, ns)| ns > 0 && ns >= min_block)
 }
