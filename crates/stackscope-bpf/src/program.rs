@@ -257,6 +257,17 @@ pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
     })
 }
 
+/// Runs of the off-CPU programs the kernel skipped because a BPF program already ran on that
+/// CPU (its recursion guard).
+pub(crate) fn switch_misses(skel: &ProfileSkel<'_>) -> u64 {
+    [&skel.progs.on_switch, &skel.progs.on_switch_raw]
+        .into_iter()
+        .filter(|p| p.autoload())
+        .filter_map(prog_info)
+        .map(|info| info.recursion_misses)
+        .sum()
+}
+
 /// The kernel's information on one loaded program.
 fn prog_info(prog: &impl AsFd) -> Option<libbpf_sys::bpf_prog_info> {
     let mut info = libbpf_sys::bpf_prog_info::default();

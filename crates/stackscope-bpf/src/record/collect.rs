@@ -51,7 +51,13 @@ pub(super) fn collect(
         sample.cpu = None;
     }
     let missed = missed_stacks(&profile);
-    let hints = hints(config, processes, &tally, dropped, missed, user_full);
+    let mut hints = hints(config, processes, &tally, dropped, missed, user_full);
+    let skipped = program::switch_misses(skel);
+    if skipped > 0 {
+        hints.push(Hint::Said(format!(
+            "the kernel skipped {skipped} runs of the off-CPU program (another BPF program was running on that CPU): time off the CPU around those switches is missing or counted under the stack before"
+        )));
+    }
     let storage = Storage {
         stacks_full: collisions,
         counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
