@@ -129,6 +129,24 @@ fn wall_profile_shows_the_measured_split_of_sleeping_and_burning() {
         "a sample without its event"
     );
     assert!(labelled.contains(&"on-cpu") && labelled.contains(&"off-cpu"));
+
+    // Every writer takes a profile of time.
+    let json = dir.path().join("profile.json");
+    for format in stackscope_profile::format::Format::NAMES {
+        let out = dir.path().join(format!("wall.{format}"));
+        let args = [
+            os("report"),
+            json.as_os_str(),
+            os("-o"),
+            out.as_os_str(),
+            os("--format"),
+            os(format),
+        ];
+        let written = stackscope(dir.path(), args);
+        written.assert_ok();
+        let len = std::fs::metadata(&out).map_or(0, |m| m.len());
+        assert!(len > 0, "{format}: nothing written: {}", written.stderr);
+    }
 }
 
 /// `blocking blocks ROUNDS 100 30000 MIN_US`: short sleeps of 100 µs, long ones of 30 ms.
