@@ -11,11 +11,13 @@
 pub mod debug_file;
 #[cfg(not(windows))]
 pub mod debuginfod;
+mod demangle;
 pub mod elf;
 mod elf_info;
 mod error;
 mod file_id;
 mod mini_debuginfo;
+pub mod pe;
 mod perf_map;
 mod symbolizer;
 

@@ -35,6 +35,9 @@ impl Symbolizer {
         build_id: Option<&[u8]>,
         offsets: &[u64],
     ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
+        if crate::pe::is_pe(path) {
+            return self.symbolize_pe(path, offsets);
+        }
         let mut opened = Vec::new();
         let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
         for file in opened {
@@ -191,6 +194,9 @@ impl Symbolizer {
     /// covers it, its own virtual address; in a file that cannot be read, or outside its
     /// loadable segments, the offset itself.
     pub fn function_starts(&mut self, path: &Path, offsets: &[u64]) -> Vec<u64> {
+        if crate::pe::is_pe(path) {
+            return self.pe_function_starts(path, offsets);
+        }
         let Ok(info) = self.elf_info(path) else {
             return offsets.to_vec();
         };

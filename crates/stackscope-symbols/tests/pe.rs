@@ -1,0 +1,310 @@
+//! PE images named by RVA: from their PDB (clang for the MSVC target, linked with the Rust
+//! toolchain's lld, so no Windows SDK), only a PDB that matches the image's CodeView record,
+//! found where Windows debuggers look; and from the DWARF inside a mingw build.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::line_of;
+use object::{Object, ObjectSection, ObjectSymbol};
+use stackscope_symbols::pe::pdb::SymbolPath;
+use stackscope_symbols::{SymFrame, Symbolizer};
+use stackscope_testkit::pe::{build_msvc, pdb_store_id, require, PdbProgram};
+use tempfile::TempDir;
+
+const C_PROGRAM: &str = r#"
+static volatile int counter;
+__attribute__((noinline)) static int helper(int x) { counter += x; return counter * 3; }
+static inline int twice(int x) {
+    return helper(x) + helper(x + 1); /* call helper */
+}
+__attribute__((noinline)) int work(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        s += twice(i); /* call twice */
+    return s;
+}
+int mainCRTStartup(void) { return work(10); }
+"#;
+
+const CPP_PROGRAM: &str = r#"
+namespace shapes {
+struct Widget {
+    int base;
+    __attribute__((noinline)) int compute(int x) const;
+};
+int Widget::compute(int x) const { return base * x + 1; }
+}
+extern "C" int cpp_entry(int x) {
+    shapes::Widget w{x};
+    return w.compute(x + 1);
+}
+"#;
+
+/// The same C++ without debug info: only the PDB's public symbols name it.
+const CPP_PUBLIC_ONLY: &str = r#"
+namespace shapes {
+struct Gadget {
+    __attribute__((noinline)) long measure(int a, char b);
+};
+long Gadget::measure(int a, char b) { return a * 7 + b; }
+}
+extern "C" long gadget_entry(int x) {
+    shapes::Gadget g;
+    return g.measure(x, (char)x);
+}
+"#;
+
+const C_CALLS_CPP: &str = r#"
+int cpp_entry(int x);
+long gadget_entry(int x);
+int mainCRTStartup(void) { return cpp_entry(3) + (int)gadget_entry(4); }
+"#;
+
+const C_FLAGS: &[&str] = &["-g", "-gcodeview", "-O1"];
+
+fn build_c(dir: &Path) -> PdbProgram {
+    build_msvc(dir, "t", &[("t.c", C_PROGRAM, "clang", C_FLAGS)])
+}
+
+fn name(symbolizer: &mut Symbolizer, exe: &Path, rvas: &[u64]) -> Vec<Vec<SymFrame>> {
+    symbolizer.symbolize_file(exe, None, rvas).unwrap()
+}
+
+fn names(frames: &[SymFrame]) -> Vec<&str> {
+    frames.iter().map(|f| f.name.as_str()).collect()
+}
+
+/// The bytes of the PE image `exe` from `rva` to `end`.
+fn code(exe: &Path, rva: u64, end: u64) -> Vec<u8> {
+    let data = std::fs::read(exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let base = file.relative_address_base();
+    let text = file
+        .sections()
+        .find(|s| s.address() <= base + rva && base + end <= s.address() + s.size())
+        .expect("code in no section");
+    let at = (base + rva - text.address()) as usize;
+    text.data().unwrap()[at..at + (end - rva) as usize].to_vec()
+}
+
+/// The RVAs of the `call rel32` instructions from `start` to `end` whose target is `callee`.
+fn calls_to(exe: &Path, start: u64, end: u64, callee: u64) -> Vec<u64> {
+    let bytes = code(exe, start, end);
+    (0..bytes.len().saturating_sub(4))
+        .filter(|&i| bytes[i] == 0xe8)
+        .filter(|&i| {
+            let rel = i32::from_le_bytes(bytes[i + 1..i + 5].try_into().unwrap());
+            let next = start + i as u64 + 5;
+            next.checked_add_signed(i64::from(rel)) == Some(callee)
+        })
+        .map(|i| start + i as u64)
+        .collect()
+}
+
+#[test]
+fn functions_static_functions_and_lines_come_from_the_pdb() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_c(dir.path());
+    let work = prog.rva(|n| n == "work");
+    let helper = prog.rva(|n| n == "helper");
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    let named = name(&mut symbolizer, &prog.exe, &[work, helper]);
+
+    assert_eq!(names(&named[0]), ["work"], "{named:?}");
+    assert_eq!(
+        named[0][0].line,
+        Some(line_of(C_PROGRAM, "int work(int n)"))
+    );
+    assert!(named[0][0].file.as_deref().unwrap().ends_with("t.c"));
+    assert!(!named[0][0].inlined);
+    // A static function has no public symbol: only the PDB's module symbols name it.
+    assert_eq!(names(&named[1]), ["helper"], "{named:?}");
+    assert_eq!(
+        named[1][0].line,
+        Some(line_of(C_PROGRAM, "static int helper("))
+    );
+}
+
+#[test]
+fn inlined_functions_come_from_the_pdb_with_their_call_sites() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_c(dir.path());
+    let work = prog.rva(|n| n == "work");
+    let helper = prog.rva(|n| n == "helper");
+    // `twice` is inlined into `work`: its calls to `helper` are in `work`'s code.
+    let end = prog
+        .symbols
+        .values()
+        .copied()
+        .filter(|&rva| rva > work)
+        .min()
+        .unwrap();
+    let calls = calls_to(&prog.exe, work, end, helper);
+    assert!(!calls.is_empty(), "no call to helper inside work");
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    for frames in name(&mut symbolizer, &prog.exe, &calls) {
+        assert_eq!(names(&frames), ["work", "twice"], "{frames:?}");
+        assert_eq!(frames[0].line, Some(line_of(C_PROGRAM, "call twice")));
+        assert!(!frames[0].inlined);
+        assert_eq!(frames[1].line, Some(line_of(C_PROGRAM, "call helper")));
+        assert!(frames[1].inlined);
+    }
+}
+
+#[test]
+fn cpp_names_from_the_pdb_and_from_decorated_public_symbols() {
+    let dir = TempDir::new().unwrap();
+    let cpp_flags: &[&str] = &["-O1"];
+    let prog = build_msvc(
+        dir.path(),
+        "cpp",
+        &[
+            ("main.c", C_CALLS_CPP, "clang", C_FLAGS),
+            (
+                "widget.cpp",
+                CPP_PROGRAM,
+                "clang++",
+                &["-g", "-gcodeview", "-O1"],
+            ),
+            ("gadget.cpp", CPP_PUBLIC_ONLY, "clang++", cpp_flags),
+        ],
+    );
+    let compute = prog.rva(|n| n.starts_with("?compute@Widget@shapes@@"));
+    let measure = prog.rva(|n| n.starts_with("?measure@Gadget@shapes@@"));
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    let named = name(&mut symbolizer, &prog.exe, &[compute, measure]);
+    assert_eq!(names(&named[0]), ["shapes::Widget::compute(int) const"]);
+    assert_eq!(
+        named[0][0].line,
+        Some(line_of(CPP_PROGRAM, "int Widget::compute(int x) const {"))
+    );
+    // Without debug info the name is the MSVC-decorated public symbol's, demangled.
+    assert_eq!(names(&named[1]), ["shapes::Gadget::measure(int, char)"]);
+    assert_eq!(named[1][0].line, None);
+}
+
+#[test]
+fn a_pdb_of_another_build_is_not_used() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_c(dir.path());
+    let other_dir = TempDir::new().unwrap();
+    let changed = C_PROGRAM.replace("counter * 3", "counter * 5");
+    let other = build_msvc(
+        other_dir.path(),
+        "t",
+        &[("t.c", &changed, "clang", C_FLAGS)],
+    );
+    assert_ne!(pdb_store_id(&prog.pdb), pdb_store_id(&other.pdb));
+    let work = prog.rva(|n| n == "work");
+
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    assert_eq!(
+        names(&name(&mut symbolizer, &prog.exe, &[work])[0]),
+        ["work"]
+    );
+
+    // The other build's PDB, where this image's was, and next to it.
+    std::fs::copy(&other.pdb, &prog.pdb).unwrap();
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    assert_eq!(name(&mut symbolizer, &prog.exe, &[work]), [vec![]]);
+    let codeview = stackscope_symbols::pe::codeview(&prog.exe).unwrap();
+    assert!(!stackscope_symbols::pe::pdb::matches(&prog.pdb, &codeview));
+    // Its function starts are all that is left to name its code by.
+    assert_eq!(symbolizer.function_starts(&prog.exe, &[work + 3]), [work]);
+}
+
+#[test]
+fn pdbs_are_found_next_to_the_image_and_in_symbol_stores() {
+    let dir = TempDir::new().unwrap();
+    let build = dir.path().join("build");
+    std::fs::create_dir(&build).unwrap();
+    let prog = build_c(&build);
+    let work = prog.rva(|n| n == "work");
+    let id = pdb_store_id(&prog.pdb);
+
+    // Moved with its image: not at the recorded path any more, next to the image.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let exe = bin.join("t.exe");
+    std::fs::rename(&prog.exe, &exe).unwrap();
+    std::fs::rename(&prog.pdb, bin.join("t.pdb")).unwrap();
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    assert_eq!(names(&name(&mut symbolizer, &exe, &[work])[0]), ["work"]);
+
+    // In a symbol store's layout, which only the symbol path leads to.
+    let store = dir.path().join("store");
+    let in_store = store.join("t.pdb").join(&id);
+    std::fs::create_dir_all(&in_store).unwrap();
+    std::fs::rename(bin.join("t.pdb"), in_store.join("t.pdb")).unwrap();
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    assert_eq!(name(&mut symbolizer, &exe, &[work]), [vec![]]);
+    let srv = format!("srv*{}*https://symbols.example.invalid", store.display());
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::parse(&srv));
+    assert_eq!(names(&name(&mut symbolizer, &exe, &[work])[0]), ["work"]);
+
+    // A plain directory of the symbol path, by name.
+    let flat = dir.path().join("flat");
+    std::fs::create_dir(&flat).unwrap();
+    std::fs::rename(in_store.join("t.pdb"), flat.join("t.pdb")).unwrap();
+    let plain = format!(
+        "{};{}",
+        dir.path().join("nothing").display(),
+        flat.display()
+    );
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::parse(&plain));
+    assert_eq!(names(&name(&mut symbolizer, &exe, &[work])[0]), ["work"]);
+}
+
+const MINGW_PROGRAM: &str = r#"
+#include <stdio.h>
+static volatile int counter;
+__attribute__((noinline)) static int helper(int x) { counter += x; return counter * 3; }
+__attribute__((noinline)) int work(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++)
+        s += helper(i);
+    return s;
+}
+int main(void) { printf("%d\n", work(10)); return 0; }
+"#;
+
+#[test]
+fn dwarf_inside_a_mingw_build_names_functions_and_lines() {
+    require("x86_64-w64-mingw32-gcc", "gcc-mingw-w64-x86-64");
+    let dir = TempDir::new().unwrap();
+    let src = dir.path().join("m.c");
+    std::fs::write(&src, MINGW_PROGRAM).unwrap();
+    let exe = dir.path().join("m.exe");
+    stackscope_testkit::run(
+        Command::new("x86_64-w64-mingw32-gcc")
+            .args(["-g", "-O1", "-o"])
+            .arg(&exe)
+            .arg(&src),
+    );
+    let data = std::fs::read(&exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let base = file.relative_address_base();
+    let rva = |wanted: &str| {
+        file.symbols()
+            .find(|s| s.name() == Ok(wanted))
+            .map(|s| s.address() - base)
+            .unwrap_or_else(|| panic!("no symbol {wanted}"))
+    };
+    let (work, helper) = (rva("work"), rva("helper"));
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    let named = name(&mut symbolizer, &exe, &[work, helper]);
+    assert_eq!(names(&named[0]), ["work"], "{named:?}");
+    assert_eq!(
+        named[0][0].line,
+        Some(line_of(MINGW_PROGRAM, "int work(int n)"))
+    );
+    assert!(named[0][0].file.as_deref().unwrap().ends_with("m.c"));
+    assert_eq!(names(&named[1]), ["helper"], "{named:?}");
+    assert_eq!(
+        named[1][0].line,
+        Some(line_of(MINGW_PROGRAM, "static int helper("))
+    );
+}
