@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::Command;
 
 use common::line_of;
-use object::{Object, ObjectSection, ObjectSymbol};
+use object::{Object, ObjectSymbol};
 use stackscope_symbols::pe::pdb::SymbolPath;
 use stackscope_symbols::{SymFrame, Symbolizer};
-use stackscope_testkit::pe::{build_msvc, pdb_store_id, require, PdbProgram};
+use stackscope_testkit::pe::{build_msvc, calls_to, pdb_store_id, require, PdbProgram};
 use tempfile::TempDir;
 
 const C_PROGRAM: &str = r#"
@@ -77,33 +77,6 @@ fn names(frames: &[SymFrame]) -> Vec<&str> {
     frames.iter().map(|f| f.name.as_str()).collect()
 }
 
-/// The bytes of the PE image `exe` from `rva` to `end`.
-fn code(exe: &Path, rva: u64, end: u64) -> Vec<u8> {
-    let data = std::fs::read(exe).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    let base = file.relative_address_base();
-    let text = file
-        .sections()
-        .find(|s| s.address() <= base + rva && base + end <= s.address() + s.size())
-        .expect("code in no section");
-    let at = (base + rva - text.address()) as usize;
-    text.data().unwrap()[at..at + (end - rva) as usize].to_vec()
-}
-
-/// The RVAs of the `call rel32` instructions from `start` to `end` whose target is `callee`.
-fn calls_to(exe: &Path, start: u64, end: u64, callee: u64) -> Vec<u64> {
-    let bytes = code(exe, start, end);
-    (0..bytes.len().saturating_sub(4))
-        .filter(|&i| bytes[i] == 0xe8)
-        .filter(|&i| {
-            let rel = i32::from_le_bytes(bytes[i + 1..i + 5].try_into().unwrap());
-            let next = start + i as u64 + 5;
-            next.checked_add_signed(i64::from(rel)) == Some(callee)
-        })
-        .map(|i| start + i as u64)
-        .collect()
-}
-
 #[test]
 fn functions_static_functions_and_lines_come_from_the_pdb() {
     let dir = TempDir::new().unwrap();
@@ -135,14 +108,7 @@ fn inlined_functions_come_from_the_pdb_with_their_call_sites() {
     let work = prog.rva(|n| n == "work");
     let helper = prog.rva(|n| n == "helper");
     // `twice` is inlined into `work`: its calls to `helper` are in `work`'s code.
-    let end = prog
-        .symbols
-        .values()
-        .copied()
-        .filter(|&rva| rva > work)
-        .min()
-        .unwrap();
-    let calls = calls_to(&prog.exe, work, end, helper);
+    let calls = calls_to(&prog, work, helper);
     assert!(!calls.is_empty(), "no call to helper inside work");
     let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
     for frames in name(&mut symbolizer, &prog.exe, &calls) {

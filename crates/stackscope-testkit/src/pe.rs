@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use object::{Object, ObjectSection};
+
 use crate::run;
 
 /// A linked PE image and its PDB.
@@ -18,6 +20,16 @@ pub struct PdbProgram {
 }
 
 impl PdbProgram {
+    /// The RVA where the function at `start` ends: the next map symbol's.
+    pub fn end_of(&self, start: u64) -> u64 {
+        self.symbols
+            .values()
+            .copied()
+            .filter(|&rva| rva > start)
+            .min()
+            .expect("no symbol after it in the map")
+    }
+
     /// The RVA of the one map symbol `pred` picks.
     pub fn rva(&self, pred: impl Fn(&str) -> bool) -> u64 {
         let found: Vec<(&String, &u64)> = self.symbols.iter().filter(|(n, _)| pred(n)).collect();
@@ -28,6 +40,31 @@ impl PdbProgram {
         );
         *found[0].1
     }
+}
+
+/// The RVAs of the `call rel32` instructions in the function at `function` whose target is
+/// `callee`: each one's address is in the code that calls `callee`, inlined or not.
+pub fn calls_to(prog: &PdbProgram, function: u64, callee: u64) -> Vec<u64> {
+    let end = prog.end_of(function);
+    let data = std::fs::read(&prog.exe).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let base = file.relative_address_base();
+    let text = file
+        .sections()
+        .find(|s| s.address() <= base + function && base + function < s.address() + s.size())
+        .expect("the function is in no section");
+    let end = end.min(text.address() + text.size() - base);
+    let at = (base + function - text.address()) as usize;
+    let bytes = &text.data().unwrap()[at..at + (end - function) as usize];
+    (0..bytes.len().saturating_sub(4))
+        .filter(|&i| bytes[i] == 0xe8)
+        .filter(|&i| {
+            let rel = i32::from_le_bytes(bytes[i + 1..i + 5].try_into().unwrap());
+            let next = function + i as u64 + 5;
+            next.checked_add_signed(i64::from(rel)) == Some(callee)
+        })
+        .map(|i| function + i as u64)
+        .collect()
 }
 
 /// Panics naming the apt package to install when `tool` cannot be run.

@@ -253,3 +253,56 @@ fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order()
         BTreeMap::from([(expected.to_string(), 1)])
     );
 }
+
+/// A program built here for Windows, with its PDB: clang for the MSVC target, no Windows SDK.
+const PDB_PROGRAM: &str = r#"
+static volatile int counter;
+__attribute__((noinline)) static int helper(int x) { counter += x; return counter * 3; }
+static inline int twice(int x) { return helper(x) + helper(x + 1); }
+__attribute__((noinline)) int work(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) s += twice(i);
+    return s;
+}
+int mainCRTStartup(void) { return work(10); }
+"#;
+
+#[test]
+fn frames_in_an_image_with_a_pdb_are_named_from_it_inlined_functions_too() {
+    use stackscope_testkit::pe::{build_msvc, calls_to};
+
+    let dir = tempfile::TempDir::new().unwrap();
+    let flags: &[&str] = &["-g", "-gcodeview", "-O1"];
+    let prog = build_msvc(dir.path(), "t", &[("t.c", PDB_PROGRAM, "clang", flags)]);
+    let (work, helper) = (prog.rva(|n| n == "work"), prog.rva(|n| n == "helper"));
+    let call = calls_to(&prog, work, helper)[0];
+    // The image's file, as the kernel logs a path it has no device for.
+    let logged = format!(r"\??\{}", prog.exe.display());
+    let mut collector = Collector::new(
+        Target::Pids {
+            pids: vec![77],
+            children: false,
+        },
+        paths(),
+    );
+    for (header, bytes) in [
+        payload::process(DC_START, 77, 12, 0, "t.exe", None),
+        payload::thread(DC_START, 77, 4242),
+        payload::image(DC_START, 77, PROG, 0x1_0000, &logged),
+        payload::sampled_profile(100, 4242, PROG + helper + 2),
+        // In `helper`, called from `twice` inlined into `work`: the return address follows
+        // the call.
+        payload::stack_walk(101, 100, 77, 4242, &[PROG + helper + 2, PROG + call + 5]),
+    ] {
+        collector.record(header, bytes);
+    }
+    let (profile, tally, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
+    assert_eq!(
+        folded(&profile),
+        BTreeMap::from([("t.exe;work@t.exe;twice@t.exe;helper@t.exe".to_string(), 1)])
+    );
+    let twice = profile.frames.iter().find(|f| f.name == "twice").unwrap();
+    assert!(twice.inlined);
+    assert!(twice.line.is_some());
+    assert_eq!(tally.stats.with_unnamed, 0);
+}
