@@ -18,6 +18,7 @@ test_packages=(
     qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
     qemu-system-misc qemu-system-arm  # riscv64 and aarch64 guest-kernel tests
     lld                        # links those test kernels (built by clang --target, so no cross gcc)
+    gcc-mingw-w64-x86-64       # a mingw build with DWARF inside its PE image, named in the PDB/PE tests
     qemu-user                  # a GDB stub that ignores interrupts (qemu-x86_64 -g), in the gdb tests
     gdbserver                  # stackscope gdb tested against a second real stub
     linux-perf                 # perf.data recordings read by `stackscope report`, and the benches

@@ -21,12 +21,7 @@ pub(crate) struct ElfInfo {
 impl ElfInfo {
     /// Inspects the ELF file at `path`; fails when it is missing, unreadable or not ELF.
     pub(crate) fn inspect(path: &Path) -> Result<Self, SymbolError> {
-        let read_err = |error| SymbolError::Read {
-            path: path.to_path_buf(),
-            error,
-        };
-        let file = File::open(path).map_err(read_err)?;
-        let id = FileId::of_file(&file).map_err(read_err)?;
+        let (file, id) = FileId::open(path)?;
         let elf = map_elf(path, &file)?;
         Ok(Self {
             id,

@@ -77,14 +77,12 @@ pub(crate) struct PeInfo {
 
 impl PeInfo {
     pub(crate) fn inspect(path: &Path) -> Result<Self, SymbolError> {
-        let read_err = |error| SymbolError::Read {
+        let (file, id) = FileId::open(path)?;
+        // SAFETY: read-only private mapping; a file changed under us only gives wrong names.
+        let map = unsafe { Mmap::map(&file) }.map_err(|error| SymbolError::Read {
             path: path.to_path_buf(),
             error,
-        };
-        let file = File::open(path).map_err(read_err)?;
-        let id = FileId::of_file(&file).map_err(read_err)?;
-        // SAFETY: read-only private mapping; a file changed under us only gives wrong names.
-        let map = unsafe { Mmap::map(&file) }.map_err(read_err)?;
+        })?;
         let parse_err = |message: String| SymbolError::Parse {
             path: path.to_path_buf(),
             message,

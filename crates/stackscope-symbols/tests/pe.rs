@@ -11,7 +11,9 @@ use common::line_of;
 use object::{Object, ObjectSymbol};
 use stackscope_symbols::pe::pdb::SymbolPath;
 use stackscope_symbols::{SymFrame, Symbolizer};
-use stackscope_testkit::pe::{build_msvc, calls_to, pdb_store_id, require, PdbProgram};
+use stackscope_testkit::pe::{
+    build_msvc, build_msvc_rust, calls_to, pdb_store_id, require, PdbProgram,
+};
 use tempfile::TempDir;
 
 const C_PROGRAM: &str = r#"
@@ -67,6 +69,16 @@ const C_FLAGS: &[&str] = &["-g", "-gcodeview", "-O1"];
 
 fn build_c(dir: &Path) -> PdbProgram {
     build_msvc(dir, "t", &[("t.c", C_PROGRAM, "clang", C_FLAGS)])
+}
+
+/// The C program built in `build/` of a directory of its own, and its PDB's store id.
+fn build_c_apart() -> (TempDir, PdbProgram, String) {
+    let dir = TempDir::new().unwrap();
+    let build = dir.path().join("build");
+    std::fs::create_dir(&build).unwrap();
+    let prog = build_c(&build);
+    let id = pdb_store_id(&prog.pdb);
+    (dir, prog, id)
 }
 
 fn name(symbolizer: &mut Symbolizer, exe: &Path, rvas: &[u64]) -> Vec<Vec<SymFrame>> {
@@ -152,6 +164,73 @@ fn cpp_names_from_the_pdb_and_from_decorated_public_symbols() {
     assert_eq!(named[1][0].line, None);
 }
 
+const RUST_PROGRAM: &str = r#"
+#![no_std]
+#![no_main]
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo) -> ! {
+    loop {}
+}
+
+static mut COUNTER: u64 = 0;
+
+#[inline(never)]
+fn leaf_work(x: u64) -> u64 {
+    unsafe {
+        COUNTER = COUNTER.wrapping_add(x);
+        COUNTER
+    }
+}
+
+#[inline(always)]
+fn middle(x: u64) -> u64 {
+    leaf_work(x) ^ leaf_work(x + 1) // call leaf_work
+}
+
+#[inline(never)]
+pub fn outer_work(n: u64) -> u64 {
+    let mut s = 0;
+    for i in 0..n {
+        s += middle(i); // call middle
+    }
+    s
+}
+
+#[no_mangle]
+pub extern "C" fn mainCRTStartup() -> u32 {
+    outer_work(core::hint::black_box(10)) as u32
+}
+"#;
+
+#[test]
+fn rust_names_and_inlined_functions_from_the_pdb() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_msvc_rust(
+        dir.path(),
+        "rprog",
+        RUST_PROGRAM,
+        &["-g", "-C", "opt-level=1"],
+    );
+    let outer = prog.rva(|n| n.contains("10outer_work"));
+    let leaf = prog.rva(|n| n.contains("9leaf_work"));
+    let calls = calls_to(&prog, outer, leaf);
+    assert!(!calls.is_empty(), "no call to leaf_work inside outer_work");
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::default());
+    let named = name(&mut symbolizer, &prog.exe, &[outer, calls[0]]);
+    assert_eq!(names(&named[0]), ["rprog::outer_work"], "{named:?}");
+    assert_eq!(
+        named[0][0].line,
+        Some(line_of(RUST_PROGRAM, "pub fn outer_work("))
+    );
+    assert_eq!(names(&named[1]), ["rprog::outer_work", "rprog::middle"]);
+    assert_eq!(named[1][0].line, Some(line_of(RUST_PROGRAM, "call middle")));
+    assert_eq!(
+        named[1][1].line,
+        Some(line_of(RUST_PROGRAM, "call leaf_work"))
+    );
+}
+
 #[test]
 fn a_pdb_of_another_build_is_not_used() {
     let dir = TempDir::new().unwrap();
@@ -184,12 +263,8 @@ fn a_pdb_of_another_build_is_not_used() {
 
 #[test]
 fn pdbs_are_found_next_to_the_image_and_in_symbol_stores() {
-    let dir = TempDir::new().unwrap();
-    let build = dir.path().join("build");
-    std::fs::create_dir(&build).unwrap();
-    let prog = build_c(&build);
+    let (dir, prog, id) = build_c_apart();
     let work = prog.rva(|n| n == "work");
-    let id = pdb_store_id(&prog.pdb);
 
     // Moved with its image: not at the recorded path any more, next to the image.
     let bin = dir.path().join("bin");
@@ -273,4 +348,71 @@ fn dwarf_inside_a_mingw_build_names_functions_and_lines() {
         named[1][0].line,
         Some(line_of(MINGW_PROGRAM, "static int helper("))
     );
+}
+
+/// A symbol server on this machine: answers `GET /PATH` with `root/PATH`, 404 when there is
+/// none, and tells each path asked.
+fn symbol_server(root: std::path::PathBuf) -> (String, std::sync::mpsc::Receiver<String>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (asked, paths) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request = String::new();
+            reader.read_line(&mut request).unwrap();
+            // The rest of the request's head.
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap() > 2 {
+                line.clear();
+            }
+            let path = request.split(' ').nth(1).unwrap_or("/").to_string();
+            let body = std::fs::read(root.join(path.trim_start_matches('/')));
+            let _ = asked.send(path);
+            let _ = match body {
+                Ok(body) => {
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    stream
+                        .write_all(head.as_bytes())
+                        .and_then(|()| stream.write_all(&body))
+                }
+                Err(_) => stream.write_all(
+                    b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                ),
+            };
+        }
+    });
+    (url, paths)
+}
+
+/// With the `symbol-server` feature, a PDB no local place has is downloaded from the server
+/// of a `srv*` entry into its store; without it, no server is asked.
+#[test]
+fn symbol_servers_are_asked_only_with_the_feature() {
+    let (dir, prog, id) = build_c_apart();
+    let work = prog.rva(|n| n == "work");
+    // The server holds the PDB; the image stands alone.
+    let served = dir.path().join("served");
+    std::fs::create_dir_all(served.join("t.pdb").join(&id)).unwrap();
+    std::fs::rename(&prog.pdb, served.join("t.pdb").join(&id).join("t.pdb")).unwrap();
+    let (url, asked) = symbol_server(served);
+    let store = dir.path().join("store");
+    let srv = format!("srv*{}*{url}", store.display());
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::parse(&srv));
+    let named = name(&mut symbolizer, &prog.exe, &[work]);
+    let kept = store.join("t.pdb").join(&id).join("t.pdb");
+    if cfg!(feature = "symbol-server") {
+        assert_eq!(names(&named[0]), ["work"]);
+        assert_eq!(asked.try_recv().unwrap(), format!("/t.pdb/{id}/t.pdb"));
+        assert!(kept.is_file(), "the download is kept in the store");
+    } else {
+        assert_eq!(named, [vec![]]);
+        assert!(asked.try_recv().is_err(), "a server was asked");
+        assert!(!kept.exists());
+    }
 }

@@ -147,6 +147,52 @@ pub fn build_msvc(dir: &Path, name: &str, sources: &[(&str, &str, &str, &[&str])
     PdbProgram { exe, pdb, symbols }
 }
 
+/// Compiles the `#![no_std]` Rust program `source` (entry point `mainCRTStartup`) for
+/// x86_64-pc-windows-msvc with `flags`, linked by rust-lld, into `dir/NAME.exe` and the PDB
+/// rustc has the linker write beside it.
+pub fn build_msvc_rust(dir: &Path, name: &str, source: &str, flags: &[&str]) -> PdbProgram {
+    let src = dir.join(format!("{name}.rs"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(format!("{name}.exe"));
+    let map = dir.join(format!("{name}.map"));
+    let lld = format!("linker={}", rust_lld().display());
+    let mut cmd = Command::new("rustc");
+    cmd.args(["--edition", "2021", "--crate-name", name])
+        .args([
+            "--target",
+            "x86_64-pc-windows-msvc",
+            "-C",
+            "panic=abort",
+            "-C",
+            &lld,
+        ])
+        .args(flags);
+    for arg in [
+        "/nodefaultlib",
+        "/entry:mainCRTStartup",
+        "/subsystem:console",
+    ] {
+        cmd.arg("-C").arg(format!("link-arg={arg}"));
+    }
+    cmd.arg("-C")
+        .arg(format!("link-arg=/map:{}", map.display()))
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src);
+    let out = cmd.output().expect("cannot run rustc");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed (is the target installed? rustup target add x86_64-pc-windows-msvc): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let symbols = map_symbols(&std::fs::read_to_string(&map).unwrap());
+    PdbProgram {
+        pdb: exe.with_extension("pdb"),
+        exe,
+        symbols,
+    }
+}
+
 /// The symbols of an lld map file and their RVAs: lines `SECTION:OFFSET NAME RVA+BASE OBJ`
 /// after its `Preferred load address is BASE` line.
 fn map_symbols(map: &str) -> HashMap<String, u64> {

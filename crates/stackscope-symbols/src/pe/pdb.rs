@@ -11,8 +11,12 @@
 //!
 //! The first file whose own GUID and age (its PDB stream's GUID, its DBI stream's age) are
 //! the CodeView record's is used; any other is passed over, as a PDB of another build names
-//! wrong functions. Downloading from a symbol server's URL is not done: only PDBs already in
-//! a store (a debugger's download cache, for one) are found there.
+//! wrong functions. When none is found, and stackscope was built with the `symbol-server`
+//! feature, the servers of each `srv*` entry are asked, in order, for
+//! `URL/NAME/IDAGE/NAME`, and the answer is kept in the entry's first store if it matches
+//! (plain PDBs only: a server's compressed `NAME.pd_` or `file.ptr` answers are not read).
+//! Without the feature, only PDBs already in a store (a debugger's download cache, for one)
+//! are found there.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -110,13 +114,83 @@ impl SymbolPath {
         candidates
     }
 
-    /// The first PDB, in the lookup order, whose GUID and age are `codeview`'s.
+    /// The first PDB, in the lookup order, whose GUID and age are `codeview`'s; else, with
+    /// the `symbol-server` feature, one downloaded into a store.
     pub fn find(&self, image: &Path, codeview: &CodeView) -> Option<PathBuf> {
-        // A bare file name as the recorded path would be looked up in the working directory.
         self.candidates(image, codeview)
             .into_iter()
             .filter(|candidate| candidate.is_file())
             .find(|candidate| matches(candidate, codeview))
+            .or_else(|| self.download(codeview))
+    }
+
+    #[cfg(not(feature = "symbol-server"))]
+    fn download(&self, _: &CodeView) -> Option<PathBuf> {
+        None
+    }
+
+    /// The PDB `codeview` states, from the first server that has it, kept in the first store
+    /// of the server's entry.
+    #[cfg(feature = "symbol-server")]
+    fn download(&self, codeview: &CodeView) -> Option<PathBuf> {
+        let name = codeview.file_name();
+        let id = codeview.store_id();
+        // A name with a directory in it could write anywhere.
+        if name.is_empty() || name.contains(['/', '\\']) || name == ".." {
+            return None;
+        }
+        self.entries.iter().find_map(|entry| {
+            let Entry::Stores { stores, servers } = entry else {
+                return None;
+            };
+            let target = stores.first()?.join(name).join(&id).join(name);
+            servers.iter().find_map(|server| {
+                let url = format!("{}/{name}/{id}/{name}", server.trim_end_matches('/'));
+                download::fetch(&url, &target).ok()?;
+                if matches(&target, codeview) {
+                    Some(target.clone())
+                } else {
+                    let _ = std::fs::remove_file(&target);
+                    None
+                }
+            })
+        })
+    }
+}
+
+/// Symbol servers' answers, over HTTP.
+#[cfg(feature = "symbol-server")]
+mod download {
+    use std::io;
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// How long a server may take to answer, and to send each part of its answer.
+    const TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// Writes what `url` answers to `target` (through a file beside it, so that no half
+    /// download is ever taken for a PDB); an error for anything but a whole 200 answer.
+    pub(super) fn fetch(url: &str, target: &Path) -> io::Result<()> {
+        let config = symsrv_http::Agent::config_builder()
+            .timeout_connect(Some(TIMEOUT))
+            .timeout_recv_response(Some(TIMEOUT))
+            .timeout_per_read(Some(TIMEOUT))
+            .user_agent(concat!("stackscope/", env!("CARGO_PKG_VERSION")))
+            .build();
+        let agent = symsrv_http::Agent::new_with_config(config);
+        let response = agent.get(url).call().map_err(io::Error::other)?;
+        std::fs::create_dir_all(target.parent().unwrap_or(Path::new(".")))?;
+        let partial = target.with_extension("part");
+        let mut file = std::fs::File::create(&partial)?;
+        let copied = io::copy(&mut response.into_body().into_reader(), &mut file);
+        drop(file);
+        match copied {
+            Ok(_) => std::fs::rename(&partial, target),
+            Err(e) => {
+                let _ = std::fs::remove_file(&partial);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -157,19 +231,19 @@ pub fn matches(path: &Path, codeview: &CodeView) -> bool {
 pub(crate) fn name_rvas(path: &Path, rvas: &[u64]) -> Result<Vec<Vec<SymFrame>>, String> {
     let file = File::open(path).map_err(|e| e.to_string())?;
     let mut pdb = PDB::open(file).map_err(|e| e.to_string())?;
-    let cpp = cpp_code(&mut pdb);
+    let cpp = compiled_from_cpp(&mut pdb, rvas);
     let data = ContextPdbData::try_from_pdb(pdb).map_err(|e| e.to_string())?;
     let context = data.make_context().map_err(|e| e.to_string())?;
     Ok(rvas
         .iter()
-        .map(|&rva| {
+        .zip(cpp)
+        .map(|(&rva, with_arguments)| {
             let Ok(rva) = u32::try_from(rva) else {
                 return Vec::new();
             };
             let Some(found) = context.find_frames(rva).ok().flatten() else {
                 return Vec::new();
             };
-            let with_arguments = cpp.iter().any(|range| range.contains(&rva));
             // pdb-addr2line lists the innermost first.
             found
                 .frames
@@ -190,44 +264,63 @@ pub(crate) fn name_rvas(path: &Path, rvas: &[u64]) -> Result<Vec<Vec<SymFrame>>,
         .collect())
 }
 
-/// The RVA ranges of the code of modules (object files) the PDB says were compiled from C++.
-fn cpp_code(pdb: &mut PDB<'_, File>) -> Vec<std::ops::Range<u32>> {
+/// For each of `rvas`, whether the PDB says the module (object file) whose code holds it
+/// was compiled from C++. Only the modules holding one of `rvas` are read.
+fn compiled_from_cpp(pdb: &mut PDB<'_, File>, rvas: &[u64]) -> Vec<bool> {
+    let mut cpp = vec![false; rvas.len()];
     let (Ok(dbi), Ok(address_map)) = (pdb.debug_information(), pdb.address_map()) else {
-        return Vec::new();
+        return cpp;
     };
-    let modules: Vec<_> = match dbi.modules() {
-        Ok(modules) => modules.collect().unwrap_or_default(),
-        Err(_) => return Vec::new(),
-    };
-    let cpp: Vec<bool> = modules
-        .iter()
-        .map(|module| {
-            let Ok(Some(info)) = pdb.module_info(module) else {
-                return false;
-            };
-            let Ok(mut symbols) = info.symbols() else {
-                return false;
-            };
-            // The compile flags symbol comes first in a module's symbols.
-            while let Ok(Some(symbol)) = symbols.next() {
-                if let Ok(SymbolData::CompileFlags(flags)) = symbol.parse() {
-                    return matches!(flags.language, SourceLanguage::Cpp | SourceLanguage::ObjCXX);
-                }
-            }
-            false
-        })
-        .collect();
-    let mut ranges = Vec::new();
+    let mut code: Vec<(u32, u32, usize)> = Vec::new();
     if let Ok(mut contributions) = dbi.section_contributions() {
         while let Ok(Some(contribution)) = contributions.next() {
-            if cpp.get(contribution.module) == Some(&true) {
-                if let Some(rva) = contribution.offset.to_rva(&address_map) {
-                    ranges.push(rva.0..rva.0.saturating_add(contribution.size));
-                }
+            if let Some(rva) = contribution.offset.to_rva(&address_map) {
+                let end = rva.0.saturating_add(contribution.size);
+                code.push((rva.0, end, contribution.module));
             }
         }
     }
-    ranges
+    code.sort_unstable();
+    let module_of = |rva: u64| {
+        let rva = u32::try_from(rva).ok()?;
+        let at = code.partition_point(|&(start, _, _)| start <= rva);
+        let &(_, end, module) = code[..at].last()?;
+        (rva < end).then_some(module)
+    };
+    let holding: Vec<Option<usize>> = rvas.iter().map(|&rva| module_of(rva)).collect();
+    let modules: Vec<_> = match dbi.modules() {
+        Ok(modules) => modules.collect().unwrap_or_default(),
+        Err(_) => return cpp,
+    };
+    let mut language = std::collections::HashMap::new();
+    for index in holding.iter().flatten() {
+        if language.contains_key(index) {
+            continue;
+        }
+        let is_cpp = modules
+            .get(*index)
+            .and_then(|module| pdb.module_info(module).ok().flatten())
+            .is_some_and(|info| {
+                let Ok(mut symbols) = info.symbols() else {
+                    return false;
+                };
+                // The compile flags symbol comes first in a module's symbols.
+                while let Ok(Some(symbol)) = symbols.next() {
+                    if let Ok(SymbolData::CompileFlags(flags)) = symbol.parse() {
+                        return matches!(
+                            flags.language,
+                            SourceLanguage::Cpp | SourceLanguage::ObjCXX
+                        );
+                    }
+                }
+                false
+            });
+        language.insert(*index, is_cpp);
+    }
+    for (out, module) in cpp.iter_mut().zip(holding) {
+        *out = module.is_some_and(|m| language[&m]);
+    }
+    cpp
 }
 
 /// `name` without the argument list the PDB's type formatter appended: `work(int)` is

@@ -36,6 +36,17 @@ fn folded(profile: &Profile) -> BTreeMap<String, u64> {
     out
 }
 
+/// A collector of process 77's samples alone.
+fn attached() -> Collector {
+    Collector::new(
+        Target::Pids {
+            pids: vec![77],
+            children: false,
+        },
+        paths(),
+    )
+}
+
 /// The rundown of the attached process: it, its thread and images, and the kernel.
 fn rundown() -> Vec<(Header, Vec<u8>)> {
     vec![
@@ -179,13 +190,7 @@ fn the_whole_system_counts_every_process_and_a_lost_user_part_is_said() {
 
 #[test]
 fn without_the_rundown_an_attached_process_has_no_module_names() {
-    let mut collector = Collector::new(
-        Target::Pids {
-            pids: vec![77],
-            children: false,
-        },
-        paths(),
-    );
+    let mut collector = attached();
     for (header, bytes) in [
         payload::sampled_profile(100, 4242, PROG + 0x1234),
         payload::stack_walk(101, 100, 77, 4242, &[PROG + 0x1234]),
@@ -211,13 +216,7 @@ fn user_or_kernel_frames_alone_are_kept_when_asked() {
             "myprog.exe;ntoskrnl.exe+0x1fff@ntoskrnl.exe;ntoskrnl.exe+0x100@ntoskrnl.exe",
         ),
     ] {
-        let mut collector = Collector::new(
-            Target::Pids {
-                pids: vec![77],
-                children: false,
-            },
-            paths(),
-        );
+        let mut collector = attached();
         collector.keep(user, kernel);
         stream(&mut collector);
         let (profile, _, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
@@ -228,13 +227,7 @@ fn user_or_kernel_frames_alone_are_kept_when_asked() {
 
 #[test]
 fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order() {
-    let mut collector = Collector::new(
-        Target::Pids {
-            pids: vec![77],
-            children: false,
-        },
-        paths(),
-    );
+    let mut collector = attached();
     collector.reorder_within(1000);
     // The rundown, then a sample in the kernel whose user stack (logged on another CPU when
     // the thread returned to user mode) is delivered first.
@@ -278,13 +271,7 @@ fn frames_in_an_image_with_a_pdb_are_named_from_it_inlined_functions_too() {
     let call = calls_to(&prog, work, helper)[0];
     // The image's file, as the kernel logs a path it has no device for.
     let logged = format!(r"\??\{}", prog.exe.display());
-    let mut collector = Collector::new(
-        Target::Pids {
-            pids: vec![77],
-            children: false,
-        },
-        paths(),
-    );
+    let mut collector = attached();
     for (header, bytes) in [
         payload::process(DC_START, 77, 12, 0, "t.exe", None),
         payload::thread(DC_START, 77, 4242),
