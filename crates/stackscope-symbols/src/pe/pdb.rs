@@ -171,13 +171,13 @@ mod download {
     /// Writes what `url` answers to `target` (through a file beside it, so that no half
     /// download is ever taken for a PDB); an error for anything but a whole 200 answer.
     pub(super) fn fetch(url: &str, target: &Path) -> io::Result<()> {
-        let config = symsrv_http::Agent::config_builder()
+        let config = ureq::Agent::config_builder()
             .timeout_connect(Some(TIMEOUT))
             .timeout_recv_response(Some(TIMEOUT))
             .timeout_per_read(Some(TIMEOUT))
             .user_agent(concat!("stackscope/", env!("CARGO_PKG_VERSION")))
             .build();
-        let agent = symsrv_http::Agent::new_with_config(config);
+        let agent = ureq::Agent::new_with_config(config);
         let response = agent.get(url).call().map_err(io::Error::other)?;
         std::fs::create_dir_all(target.parent().unwrap_or(Path::new(".")))?;
         let partial = target.with_extension("part");
