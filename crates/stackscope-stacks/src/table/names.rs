@@ -101,7 +101,8 @@ impl Names {
         }
     }
 
-    /// Names the addresses of one module, as offsets in its file, in one batch. An address no
+    /// Names the addresses of one module, as offsets in its file (RVAs in a PE image, which
+    /// the symbolizer names from its PDB or DWARF), in one batch. An address no
     /// symbol names is named by the module and the start of its function
     /// ([`address_name`]).
     fn name_module(

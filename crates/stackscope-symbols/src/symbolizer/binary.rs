@@ -15,7 +15,8 @@ use crate::{SymFrame, SymbolError};
 
 impl Symbolizer {
     /// `offsets` are FILE OFFSETS into the ELF file at `path` (what you get from a mapping:
-    /// addr - mapping.start + mapping.offset). Returns, for each offset, its frames OUTERMOST
+    /// addr - mapping.start + mapping.offset); for a PE image, RVAs (what a mapping at its
+    /// base with offset 0 gives), named as [`crate::pe`] says. Returns, for each offset, its frames OUTERMOST
     /// FIRST: the real function containing the address, then the functions inlined into it,
     /// the innermost last. An empty Vec means no symbol names it. Errors only when the file
     /// cannot be read at all (missing/unreadable/not ELF), with the path in the message.
@@ -187,8 +188,8 @@ impl Symbolizer {
         Ok(())
     }
 
-    /// Where to name `offsets` (file offsets into the ELF file at `path`) that no symbol
-    /// names: for each, the ELF virtual address (as `objdump` and `addr2line` take it) of the
+    /// Where to name `offsets` (file offsets into the ELF file at `path`; for a PE image,
+    /// RVAs, whose function starts its `.pdata` gives) that no symbol names: for each, the ELF virtual address (as `objdump` and `addr2line` take it) of the
     /// start of the function holding it, as the unwind tables (`.eh_frame`) tell it, so that
     /// one function's addresses are one name and two functions two; where no unwind entry
     /// covers it, its own virtual address; in a file that cannot be read, or outside its
