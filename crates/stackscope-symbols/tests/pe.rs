@@ -391,26 +391,42 @@ fn symbol_server(root: std::path::PathBuf) -> (String, std::sync::mpsc::Receiver
 }
 
 /// With the `symbol-server` feature, a PDB no local place has is downloaded from the server
-/// of a `srv*` entry into its store; without it, no server is asked.
+/// of a `srv*` entry into its store, and one of another build is not kept; without it, no
+/// server is asked.
 #[test]
 fn symbol_servers_are_asked_only_with_the_feature() {
     let (dir, prog, id) = build_c_apart();
     let work = prog.rva(|n| n == "work");
-    // The server holds the PDB; the image stands alone.
+    let other_dir = TempDir::new().unwrap();
+    let other = build_c(other_dir.path());
+    // The server holds, where this image's PDB would be, first another build's PDB, then
+    // its own; the image stands alone.
     let served = dir.path().join("served");
-    std::fs::create_dir_all(served.join("t.pdb").join(&id)).unwrap();
-    std::fs::rename(&prog.pdb, served.join("t.pdb").join(&id).join("t.pdb")).unwrap();
+    let at = served.join("t.pdb").join(&id);
+    std::fs::create_dir_all(&at).unwrap();
+    std::fs::rename(&other.pdb, at.join("t.pdb")).unwrap();
+    let held = dir.path().join("held.pdb");
+    std::fs::rename(&prog.pdb, &held).unwrap();
     let (url, asked) = symbol_server(served);
     let store = dir.path().join("store");
     let srv = format!("srv*{}*{url}", store.display());
+    let kept = store.join("t.pdb").join(&id).join("t.pdb");
+
+    let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::parse(&srv));
+    assert_eq!(name(&mut symbolizer, &prog.exe, &[work]), [vec![]]);
+    assert!(!kept.exists(), "a PDB of another build is not kept");
+    let first = asked.try_recv();
+
+    std::fs::rename(&held, at.join("t.pdb")).unwrap();
     let mut symbolizer = Symbolizer::new().with_symbol_path(SymbolPath::parse(&srv));
     let named = name(&mut symbolizer, &prog.exe, &[work]);
-    let kept = store.join("t.pdb").join(&id).join("t.pdb");
     if cfg!(feature = "symbol-server") {
+        assert_eq!(first.unwrap(), format!("/t.pdb/{id}/t.pdb"));
         assert_eq!(names(&named[0]), ["work"]);
         assert_eq!(asked.try_recv().unwrap(), format!("/t.pdb/{id}/t.pdb"));
         assert!(kept.is_file(), "the download is kept in the store");
     } else {
+        assert!(first.is_err(), "a server was asked");
         assert_eq!(named, [vec![]]);
         assert!(asked.try_recv().is_err(), "a server was asked");
         assert!(!kept.exists());
