@@ -71,8 +71,8 @@ pub(crate) struct PeInfo {
     pub(crate) image_base: u64,
     pub(crate) codeview: Option<CodeView>,
     pub(crate) has_dwarf: bool,
-    /// The start RVA of each function its unwind table (`.pdata`) lists, ascending.
-    function_starts: Vec<u32>,
+    /// The start and end RVA of each function its unwind table (`.pdata`) lists, ascending.
+    functions: Vec<(u32, u32)>,
 }
 
 impl PeInfo {
@@ -96,9 +96,9 @@ impl PeInfo {
             age: cv.age(),
             path: String::from_utf8_lossy(cv.path()).into_owned(),
         });
-        let function_starts = match (image.architecture(), image.section_by_name(".pdata")) {
+        let functions = match (image.architecture(), image.section_by_name(".pdata")) {
             (Architecture::X86_64, Some(pdata)) => {
-                pdata.data().map(unwind_function_starts).unwrap_or_default()
+                pdata.data().map(unwind_functions).unwrap_or_default()
             }
             _ => Vec::new(),
         };
@@ -107,30 +107,31 @@ impl PeInfo {
             image_base: image.relative_address_base(),
             codeview,
             has_dwarf: image.section_by_name(".debug_info").is_some(),
-            function_starts,
+            functions,
         })
     }
 
-    /// The RVA of the start of the function holding `rva`, if the unwind table lists one
-    /// whose start is at or below it (leaf functions without unwind entries are not listed,
-    /// so this may be an earlier function's start).
+    /// The RVA of the start of the function holding `rva`, if the unwind table lists it
+    /// (leaf functions that touch no stack have no entry).
     pub(crate) fn function_start(&self, rva: u32) -> Option<u32> {
-        let at = self.function_starts.partition_point(|&start| start <= rva);
-        at.checked_sub(1).map(|i| self.function_starts[i])
+        let at = self.functions.partition_point(|&(start, _)| start <= rva);
+        let &(start, end) = self.functions[..at].last()?;
+        (rva < end).then_some(start)
     }
 }
 
-/// The begin RVAs of an x64 `.pdata` section's `RUNTIME_FUNCTION` entries (begin, end and
-/// unwind-info RVAs, 4 bytes each, little-endian), sorted.
-fn unwind_function_starts(pdata: &[u8]) -> Vec<u32> {
-    let mut starts: Vec<u32> = pdata
+/// The (begin, end) RVAs of an x64 `.pdata` section's `RUNTIME_FUNCTION` entries (begin, end
+/// and unwind-info RVAs, 4 bytes each, little-endian), sorted.
+fn unwind_functions(pdata: &[u8]) -> Vec<(u32, u32)> {
+    let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let mut functions: Vec<(u32, u32)> = pdata
         .chunks_exact(12)
-        .map(|entry| u32::from_le_bytes([entry[0], entry[1], entry[2], entry[3]]))
-        .filter(|&begin| begin != 0)
+        .map(|entry| (word(&entry[0..4]), word(&entry[4..8])))
+        .filter(|&(begin, end)| begin != 0 && begin < end)
         .collect();
-    starts.sort_unstable();
-    starts.dedup();
-    starts
+    functions.sort_unstable();
+    functions.dedup();
+    functions
 }
 
 #[cfg(test)]
@@ -151,7 +152,7 @@ mod tests {
     }
 
     #[test]
-    fn unwind_entries_give_sorted_function_starts() {
+    fn unwind_entries_give_the_function_holding_an_rva() {
         let entry = |begin: u32, end: u32| {
             let mut e = begin.to_le_bytes().to_vec();
             e.extend(end.to_le_bytes());
@@ -159,6 +160,20 @@ mod tests {
             e
         };
         let pdata = [entry(0x2000, 0x2040), entry(0x1000, 0x1100), vec![0; 12]].concat();
-        assert_eq!(unwind_function_starts(&pdata), vec![0x1000, 0x2000]);
+        let functions = unwind_functions(&pdata);
+        assert_eq!(functions, vec![(0x1000, 0x1100), (0x2000, 0x2040)]);
+        let info = |functions| PeInfo {
+            id: FileId::of(&std::fs::metadata(".").unwrap()),
+            image_base: 0,
+            codeview: None,
+            has_dwarf: false,
+            functions,
+        };
+        let info = info(functions);
+        assert_eq!(info.function_start(0x1000), Some(0x1000));
+        assert_eq!(info.function_start(0x10ff), Some(0x1000));
+        assert_eq!(info.function_start(0x1100), None, "between two functions");
+        assert_eq!(info.function_start(0x2010), Some(0x2000));
+        assert_eq!(info.function_start(0xfff), None);
     }
 }
