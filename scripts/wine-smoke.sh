@@ -4,8 +4,9 @@
 # kernel tracing, so this checks what can be checked there: `--help` prints the help;
 # `record` and `stackscope-dtrace` (cargo-flamegraph's command line) stop with one line saying
 # that kernel tracing is not available, exit status 1, and end the command they launched
-# suspended before it ran (its marker file absent, no process of it left); `profile` and a
-# Linux-only flag are refused in one line. Nothing here samples: that needs real Windows.
+# suspended before it ran (its marker file absent, no process of it left); `profile`,
+# `doctor`, a Linux-only flag and stackscope-perf are refused in one line. Nothing here
+# samples: that needs real Windows.
 #
 #     scripts/wine-smoke.sh [DIR]    # DIR holds the .exe files (default: target/x86_64-pc-windows-gnu/debug)
 #
@@ -25,7 +26,7 @@ missing=()
 command -v wine >/dev/null || missing+=("wine (apt wine64)")
 command -v wineserver >/dev/null || missing+=("wineserver (apt wine64)")
 command -v x86_64-w64-mingw32-gcc >/dev/null || missing+=("x86_64-w64-mingw32-gcc (apt gcc-mingw-w64-x86-64)")
-for exe in stackscope.exe stackscope-dtrace.exe; do
+for exe in stackscope.exe stackscope-dtrace.exe stackscope-perf.exe; do
     [ -f "$exe_dir/$exe" ] || missing+=("$exe_dir/$exe (cargo build --workspace --target x86_64-pc-windows-gnu)")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -47,7 +48,7 @@ unset DISPLAY WAYLAND_DISPLAY
 
 run="$work/run"
 mkdir "$run"
-cp "$exe_dir/stackscope.exe" "$exe_dir/stackscope-dtrace.exe" "$run/"
+cp "$exe_dir/stackscope.exe" "$exe_dir/stackscope-dtrace.exe" "$exe_dir/stackscope-perf.exe" "$run/"
 x86_64-w64-mingw32-gcc -O2 -shared -o "$run/bcryptprimitives.dll" scripts/wine/bcryptprimitives.c -ladvapi32
 x86_64-w64-mingw32-gcc -O2 -o "$run/launched.exe" scripts/wine/launched.c
 cd "$run"
@@ -140,9 +141,16 @@ launched_ended_unrun "stackscope-dtrace" dtrace.ran
 win stackscope.exe profile -F 99 5
 one_line_error "stackscope profile" 1 "stackscope: error: stackscope profile (bcc's profile, on eBPF) is Linux-only"
 
+win stackscope.exe doctor
+one_line_error "stackscope doctor" 1 "stackscope: error: stackscope doctor (it checks what perf_event and eBPF need) is Linux-only"
+
 win stackscope.exe record --backend bpf -o out.svg -- launched.exe bpf.ran 30
 one_line_error "stackscope record --backend bpf" 1 "stackscope: error: --backend is Linux-only"
 launched_ended_unrun "stackscope record --backend bpf" bpf.ran
+
+win stackscope-perf.exe record -F 997 -g -o perf.data -- launched.exe perf.ran 30
+one_line_error "stackscope-perf" 1 "stackscope: error: stackscope-perf stands in for Linux's perf and is Linux-only"
+launched_ended_unrun "stackscope-perf" perf.ran
 
 if [ "$failures" -gt 0 ]; then
     echo "wine smoke test: $failures check(s) failed" >&2
