@@ -94,8 +94,8 @@ one_line_error() {
 launched_ended_unrun() {
     local what=$1 marker=$2 left
     [ ! -e "$marker" ] || fail "$what: the launched command ran ($marker exists)"
-    # Wine ends a terminated process asynchronously: give it a few seconds.
-    for _ in $(seq 50); do
+    # Wine ends a terminated process asynchronously: give it up to 10 s (a loaded machine).
+    for _ in $(seq 100); do
         left=$(launched_processes)
         [ -z "$left" ] && break
         sleep 0.1
@@ -110,11 +110,12 @@ win stackscope.exe --help
 grep -q "^Usage: stackscope.exe <COMMAND>" out || fail "stackscope --help: no usage line"
 grep -q "^  record " out || fail "stackscope --help: no record command"
 
-# The checks below see a launched command that runs: here one does, for 3 seconds.
-echo "\$ wine launched.exe control 3 &"
-wine launched.exe control 3 &
+# The checks below see a launched command that runs: here one does, for 5 seconds (looked
+# for during up to 30 s, as Wine may start slowly on a loaded machine).
+echo "\$ wine launched.exe control 5 &"
+wine launched.exe control 5 &
 control=$!
-for _ in $(seq 100); do
+for _ in $(seq 300); do
     [ -e control ] && [ -n "$(launched_processes)" ] && break
     sleep 0.1
 done
