@@ -26,6 +26,8 @@ test_packages=(
     debuginfod elfutils        # a real debuginfod server that the debug-info fetching tests read from
     systemtap-sdt-dev          # sys/sdt.h: the USDT probe of the probes workload (record --event usdt:...)
     bpftrace                   # the peer benches/probe_malloc.sh compares a malloc uprobe against
+    gcc-mingw-w64-x86-64       # links the x86_64-pc-windows-gnu build (scripts/check.sh) and the Wine test's DLL and program
+    wine64                     # runs that build (scripts/wine-smoke.sh)
 )
 
 mode=${1:-test}
