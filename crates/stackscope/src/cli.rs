@@ -151,7 +151,7 @@ pub struct RecordArgs {
     /// every process mapping FILE), so processes it forks later are not probed. With several
     /// events each stack's root frame names its event.
     #[arg(short = 'e', long = "event", value_name = "SPEC", value_parser = parse_event)]
-    pub events: Vec<stackscope_bpf::EventSpec>,
+    pub events: Vec<EventArg>,
 
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
@@ -198,8 +198,15 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-fn parse_event(s: &str) -> Result<stackscope_bpf::EventSpec, String> {
-    s.parse()
+/// An `--event` as the eBPF source takes it.
+#[cfg(target_os = "linux")]
+pub type EventArg = stackscope_bpf::EventSpec;
+/// An `--event` where there is no eBPF: its words, refused before sampling.
+#[cfg(not(target_os = "linux"))]
+pub type EventArg = String;
+
+fn parse_event(s: &str) -> Result<EventArg, String> {
+    s.parse::<EventArg>().map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -219,6 +219,13 @@ impl Symbolizer {
             })
             .collect()
     }
+
+    /// The ELF virtual address of the program entry the file at `path` states (`e_entry`), as
+    /// [`function_starts`](Self::function_starts) numbers addresses: the function every stack
+    /// of the program starts in, named or not.
+    pub fn entry_point(&mut self, path: &Path) -> Option<u64> {
+        self.elf_info(path).ok()?.entry
+    }
 }
 
 /// A file that names a binary's addresses by virtual address.
