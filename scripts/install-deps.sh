@@ -26,6 +26,9 @@ test_packages=(
     debuginfod elfutils        # a real debuginfod server that the debug-info fetching tests read from
     systemtap-sdt-dev          # sys/sdt.h: the USDT probe of the probes workload (record --event usdt:...)
     bpftrace                   # the peer benches/probe_malloc.sh compares a malloc uprobe against
+    gcc-mingw-w64-x86-64       # links the x86_64-pc-windows-gnu build (scripts/check.sh) and the Wine test's DLL and program;
+                               # and the mingw program with DWARF inside its PE image of the symbolizer's PE tests
+    wine64                     # runs that build (scripts/wine-smoke.sh)
 )
 
 mode=${1:-test}
@@ -66,6 +69,13 @@ if [ "$(id -u)" -eq 0 ] && [ ! -e /sys/kernel/tracing/available_events ] &&
     [ ! -e /sys/kernel/debug/tracing/available_events ]; then
     mount -t tracefs nodev /sys/kernel/tracing ||
         echo "warning: could not mount tracefs: the tracepoint probe test will fail" >&2
+fi
+
+# The Rust program of the symbolizer's PE tests is built for the MSVC target (its core library
+# only; the Rust toolchain's rust-lld links it, no Windows SDK).
+if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-pc-windows-msvc; then
+    rustup target add x86_64-pc-windows-msvc ||
+        echo "warning: could not add the x86_64-pc-windows-msvc target: the Rust PE test will fail" >&2
 fi
 
 # cargo-flamegraph, driven with PERF=stackscope-perf by the shim tests.

@@ -115,7 +115,8 @@ pub struct UnwindStats {
     /// Samples that had a user stack to unwind.
     pub user_stacks: u64,
     /// User stacks that are whole: their outermost frame is a program or thread entry
-    /// (`_start`, `main`, `start_thread`, `clone3`...), or the unwind tables mark the end of
+    /// (`_start`, `main`, `start_thread`, `clone3`..., or, where no symbol names it, the
+    /// function at the entry point the file states), or the unwind tables mark the end of
     /// the chain there. The same rule for every source.
     pub complete: u64,
     /// User stacks that hold at least one frame whose function is unknown.

@@ -15,18 +15,15 @@ pub(crate) struct ElfInfo {
     pub(crate) build_id: Option<Vec<u8>>,
     /// It has a `.gnu_debugdata` section.
     pub(crate) has_mini_debuginfo: bool,
+    /// The entry point the file states, if any (shared objects may state none: 0).
+    pub(crate) entry: Option<u64>,
     loads: Vec<Segment>,
 }
 
 impl ElfInfo {
     /// Inspects the ELF file at `path`; fails when it is missing, unreadable or not ELF.
     pub(crate) fn inspect(path: &Path) -> Result<Self, SymbolError> {
-        let read_err = |error| SymbolError::Read {
-            path: path.to_path_buf(),
-            error,
-        };
-        let file = File::open(path).map_err(read_err)?;
-        let id = FileId::of_file(&file).map_err(read_err)?;
+        let (file, id) = FileId::open(path)?;
         let elf = map_elf(path, &file)?;
         Ok(Self {
             id,
@@ -34,6 +31,7 @@ impl ElfInfo {
                 || elf.section(".zdebug_info").is_some(),
             build_id: elf.build_id().map(<[u8]>::to_vec),
             has_mini_debuginfo: elf.section(".gnu_debugdata").is_some(),
+            entry: Some(elf.entry()).filter(|&entry| entry != 0),
             loads: elf.segments().to_vec(),
         })
     }

@@ -15,10 +15,10 @@ pub enum SymbolError {
         path.display()
     )]
     Read { path: PathBuf, error: io::Error },
-    /// The file does not start with the ELF magic.
-    #[error("{} is not an ELF file; only ELF binaries can be symbolized", path.display())]
+    /// The file starts with neither the ELF magic nor a PE image's.
+    #[error("{} is not an ELF file or a PE image; only those can be symbolized", path.display())]
     NotElf { path: PathBuf },
-    /// The file looks like ELF but its headers cannot be parsed.
-    #[error("cannot parse ELF file {}: {message}", path.display())]
+    /// The file looks like ELF (or PE) but its headers cannot be parsed.
+    #[error("cannot parse {}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
 }

@@ -51,6 +51,17 @@ impl FileId {
         Ok(Self::of(&file.metadata()?))
     }
 
+    /// Opens the file at `path` with its identity, failing in the symbolizer's terms.
+    pub(crate) fn open(path: &Path) -> Result<(File, Self), crate::SymbolError> {
+        let read_err = |error| crate::SymbolError::Read {
+            path: path.to_path_buf(),
+            error,
+        };
+        let file = File::open(path).map_err(read_err)?;
+        let id = Self::of_file(&file).map_err(read_err)?;
+        Ok((file, id))
+    }
+
     /// The current identity of the file at `path`; fails where opening it would.
     pub fn of_path(path: &Path) -> io::Result<Self> {
         Self::of_file(&File::open(path)?)

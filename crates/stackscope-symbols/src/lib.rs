@@ -1,7 +1,8 @@
 //! Turns code addresses into named frames: functions in ELF files (with inlined functions and
 //! demangled names; from separate debug files found by build-id, by debug link or by a
 //! fetcher, and from MiniDebugInfo, for stripped binaries), kernel functions from
-//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, and the vDSO; and, for code no symbol
+//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, the vDSO, and PE images by RVA from
+//! their PDB or the DWARF inside them ([`pe`]); and, for code no symbol
 //! names, where its function starts. Addresses are resolved in batches, each unique address
 //! once.
 //!
@@ -11,11 +12,13 @@
 pub mod debug_file;
 #[cfg(not(windows))]
 pub mod debuginfod;
+mod demangle;
 pub mod elf;
 mod elf_info;
 mod error;
 mod file_id;
 mod mini_debuginfo;
+pub mod pe;
 mod perf_map;
 mod symbolizer;
 

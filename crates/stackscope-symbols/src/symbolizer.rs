@@ -4,6 +4,7 @@
 
 mod binary;
 mod nameless;
+mod pe;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -14,7 +15,9 @@ use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
 
 use crate::debug_file::{DebugFile, DebugFiles};
+use crate::demangle::demangle;
 use crate::elf_info::ElfInfo;
+use crate::pe::pdb::SymbolPath;
 use crate::perf_map::PerfMap;
 use crate::{FileId, SymFrame, SymbolError};
 
@@ -34,6 +37,10 @@ pub struct Symbolizer {
     perf_map_dir: PathBuf,
     elf_infos: HashMap<PathBuf, Rc<ElfInfo>>,
     perf_maps: HashMap<u32, PerfMap>,
+    /// Where PE images' PDBs are looked up beyond their recorded path and directory.
+    symbol_path: SymbolPath,
+    /// The matching PDB found for each PE image.
+    pdbs: HashMap<FileId, Option<PathBuf>>,
 }
 
 impl Default for Symbolizer {
@@ -55,7 +62,8 @@ impl Symbolizer {
         Self::with_debug_files(DebugFiles::new(debug_dirs))
     }
 
-    /// Like [`Symbolizer::new`], looking up separate debug files with `debug_files`.
+    /// Like [`Symbolizer::new`], looking up separate debug files with `debug_files`; PDBs
+    /// also in `_NT_SYMBOL_PATH`'s places.
     pub fn with_debug_files(debug_files: DebugFiles) -> Self {
         let inner = blazesym::symbolize::Symbolizer::builder()
             .enable_code_info(true)
@@ -72,7 +80,17 @@ impl Symbolizer {
             perf_map_dir: PathBuf::from(DEFAULT_PERF_MAP_DIR),
             elf_infos: HashMap::new(),
             perf_maps: HashMap::new(),
+            symbol_path: SymbolPath::from_env(),
+            pdbs: HashMap::new(),
         }
+    }
+
+    /// Looks up PE images' PDBs in `symbol_path`'s places (after their recorded path and
+    /// their directory) instead of `_NT_SYMBOL_PATH`'s.
+    pub fn with_symbol_path(mut self, symbol_path: SymbolPath) -> Self {
+        self.symbol_path = symbol_path;
+        self.pdbs.clear();
+        self
     }
 
     /// Reads perf maps as `dir/perf-PID.map` instead of from `/tmp`.
@@ -262,36 +280,43 @@ fn frames(symbolized: Symbolized<'_>) -> Vec<SymFrame> {
     } = sym;
     let mut frames = Vec::with_capacity(1 + inlined.len());
     let (file, line) = location(code_info.as_deref());
-    frames.push(SymFrame {
-        name: display_name(&name),
-        file,
-        line,
-        inlined: false,
-    });
+    frames.push(sym_frame(&name, file, line, false));
     for inlined_fn in inlined.iter() {
         let (file, line) = location(inlined_fn.code_info.as_ref());
-        frames.push(SymFrame {
-            name: display_name(&inlined_fn.name),
-            file,
-            line,
-            inlined: true,
-        });
+        frames.push(sym_frame(&inlined_fn.name, file, line, true));
     }
     frames
 }
 
-/// Line 0 (which blazesym reports as no line) marks compiler-generated code with no source
-/// position; its file is whatever the line table last named, so it is dropped too.
 fn location(code_info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
     match code_info {
-        Some(info) => match info.line {
-            Some(line) if line > 0 => (
-                Some(info.to_path().to_string_lossy().into_owned()),
-                Some(line),
-            ),
-            _ => (None, None),
-        },
+        Some(info) => (
+            Some(info.to_path().to_string_lossy().into_owned()),
+            info.line,
+        ),
         None => (None, None),
+    }
+}
+
+/// One frame as every source gives it: `name` demangled if it is still mangled (blazesym
+/// has demangled its own) and without a Rust legacy hash, `[unknown]` for no name. Line 0
+/// marks compiler-generated code with no source position; its file is whatever the line
+/// table last named, so a frame without a line has no file either.
+pub(crate) fn sym_frame(
+    name: &str,
+    file: Option<String>,
+    line: Option<u32>,
+    inlined: bool,
+) -> SymFrame {
+    let (file, line) = match line {
+        Some(line) if line > 0 => (file, Some(line)),
+        _ => (None, None),
+    };
+    SymFrame {
+        name: display_name(&demangle(name)),
+        file,
+        line,
+        inlined,
     }
 }
 

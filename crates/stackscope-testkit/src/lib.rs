@@ -4,6 +4,7 @@
 //! stackscope. [`truth`] reads what the split workloads measure of themselves and compares
 //! profiles with it.
 
+pub mod pe;
 pub mod shipped;
 pub mod truth;
 

@@ -153,7 +153,7 @@ pub struct RecordArgs {
     /// every process mapping FILE), so processes it forks later are not probed. With several
     /// events each stack's root frame names its event.
     #[arg(short = 'e', long = "event", value_name = "SPEC", value_parser = parse_event)]
-    pub events: Vec<stackscope_bpf::EventSpec>,
+    pub events: Vec<EventArg>,
 
     /// Count off-CPU time instead of samples: the stack (kernel and user) where a thread left
     /// the CPU (blocked, slept, waited for a lock or I/O, or was preempted), weighted by how
@@ -221,8 +221,15 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-fn parse_event(s: &str) -> Result<stackscope_bpf::EventSpec, String> {
-    s.parse()
+/// An `--event` as the eBPF source takes it.
+#[cfg(target_os = "linux")]
+pub type EventArg = stackscope_bpf::EventSpec;
+/// An `--event` where there is no eBPF: its words, refused before sampling.
+#[cfg(not(target_os = "linux"))]
+pub type EventArg = String;
+
+fn parse_event(s: &str) -> Result<EventArg, String> {
+    s.parse::<EventArg>().map_err(|e| e.to_string())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

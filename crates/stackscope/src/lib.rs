@@ -19,7 +19,7 @@ mod gdb;
 mod hint;
 mod input;
 mod output;
-#[cfg(not(target_os = "linux"))]
+#[cfg(any(test, not(target_os = "linux")))]
 mod platform;
 #[cfg(target_os = "linux")]
 mod profile;

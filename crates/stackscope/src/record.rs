@@ -109,7 +109,7 @@ pub(crate) fn run_with(
     args: RecordArgs,
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
-    crate::platform::refuse_linux_flags(&args)?;
+    crate::platform::refuse_unavailable(&args)?;
     let target = target(&args)?;
     let command = command_line(&args);
     let what = describe(&target, &command, None);

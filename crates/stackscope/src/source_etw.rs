@@ -1,6 +1,6 @@
 //! The ETW source as `stackscope record` uses it on Windows: record's target, rate, duration
 //! and stack choices in, the recording out. What ETW cannot do (threads alone, one CPU, a
-//! count of events) is refused in one line.
+//! count of events) was refused before, with the Linux-only flags (`platform`).
 
 use std::sync::atomic::AtomicBool;
 
@@ -22,14 +22,8 @@ pub(crate) fn sample(
     Ok(stackscope_windows::record(options, stop, on_start)?)
 }
 
-/// What to sample and how, from record's flags.
+/// What to sample and how, from record's flags (those ETW cannot honour already refused).
 fn options(args: &RecordArgs, target: Target) -> Result<Options> {
-    if args.cpu.cpu.is_some() {
-        bail!("-C/--cpu is not available on Windows: ETW samples every CPU");
-    }
-    if args.rate.count.is_some() {
-        bail!("-c/--count is not available on Windows: the profile timer runs by time; give -F HZ");
-    }
     let frequency = args.rate.frequency.frequency.unwrap_or(RECORD_FREQUENCY);
     let frequency = match u32::try_from(frequency) {
         Ok(hz) if hz > 0 => hz,
@@ -38,9 +32,8 @@ fn options(args: &RecordArgs, target: Target) -> Result<Options> {
     let what = match target {
         Target::Command(command) => What::Launch(command),
         Target::Pids(pids) => What::Pids(pids),
-        Target::Tids(_) => {
-            bail!("-L/--tid is not available on Windows: ETW samples processes; give -p PIDS")
-        }
+        // -L is refused with the other flags ETW cannot honour, before the target is made.
+        Target::Tids(_) => unreachable!("-L reached the ETW source"),
         Target::System => What::System {
             idle: args.stacks.include_idle,
         },

@@ -232,3 +232,70 @@ fn a_stripped_librarys_static_functions_are_two_module_address_frames() {
         .collect();
     assert_eq!(leaves, expected, "\n{}", top_stacks(&perf_profile, 6));
 }
+
+/// The entry point `binary`'s ELF header states, as `readelf -h` prints it.
+fn entry_point(binary: &Path) -> u64 {
+    let out = Command::new("readelf")
+        .arg("-h")
+        .arg(binary)
+        .output()
+        .expect("run readelf");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|line| {
+            let address = line.trim().strip_prefix("Entry point address:")?.trim();
+            u64::from_str_radix(address.strip_prefix("0x")?, 16).ok()
+        })
+        .unwrap_or_else(|| panic!("no entry point in {}", binary.display()))
+}
+
+#[test]
+fn a_stripped_programs_stacks_are_whole_from_its_entry_point_with_each_backend() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (_, stripped) = stripped_program(dir.path());
+    // No symbol names the program's own functions, `_start` among them: its frame is
+    // `two_hot+ENTRY`, which is where every stack of the program starts.
+    let start = format!("two_hot+{:#x}", entry_point(&stripped));
+    for backend in ["perf", "bpf"] {
+        let out = dir.path().join(format!("{backend}.json"));
+        let mut cmd = record_command(
+            dir.path(),
+            &out,
+            &["--backend", backend],
+            &[stripped.as_os_str(), os(ROUNDS)],
+        );
+        cmd.env("STACKSCOPE_DEBUG_FILE_DIRECTORY", dir.path().join("none"));
+        let run = run_with_deadline(cmd);
+        run.assert_ok();
+        let profile = read_json(&out);
+        let unwind = &profile.meta.unwind;
+        let from_start = profile
+            .samples
+            .iter()
+            .filter(|s| {
+                let mut user = profile
+                    .stack_frames(s.stack)
+                    .filter(|f| f.kind == FrameKind::User);
+                user.next().is_some_and(|f| f.name == start)
+            })
+            .map(|s| s.count)
+            .sum::<u64>();
+        assert!(
+            unwind.user_stacks > 0 && from_start as f64 >= 0.99 * unwind.user_stacks as f64,
+            "{backend}: {from_start} of {} stacks start at {start}\n{}",
+            unwind.user_stacks,
+            top_stacks(&profile, 6)
+        );
+        assert!(
+            unwind.complete >= from_start,
+            "{backend}: stacks from {start} ({from_start}) not counted complete: {unwind:?}\n{}",
+            run.stderr
+        );
+        assert!(
+            !run.stderr.contains("broke off"),
+            "{backend}: {}",
+            run.stderr
+        );
+    }
+}

@@ -71,7 +71,8 @@ impl StackTable {
                         _ => {}
                     }
                     if judged {
-                        rooted.get_or_insert_with(|| is_entry(frame));
+                        rooted
+                            .get_or_insert_with(|| is_entry(frame) || names.is_unnamed_entry(raw));
                     }
                     chain.push(id);
                 }
@@ -229,7 +230,8 @@ impl Tally {
 }
 
 /// True for a user frame of a program's or thread's entry point: where every whole stack
-/// starts.
+/// starts. (A frame no symbol names is an entry when it is in the function at the entry
+/// point its file states: `Names::is_unnamed_entry`.)
 fn is_entry(frame: &Frame) -> bool {
     frame.kind == FrameKind::User && ENTRY_POINTS.contains(&frame.name.as_str())
 }

@@ -18,6 +18,9 @@ pub(super) struct Names {
     ids: Vec<FrameId>,
     /// The raw frames of user code in a known module that no symbol names.
     unnamed: HashSet<RawFrame>,
+    /// Of those, the ones in the function at the entry point their file states: a stripped
+    /// program's `_start`.
+    unnamed_entries: HashSet<RawFrame>,
 }
 
 /// Addresses waiting for their symbolizer.
@@ -38,6 +41,7 @@ impl Names {
             spans: HashMap::new(),
             ids: Vec::new(),
             unnamed: HashSet::new(),
+            unnamed_entries: HashSet::new(),
         };
         let queued = names.queue(table, builder);
         names.name_kernel(&queued.kernel, symbolizer, builder);
@@ -101,7 +105,8 @@ impl Names {
         }
     }
 
-    /// Names the addresses of one module, as offsets in its file, in one batch. An address no
+    /// Names the addresses of one module, as offsets in its file (RVAs in a PE image, which
+    /// the symbolizer names from its PDB or DWARF), in one batch. An address no
     /// symbol names is named by the module and the start of its function
     /// ([`address_name`]).
     fn name_module(
@@ -149,9 +154,12 @@ impl Names {
                 self.insert(builder, raw, frames);
             }
         }
-        let starts = match path {
-            Some(path) => symbolizer.function_starts(Path::new(&**path), &unnamed),
-            None => unnamed.clone(),
+        let (starts, entry) = match path {
+            Some(path) => (
+                symbolizer.function_starts(Path::new(&**path), &unnamed),
+                symbolizer.entry_point(Path::new(&**path)),
+            ),
+            None => (unnamed.clone(), None),
         };
         for (offset, start) in unnamed.into_iter().zip(starts) {
             let raw = RawFrame::User { module, offset };
@@ -164,6 +172,9 @@ impl Names {
             self.insert(builder, raw, [frame]);
             if kind == FrameKind::User {
                 self.unnamed.insert(raw);
+                if entry == Some(start) {
+                    self.unnamed_entries.insert(raw);
+                }
             }
         }
     }
@@ -202,6 +213,11 @@ impl Names {
     /// Whether `raw` is user code of a known module that no symbol names.
     pub(super) fn is_unnamed(&self, raw: &RawFrame) -> bool {
         self.unnamed.contains(raw)
+    }
+
+    /// Whether `raw` is user code no symbol names in the function at its file's entry point.
+    pub(super) fn is_unnamed_entry(&self, raw: &RawFrame) -> bool {
+        self.unnamed_entries.contains(raw)
     }
 
     pub(super) fn frames(&self, raw: &RawFrame) -> &[FrameId] {

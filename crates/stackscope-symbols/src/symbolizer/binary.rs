@@ -15,7 +15,8 @@ use crate::{SymFrame, SymbolError};
 
 impl Symbolizer {
     /// `offsets` are FILE OFFSETS into the ELF file at `path` (what you get from a mapping:
-    /// addr - mapping.start + mapping.offset). Returns, for each offset, its frames OUTERMOST
+    /// addr - mapping.start + mapping.offset); for a PE image, RVAs (what a mapping at its
+    /// base with offset 0 gives), named as [`crate::pe`] says. Returns, for each offset, its frames OUTERMOST
     /// FIRST: the real function containing the address, then the functions inlined into it,
     /// the innermost last. An empty Vec means no symbol names it. Errors only when the file
     /// cannot be read at all (missing/unreadable/not ELF), with the path in the message.
@@ -35,6 +36,9 @@ impl Symbolizer {
         build_id: Option<&[u8]>,
         offsets: &[u64],
     ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
+        if crate::pe::is_pe(path) {
+            return self.symbolize_pe(path, offsets);
+        }
         let mut opened = Vec::new();
         let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
         for file in opened {
@@ -184,13 +188,16 @@ impl Symbolizer {
         Ok(())
     }
 
-    /// Where to name `offsets` (file offsets into the ELF file at `path`) that no symbol
-    /// names: for each, the ELF virtual address (as `objdump` and `addr2line` take it) of the
+    /// Where to name `offsets` (file offsets into the ELF file at `path`; for a PE image,
+    /// RVAs, whose function starts its `.pdata` gives) that no symbol names: for each, the ELF virtual address (as `objdump` and `addr2line` take it) of the
     /// start of the function holding it, as the unwind tables (`.eh_frame`) tell it, so that
     /// one function's addresses are one name and two functions two; where no unwind entry
     /// covers it, its own virtual address; in a file that cannot be read, or outside its
     /// loadable segments, the offset itself.
     pub fn function_starts(&mut self, path: &Path, offsets: &[u64]) -> Vec<u64> {
+        if crate::pe::is_pe(path) {
+            return self.pe_function_starts(path, offsets);
+        }
         let Ok(info) = self.elf_info(path) else {
             return offsets.to_vec();
         };
@@ -211,6 +218,13 @@ impl Symbolizer {
                 None => off,
             })
             .collect()
+    }
+
+    /// The ELF virtual address of the program entry the file at `path` states (`e_entry`), as
+    /// [`function_starts`](Self::function_starts) numbers addresses: the function every stack
+    /// of the program starts in, named or not.
+    pub fn entry_point(&mut self, path: &Path) -> Option<u64> {
+        self.elf_info(path).ok()?.entry
     }
 }
 

@@ -36,6 +36,17 @@ fn folded(profile: &Profile) -> BTreeMap<String, u64> {
     out
 }
 
+/// A collector of process 77's samples alone.
+fn attached() -> Collector {
+    Collector::new(
+        Target::Pids {
+            pids: vec![77],
+            children: false,
+        },
+        paths(),
+    )
+}
+
 /// The rundown of the attached process: it, its thread and images, and the kernel.
 fn rundown() -> Vec<(Header, Vec<u8>)> {
     vec![
@@ -179,13 +190,7 @@ fn the_whole_system_counts_every_process_and_a_lost_user_part_is_said() {
 
 #[test]
 fn without_the_rundown_an_attached_process_has_no_module_names() {
-    let mut collector = Collector::new(
-        Target::Pids {
-            pids: vec![77],
-            children: false,
-        },
-        paths(),
-    );
+    let mut collector = attached();
     for (header, bytes) in [
         payload::sampled_profile(100, 4242, PROG + 0x1234),
         payload::stack_walk(101, 100, 77, 4242, &[PROG + 0x1234]),
@@ -211,13 +216,7 @@ fn user_or_kernel_frames_alone_are_kept_when_asked() {
             "myprog.exe;ntoskrnl.exe+0x1fff@ntoskrnl.exe;ntoskrnl.exe+0x100@ntoskrnl.exe",
         ),
     ] {
-        let mut collector = Collector::new(
-            Target::Pids {
-                pids: vec![77],
-                children: false,
-            },
-            paths(),
-        );
+        let mut collector = attached();
         collector.keep(user, kernel);
         stream(&mut collector);
         let (profile, _, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
@@ -228,13 +227,7 @@ fn user_or_kernel_frames_alone_are_kept_when_asked() {
 
 #[test]
 fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order() {
-    let mut collector = Collector::new(
-        Target::Pids {
-            pids: vec![77],
-            children: false,
-        },
-        paths(),
-    );
+    let mut collector = attached();
     collector.reorder_within(1000);
     // The rundown, then a sample in the kernel whose user stack (logged on another CPU when
     // the thread returned to user mode) is delivered first.
@@ -252,4 +245,51 @@ fn a_user_stack_delivered_before_its_sample_is_stitched_once_put_back_in_order()
         folded(&profile),
         BTreeMap::from([(expected.to_string(), 1)])
     );
+}
+
+/// A program built here for Windows, with its PDB: clang for the MSVC target, no Windows SDK.
+const PDB_PROGRAM: &str = r#"
+static volatile int counter;
+__attribute__((noinline)) static int helper(int x) { counter += x; return counter * 3; }
+static inline int twice(int x) { return helper(x) + helper(x + 1); }
+__attribute__((noinline)) int work(int n) {
+    int s = 0;
+    for (int i = 0; i < n; i++) s += twice(i);
+    return s;
+}
+int mainCRTStartup(void) { return work(10); }
+"#;
+
+#[test]
+fn frames_in_an_image_with_a_pdb_are_named_from_it_inlined_functions_too() {
+    use stackscope_testkit::pe::{build_msvc, calls_to};
+
+    let dir = tempfile::TempDir::new().unwrap();
+    let flags: &[&str] = &["-g", "-gcodeview", "-O1"];
+    let prog = build_msvc(dir.path(), "t", &[("t.c", PDB_PROGRAM, "clang", flags)]);
+    let (work, helper) = (prog.rva(|n| n == "work"), prog.rva(|n| n == "helper"));
+    let call = calls_to(&prog, work, helper)[0];
+    // The image's file, as the kernel logs a path it has no device for.
+    let logged = format!(r"\??\{}", prog.exe.display());
+    let mut collector = attached();
+    for (header, bytes) in [
+        payload::process(DC_START, 77, 12, 0, "t.exe", None),
+        payload::thread(DC_START, 77, 4242),
+        payload::image(DC_START, 77, PROG, 0x1_0000, &logged),
+        payload::sampled_profile(100, 4242, PROG + helper + 2),
+        // In `helper`, called from `twice` inlined into `work`: the return address follows
+        // the call.
+        payload::stack_walk(101, 100, 77, 4242, &[PROG + helper + 2, PROG + call + 5]),
+    ] {
+        collector.record(header, bytes);
+    }
+    let (profile, tally, _) = collector.finish(&mut Symbolizer::new(), Metadata::default());
+    assert_eq!(
+        folded(&profile),
+        BTreeMap::from([("t.exe;work@t.exe;twice@t.exe;helper@t.exe".to_string(), 1)])
+    );
+    let twice = profile.frames.iter().find(|f| f.name == "twice").unwrap();
+    assert!(twice.inlined);
+    assert!(twice.line.is_some());
+    assert_eq!(tally.stats.with_unnamed, 0);
 }

@@ -2,7 +2,9 @@
 //! `-x ustackframes=N -n 'profile-HZ /pid == $target/ { @[ustack(N)] = count(); }' -o FILE
 //! -c 'CMD ARGS'` (or `-p PID`, repeatable). Samples user stacks at the probe's rate with
 //! stackscope, keeps the frame limit of `ustack(N)` (else `ustackframes`, else DTrace's 100),
-//! and writes DTrace aggregation text, exiting with the command's exit code.
+//! and writes DTrace aggregation text, exiting with the command's exit code. The same on
+//! Windows, where it samples with ETW in blondie_dtrace's place; cargo-flamegraph there first
+//! runs `DTRACE --help` to see that the program exists.
 
 use std::ffi::OsString;
 
@@ -13,6 +15,13 @@ use super::{interruptible, map_stacks, option_value, record_args};
 /// DTrace's default `ustackframes`.
 const DEFAULT_FRAMES: usize = 100;
 const OPTIONS: &str = "-n, -x ustackframes=N, -o, -c, -p, -q, -Z";
+const USAGE: &str = "\
+usage: stackscope-dtrace [-x ustackframes=N] -n 'profile-HZ /pid == $target/ { @[ustack(N)] = count(); }'
+                         [-o FILE] (-c 'CMD ARGS' | -p PID ...)
+Samples the user stacks of CMD (a space inside an argument written `\\ `) or of the
+processes PID with stackscope at HZ and writes DTrace aggregation text to FILE (default:
+standard output), as cargo-flamegraph reads it (DTRACE=stackscope-dtrace).
+";
 
 /// Runs `stackscope-dtrace` with the process's arguments and exits with its status.
 pub fn main() -> ! {
@@ -29,6 +38,10 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut pids: Vec<String> = Vec::new();
     while let Some(raw) = args.next() {
         let arg = raw.to_string_lossy().into_owned();
+        if arg == "--help" {
+            print!("{USAGE}");
+            return Ok(0);
+        }
         if let Some(v) = option_value(&arg, Some('n'), None, &mut args) {
             script = Some(v?);
         } else if let Some(v) = option_value(&arg, Some('x'), None, &mut args) {
@@ -148,17 +161,19 @@ fn frequency(rate: &str) -> Option<u64> {
     Some((1_000_000_000 / period).max(1))
 }
 
-/// Splits dtrace's `-c` string into arguments at unescaped whitespace; `\` keeps the next
-/// character (cargo-flamegraph writes a space inside an argument as `\ `).
+/// Splits dtrace's `-c` string into arguments at whitespace, as cargo-flamegraph joins them:
+/// a space inside an argument is written `\ `, and nothing else is escaped, so every other `\`
+/// is itself (a Windows path such as `C:\proj\target\release\my.exe` keeps its separators).
 fn split_command(text: &str) -> Vec<String> {
     let mut args = Vec::new();
     let mut arg = String::new();
     let mut started = false;
-    let mut chars = text.chars();
+    let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
         match c {
-            '\\' => {
-                arg.push(chars.next().unwrap_or('\\'));
+            '\\' if chars.peek() == Some(&' ') => {
+                arg.push(' ');
+                chars.next();
                 started = true;
             }
             c if c.is_whitespace() => {
@@ -186,10 +201,27 @@ mod tests {
     #[test]
     fn command_split_honours_escaped_spaces() {
         assert_eq!(
-            split_command(r"./my\ prog  a\ b c\\d "),
-            vec!["./my prog", "a b", r"c\d"]
+            split_command(r"./my\ prog  a\ b c\\d e\ "),
+            vec!["./my prog", "a b", r"c\\d", "e "]
         );
         assert!(split_command("  ").is_empty());
+    }
+
+    /// cargo-flamegraph on Windows names the built program by its full path, backslashes and
+    /// all, and escapes only the spaces.
+    #[test]
+    fn command_split_keeps_windows_paths() {
+        assert_eq!(
+            split_command(r"C:\Users\me\My\ Code\target\release\prog.exe --n 3 \\srv\share\in.txt"),
+            vec![
+                r"C:\Users\me\My Code\target\release\prog.exe",
+                "--n",
+                "3",
+                r"\\srv\share\in.txt"
+            ]
+        );
+        assert_eq!(split_command(r"a\ "), vec!["a "]);
+        assert_eq!(split_command(r"a\"), vec![r"a\"]);
     }
 
     #[test]
