@@ -104,7 +104,7 @@ mod tests {
             (&["--max-stack", "64"], "--max-stack is Linux-only"),
             (&["--off-cpu"], "--off-cpu is Linux-only"),
             (&["--wall"], "--wall is Linux-only"),
-            (&["--off-cpu", "--min-block", "10"], "--off-cpu is Linux-only"),
+            (&["--min-block", "10"], "--min-block is Linux-only"),
             (&["-L", "4321"], "-L/--tid is not available on Windows"),
             (&["-a", "-C", "1"], "-C/--cpu is not available on Windows"),
             (&["-c", "1000000"], "-c/--count is not available on Windows"),
