@@ -2,6 +2,7 @@
 //! list, the target description, registers, memory, stopping and resuming, the target's
 //! auxiliary vector and load offsets, and detaching.
 
+mod ask;
 mod description;
 mod interrupt;
 mod loaded;
@@ -19,6 +20,7 @@ use crate::arch::{Arch, Layout};
 use crate::error::{shown, Error};
 use crate::packet::{decode_hex, error_code, frame, Connection, Stream};
 
+pub use ask::{Answer, Ask};
 pub use description::Description;
 pub use loaded::parse_svr4;
 pub use registers::Registers;
@@ -287,10 +289,11 @@ impl<S: Stream> Client<S> {
     /// Lets the target run; `signal` is delivered to it (gdbserver) when not 0.
     pub fn resume(&mut self, signal: u8) -> Result<(), Error> {
         self.selected = None;
+        // No reply comes until the target stops, and no wait for the ack: the round ends here.
         if signal == 0 {
-            self.conn.send(b"c")
+            self.conn.post(b"c")
         } else {
-            self.conn.send(format!("C{signal:02x}").as_bytes())
+            self.conn.post(format!("C{signal:02x}").as_bytes())
         }
     }
 

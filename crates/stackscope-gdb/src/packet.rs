@@ -2,6 +2,7 @@
 //! checksums, `+`/`-` acknowledgements with retransmission, run-length decoding of replies,
 //! binary escapes, `%` notifications (skipped), and a deadline on every reply.
 
+mod batch;
 mod encoding;
 mod read;
 mod token;
@@ -19,11 +20,24 @@ use crate::error::{shown, Error};
 pub trait Stream: Read + Write {
     /// Makes a read that waits longer than `timeout` fail with `WouldBlock` or `TimedOut`.
     fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()>;
+
+    /// Makes a read wait until at least `bytes` have arrived, or until its timeout, when it
+    /// returns what there is (`SO_RCVLOWAT`). A stream that cannot returns as soon as
+    /// anything arrives.
+    fn set_min_read(&mut self, bytes: usize) -> io::Result<()> {
+        let _ = bytes;
+        Ok(())
+    }
 }
 
 impl Stream for TcpStream {
     fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         TcpStream::set_read_timeout(self, Some(timeout))
+    }
+
+    #[cfg(unix)]
+    fn set_min_read(&mut self, bytes: usize) -> io::Result<()> {
+        set_rcvlowat(self, bytes)
     }
 }
 
@@ -32,11 +46,40 @@ impl Stream for UnixStream {
     fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         UnixStream::set_read_timeout(self, Some(timeout))
     }
+
+    fn set_min_read(&mut self, bytes: usize) -> io::Result<()> {
+        set_rcvlowat(self, bytes)
+    }
 }
 
 impl<S: Stream + ?Sized> Stream for Box<S> {
     fn set_read_timeout(&mut self, timeout: Duration) -> io::Result<()> {
         (**self).set_read_timeout(timeout)
+    }
+
+    fn set_min_read(&mut self, bytes: usize) -> io::Result<()> {
+        (**self).set_min_read(bytes)
+    }
+}
+
+#[cfg(unix)]
+fn set_rcvlowat(socket: &impl std::os::fd::AsRawFd, bytes: usize) -> io::Result<()> {
+    let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor is the socket's own, and the option value a c_int that outlives
+    // the call, its size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVLOWAT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -53,6 +96,7 @@ pub const MAX_PACKET_CEILING: usize = 1 << 20;
 /// batch sent behind an interrupt are read.
 pub const MAX_HELD: usize = 1 << 20;
 
+use batch::Batch;
 pub(crate) use encoding::hex_digit;
 pub use encoding::{checksum, decode_hex, error_code, expand_runs, frame, unescape};
 use read::{Next, Noise};
@@ -88,6 +132,14 @@ pub struct Connection<S> {
     /// Packets received ahead of a batch's replies (the stop reply an interrupt brought, and
     /// console output before it), for the next receives.
     held: VecDeque<Vec<u8>>,
+    /// The guess at how many bytes the replies of the batch being read take.
+    batch: Batch,
+    /// The least a read waits for, as last set on the stream.
+    min_read: usize,
+    /// The size on the wire of the last packet received.
+    last_wire: usize,
+    /// Replies received and not acked yet.
+    owed_acks: usize,
 }
 
 impl<S: Stream> Connection<S> {
@@ -104,6 +156,10 @@ impl<S: Stream> Connection<S> {
             last: Vec::new(),
             lead: None,
             held: VecDeque::new(),
+            batch: Batch::default(),
+            min_read: 1,
+            last_wire: 0,
+            owed_acks: 0,
         }
     }
 
@@ -199,6 +255,13 @@ impl<S: Stream> Connection<S> {
         }
     }
 
+    /// Sends a packet that gets no reply (a resume) without waiting for its ack: over a
+    /// socket the packet arrives whole, and the stub's `+` is skipped with the next reply.
+    pub fn post(&mut self, data: &[u8]) -> Result<(), Error> {
+        self.last = frame(data);
+        self.write_last()
+    }
+
     /// Sends packets and returns their replies in order (`E NN` included, for the caller to
     /// judge). All go out in one write, acknowledged or not: one round trip however many
     /// there are (a stub that acknowledges handles each packet as it reads it, and a packet's
@@ -209,19 +272,24 @@ impl<S: Stream> Connection<S> {
         let framed: Vec<Vec<u8>> = packets.iter().map(|p| frame(p)).collect();
         let lead = self.lead.take();
         self.last = lead.into_iter().chain(framed.concat()).collect();
-        self.write_last()?;
-        let mut held = Vec::new();
-        if lead.is_some() && self.stop_ahead(&mut held)? {
-            // The target ended: the stub answers nothing more.
+        self.batch.start(packets, lead.is_some(), self.ack);
+        let result = self.write_last().and_then(|()| {
+            let mut held = Vec::new();
+            if lead.is_some() && self.stop_ahead(&mut held)? {
+                // The target ended: the stub answers nothing more.
+                self.held.extend(held);
+                return Ok(());
+            }
+            for (packet, framed) in packets.iter().zip(framed) {
+                self.last = framed;
+                replies.push(self.receive()?);
+                self.batch.replied(packet, self.last_wire);
+            }
             self.held.extend(held);
-            return Ok(replies);
-        }
-        for packet in framed {
-            self.last = packet;
-            replies.push(self.receive()?);
-        }
-        self.held.extend(held);
-        Ok(replies)
+            Ok(())
+        });
+        self.batch.end();
+        result.map(|()| replies)
     }
 
     /// Makes the next [`Connection::exchange`] send `byte` (the `0x03` interrupt) ahead of its
@@ -309,6 +377,7 @@ impl<S: Stream> Connection<S> {
             };
             let start = self.pos;
             self.pos += len;
+            self.last_wire = len;
             if !checksum_ok {
                 if self.ack && checksum_retries < MAX_RETRIES {
                     checksum_retries += 1;
@@ -319,7 +388,9 @@ impl<S: Stream> Connection<S> {
                 return Err(self.malformed(&raw, "bad checksum"));
             }
             if self.ack {
-                self.write(b"+")?;
+                // Acked with the next write, or before the next wait: one write for all the
+                // replies a read brought.
+                self.owed_acks += 1;
             }
             if notification {
                 continue;
@@ -397,11 +468,27 @@ impl<S: Stream> Connection<S> {
         result
     }
 
+    /// Writes `bytes` behind the acks owed, in one write.
     fn write(&mut self, bytes: &[u8]) -> Result<(), Error> {
-        self.stream
-            .write_all(bytes)
+        let acks = std::mem::take(&mut self.owed_acks);
+        let result = if acks == 0 {
+            self.stream.write_all(bytes)
+        } else {
+            let mut out = vec![b'+'; acks];
+            out.extend_from_slice(bytes);
+            self.stream.write_all(&out)
+        };
+        result
             .and_then(|()| self.stream.flush())
             .map_err(|source| io_error(&self.peer, &self.last, b"", source))
+    }
+
+    /// Sends the acks owed, before a wait for more from a stub that may want them first.
+    fn pay_acks(&mut self) -> Result<(), Error> {
+        if self.owed_acks == 0 {
+            return Ok(());
+        }
+        self.write(b"")
     }
 }
 

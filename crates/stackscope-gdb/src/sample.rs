@@ -8,6 +8,7 @@ mod pace;
 mod reach;
 mod round;
 mod steps;
+mod wake;
 
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
@@ -153,6 +154,8 @@ pub fn record<S: Stream>(
     let packet_size = client.features().packet_size;
     let mut sampling = Sampling::new(stacks, target.image().name(), packet_size);
     let mut pauses = Vec::new();
+    // Given back when sampling is over.
+    let _slice = wake::ask_for_short_slices();
     let start = Instant::now();
     let end = options.duration.map(|d| after(start, d));
     client.set_end(end);

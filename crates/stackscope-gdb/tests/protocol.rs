@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use stackscope_gdb::client::{parse_svr4, Registers, Stop};
+use stackscope_gdb::client::{parse_svr4, Answer, Ask, Registers, Stop};
 use stackscope_gdb::packet::{
     checksum, expand_runs, frame, scan, unescape, Connection, Scan, Token,
 };
@@ -231,11 +231,13 @@ fn the_written_bytes_are_the_protocol() {
     assert_eq!(conn.receive().unwrap(), b"PacketSize=1000");
     conn.send(b"Hg1").unwrap();
     assert_eq!(conn.receive().unwrap(), b"OK");
-    let mut conn = Connection::new(Recorded::new(&[b"-", b"+", &ok]), TIMEOUT);
+    let mut conn = Connection::new(Recorded::new(&[b"-", b"+", &ok, b"+"]), TIMEOUT);
     conn.send(b"c").unwrap();
     assert_eq!(conn.receive().unwrap(), b"OK");
+    // The reply's ack goes out with the next packet.
+    conn.send(b"?").unwrap();
     let written = conn.into_inner().written;
-    assert_eq!(written, b"$c#63$c#63+");
+    assert_eq!(written, b"$c#63$c#63+$?#3f");
 }
 
 #[test]
@@ -570,28 +572,49 @@ fn pc_sp_fp_lr(r: Registers) -> (u64, u64, u64, u64) {
 }
 
 #[test]
-fn interrupt_goes_out_with_the_register_reads_in_one_write() {
+fn interrupt_goes_out_with_the_reads_in_one_write() {
     let console = packet("O4f4b0a");
     let stop = packet("T02thread:01;");
     let ok = packet("OK");
     let regs = packet(&g_reply(0x10_0000, 0x0f_fff0, 0x10_1234));
+    let words = packet("efbeadde00000000");
     let (mut client, writes) = watched_no_ack_client(
         "QStartNoAckMode+",
-        &[&stop, &console, &stop, &ok, &regs, &ok, &regs],
+        &[&stop, &console, &stop, &ok, &regs, &words, &ok, &regs],
     );
     // The first interrupt goes alone, to learn that the stub stops the target.
     assert_eq!(client.interrupt().unwrap(), Stop::Signal(2));
-    let (stop, regs) = client.interrupt_with_registers(&[1, 2]).unwrap();
+    let asks = [
+        Ask::Registers(1),
+        Ask::Memory {
+            thread: 1,
+            addr: 0x0f_fff0,
+            len: 8,
+        },
+        Ask::Registers(2),
+    ];
+    let (stop, answers) = client.interrupt_and_ask(&asks).unwrap();
     assert_eq!(stop, Stop::Signal(2));
+    let regs: Vec<Registers> = answers
+        .iter()
+        .filter_map(|a| match a {
+            Answer::Registers(r) => Some(*r),
+            Answer::Memory(_) => None,
+        })
+        .collect();
     assert_eq!(regs.len(), 2);
     assert_eq!(pc_sp_fp_lr(regs[1]), (0x10_1234, 0x0f_fff0, 0x10_0000, 0));
+    assert_eq!(
+        answers[1],
+        Answer::Memory(Some(0xdead_beef_u64.to_le_bytes().to_vec()))
+    );
     // Two reads of the same registers look the same: the thread did not run in between.
     assert_eq!(regs[0].fingerprint, regs[1].fingerprint);
     let last = writes.borrow().last().cloned().unwrap_or_default();
     assert_eq!(
         String::from_utf8_lossy(&last),
-        "\u{3}$Hg1#e0$g#67$Hg2#e1$g#67",
-        "the interrupt and the reads are one write"
+        "\u{3}$Hg1#e0$g#67$mffff0,8#99$Hg2#e1$g#67",
+        "the interrupt and the reads are one write, each thread selected once"
     );
 }
 
@@ -599,7 +622,7 @@ fn interrupt_goes_out_with_the_register_reads_in_one_write() {
 fn interrupt_with_registers_reports_the_end_of_the_target() {
     let exited = packet("W00");
     let mut client = no_ack_client("QStartNoAckMode+", &[&exited]);
-    let err = client.interrupt_with_registers(&[1]).unwrap_err();
+    let err = client.interrupt_and_ask(&[Ask::Registers(1)]).unwrap_err();
     assert!(err.is_end_of_target(), "{err}");
     assert!(err.to_string().contains("exited with status 0"), "{err}");
 }
@@ -610,19 +633,48 @@ fn acknowledged_requests_are_sent_together_and_each_reply_acked() {
     let unknown = packet("");
     let ok = packet("OK");
     let regs = packet(&g_reply(1, 2, 3));
-    let stream = Recorded::new(&[b"+", &supported, b"+", &unknown, b"+", &ok, b"+", &regs]);
+    let stream = Recorded::new(&[
+        b"+", &supported, b"+", &unknown, b"+", &ok, b"+", &regs, b"+", &regs,
+    ]);
     let writes = stream.writes();
     let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
     assert!(!client.features().no_ack);
+    assert_eq!(pc_sp_fp_lr(client.registers(1).unwrap()), (3, 2, 1, 0));
     assert_eq!(pc_sp_fp_lr(client.registers(1).unwrap()), (3, 2, 1, 0));
     let writes: Vec<String> = writes
         .borrow()
         .iter()
         .map(|w| String::from_utf8_lossy(w).into_owned())
         .collect();
+    // This stub's replies come a read each: the client acks what it has before each wait for
+    // more, and the last reply in front of the next request (the handshake's last too).
     assert_eq!(
         writes[writes.len() - 3..],
-        ["$Hg1#e0$g#67", "+", "+"],
-        "both requests in one write, then an ack per reply"
+        ["+$Hg1#e0$g#67", "+", "+$g#67"],
+        "both requests in one write, each reply acked once"
     );
+}
+
+#[test]
+fn acks_owed_are_paid_before_waiting_for_more() {
+    // A stub that sends its next reply only once the last is acked: the client acks what it
+    // has before it waits.
+    let supported = packet("PacketSize=1000");
+    let unknown = packet("");
+    let ok = packet("OK");
+    let stream = Recorded::new(&[b"+", &supported, b"+", &unknown, b"+", &ok, b"+", &ok]);
+    let writes = stream.writes();
+    let mut conn = Connection::new(stream, TIMEOUT);
+    conn.send(b"qSupported").unwrap();
+    conn.receive().unwrap();
+    conn.send(b"QStartNoAckMode").unwrap();
+    conn.receive().unwrap();
+    let replies = conn.exchange(&[b"Hg1".to_vec(), b"Hg2".to_vec()]).unwrap();
+    assert_eq!(replies, [b"OK".to_vec(), b"OK".to_vec()]);
+    let writes: Vec<String> = writes
+        .borrow()
+        .iter()
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .collect();
+    assert_eq!(writes[writes.len() - 2..], ["+$Hg1#e0$Hg2#e1", "+"]);
 }

@@ -1,7 +1,7 @@
 //! Memory reads, as each thread sees memory: `m` (hex) or, where the stub offers it, `x`
 //! (binary), sent at once with the `Hg` each needs.
 
-use super::Client;
+use super::{Answer, Ask, Client};
 use crate::error::Error;
 use crate::packet::{decode_hex, error_code, unescape, Stream};
 
@@ -20,42 +20,28 @@ impl<S: Stream> Client<S> {
         &mut self,
         reads: &[(u64, u64, usize)],
     ) -> Result<Vec<Option<Vec<u8>>>, Error> {
-        let result = self.read_memory_of_inner(reads);
-        if result.is_err() {
-            self.selected = None;
-        }
-        result
-    }
-
-    fn read_memory_of_inner(
-        &mut self,
-        reads: &[(u64, u64, usize)],
-    ) -> Result<Vec<Option<Vec<u8>>>, Error> {
         // The selected thread's reads first, then each other thread's together: every
         // thread is selected once at most, and the selected one not again.
         let selected = self.selected;
         let mut order: Vec<usize> = (0..reads.len()).collect();
         order.sort_by_key(|&i| (Some(reads[i].0) != selected, reads[i].0));
-        let mut packets = Vec::with_capacity(reads.len() * 2);
-        for &i in &order {
-            let (thread, addr, len) = reads[i];
-            self.select_packet(thread, &mut packets);
-            packets.push(self.memory_packet(addr, len));
-        }
-        let replies = self.conn.exchange(&packets)?;
+        let asks: Vec<Ask> = order
+            .iter()
+            .map(|&i| {
+                let (thread, addr, len) = reads[i];
+                Ask::Memory { thread, addr, len }
+            })
+            .collect();
         let mut out = vec![None; reads.len()];
-        let mut asked = order.iter();
-        for (packet, reply) in packets.iter().zip(&replies) {
-            if packet.starts_with(b"Hg") {
-                self.expect_ok(packet, reply)?;
-            } else if let Some(&i) = asked.next() {
-                out[i] = self.memory_reply(packet, reply, reads[i].2)?;
+        for (&i, answer) in order.iter().zip(self.ask(&asks)?) {
+            if let Answer::Memory(bytes) = answer {
+                out[i] = bytes;
             }
         }
         Ok(out)
     }
 
-    fn memory_packet(&self, addr: u64, len: usize) -> Vec<u8> {
+    pub(super) fn memory_packet(&self, addr: u64, len: usize) -> Vec<u8> {
         let kind = if self.features.binary_upload {
             'x'
         } else {
@@ -64,7 +50,7 @@ impl<S: Stream> Client<S> {
         format!("{kind}{addr:x},{len:x}").into_bytes()
     }
 
-    fn memory_reply(
+    pub(super) fn memory_reply(
         &self,
         packet: &[u8],
         reply: &[u8],

@@ -1,7 +1,7 @@
 //! Register reads: `Hg` + `g` for each thread, sent at once, and the registers an unwinder
 //! needs decoded from the `g` reply where the target's [`Layout`] puts them.
 
-use super::Client;
+use super::{Answer, Ask, Client};
 use crate::arch::Arch;
 use crate::error::Error;
 use crate::packet::{error_code, hex_digit, Stream};
@@ -31,46 +31,36 @@ impl<S: Stream> Client<S> {
     /// Registers of each thread (`Hg` + `g`, all sent at once without acks), where the stub's
     /// target description puts them (see [`Client::describe`]), little-endian.
     pub fn registers_of(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
-        let result = self.registers_of_inner(threads);
-        if result.is_err() {
-            // Which `Hg` took effect is unknown.
-            self.selected = None;
-        }
-        result
+        let asks: Vec<Ask> = threads.iter().map(|&t| Ask::Registers(t)).collect();
+        Ok(self
+            .ask(&asks)?
+            .into_iter()
+            .filter_map(|answer| match answer {
+                Answer::Registers(regs) => Some(regs),
+                Answer::Memory(_) => None,
+            })
+            .collect())
     }
 
-    fn registers_of_inner(&mut self, threads: &[u64]) -> Result<Vec<Registers>, Error> {
-        let mut packets = Vec::with_capacity(threads.len() * 2);
-        for &thread in threads {
-            self.select_packet(thread, &mut packets);
-            packets.push(b"g".to_vec());
+    /// The registers in a `g` reply to `packet`.
+    pub(super) fn registers_reply(&self, packet: &[u8], reply: &[u8]) -> Result<Registers, Error> {
+        if let Some(code) = error_code(reply) {
+            return Err(self.stub_error(packet, code));
         }
-        let replies = self.conn.exchange(&packets)?;
-        let mut out = Vec::with_capacity(threads.len());
-        for (packet, reply) in packets.iter().zip(&replies) {
-            if packet.starts_with(b"Hg") {
-                self.expect_ok(packet, reply)?;
-                continue;
-            }
-            if let Some(code) = error_code(reply) {
-                return Err(self.stub_error(packet, code));
-            }
-            match register_bytes(reply).and_then(|bytes| self.layout.decode(&bytes)) {
-                Some(regs) => out.push(Registers {
-                    fingerprint: fingerprint(reply),
-                    ..regs
-                }),
-                None => {
-                    let why = match self.layout.arch() {
-                        Arch::X86_64 => "expected at least 17 x86-64 registers in hex",
-                        Arch::Riscv64 => "expected hex up to pc, sp, s0 and ra readable",
-                        Arch::Aarch64 => "expected hex up to pc, sp, x29 and x30 readable",
-                    };
-                    return Err(self.malformed(packet, reply, why));
-                }
+        match register_bytes(reply).and_then(|bytes| self.layout.decode(&bytes)) {
+            Some(regs) => Ok(Registers {
+                fingerprint: fingerprint(reply),
+                ..regs
+            }),
+            None => {
+                let why = match self.layout.arch() {
+                    Arch::X86_64 => "expected at least 17 x86-64 registers in hex",
+                    Arch::Riscv64 => "expected hex up to pc, sp, s0 and ra readable",
+                    Arch::Aarch64 => "expected hex up to pc, sp, x29 and x30 readable",
+                };
+                Err(self.malformed(packet, reply, why))
             }
         }
-        Ok(out)
     }
 }
 

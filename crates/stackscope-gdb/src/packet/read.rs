@@ -76,6 +76,8 @@ impl<S: Stream> Connection<S> {
 
     /// Reads more bytes before `deadline`, after those not taken yet.
     fn fill(&mut self, deadline: Instant, noise: &Noise) -> Result<(), Error> {
+        // A stub may wait for them before it sends more.
+        self.pay_acks()?;
         self.buf.drain(..self.pos);
         self.pos = 0;
         let mut chunk = [0u8; 4096];
@@ -107,8 +109,20 @@ impl<S: Stream> Connection<S> {
             if now >= deadline {
                 return Err(timeout());
             }
+            let (least, patience) = self.batch.want(now, chunk.len());
+            if least != self.min_read {
+                // A stream that cannot wait for more wakes for each reply: slower, no worse.
+                self.min_read = if self.stream.set_min_read(least).is_ok() {
+                    least
+                } else {
+                    1
+                };
+            }
             // A zero timeout means "block forever" to sockets.
-            let wait = (deadline - now).max(Duration::from_millis(1));
+            let bound = patience.map_or(deadline, |until| until.min(deadline));
+            let wait = bound
+                .saturating_duration_since(now)
+                .max(Duration::from_millis(1));
             let result = self
                 .stream
                 .set_read_timeout(wait)
@@ -123,6 +137,7 @@ impl<S: Stream> Connection<S> {
                 }
                 Ok(n) => {
                     self.buf.extend_from_slice(&chunk[..n]);
+                    self.batch.arrived(n);
                     return Ok(());
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -132,7 +147,11 @@ impl<S: Stream> Connection<S> {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    return Err(timeout());
+                    if patience.is_none() {
+                        return Err(timeout());
+                    }
+                    // Waiting for the whole batch ran out of patience: read what comes.
+                    self.batch.give_up();
                 }
                 Err(source) => {
                     let got = self.buf.clone();

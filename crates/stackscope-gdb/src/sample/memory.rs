@@ -63,6 +63,32 @@ impl Memory {
         Ok((memories, probed))
     }
 
+    /// The memory of the stack at `sp` from `bytes` read at `addr`, when they hold its first
+    /// `len` bytes.
+    pub(super) fn within(
+        thread: u64,
+        sp: u64,
+        len: usize,
+        addr: u64,
+        bytes: Vec<u8>,
+    ) -> Option<Memory> {
+        let end = sp.checked_add(len as u64)?;
+        let read_end = addr.checked_add(bytes.len() as u64)?;
+        if sp < addr || end > read_end {
+            return None;
+        }
+        Some(Memory {
+            thread,
+            sp,
+            regions: vec![Region {
+                base: addr,
+                len: bytes.len() as u64,
+                bytes: Some(bytes),
+            }],
+            reach: 0,
+        })
+    }
+
     /// The byte at `addr`; `Ok(None)` when the target cannot read it.
     fn byte<S: Stream>(&mut self, client: &mut Client<S>, addr: u64) -> Result<Option<u8>, Error> {
         let chunk = addr & !(CHUNK - 1);

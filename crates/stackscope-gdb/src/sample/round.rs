@@ -10,7 +10,7 @@ use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_stacks::walk::WalkEnd;
 
 use crate::arch::WalkCache;
-use crate::client::{Client, Registers, Stop};
+use crate::client::{Answer, Ask, Client, Registers, Stop};
 use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
@@ -30,6 +30,12 @@ const PID: u32 = 1;
 /// What a stub takes in one memory request when it does not say: far below every stub's
 /// packet size.
 const DEFAULT_READ: u64 = 1024;
+/// How far below the last look's stack pointer a round reads ahead, within its page: a
+/// look a few calls deeper in the same stack finds its words read.
+const AHEAD_BELOW: u64 = 512;
+/// Pcs whose instruction before them is remembered (a guest idles at a few).
+const MAX_IDLE_PCS: usize = 1 << 12;
+const PAGE: u64 = 4096;
 
 /// What sampling keeps from round to round.
 pub(super) struct Sampling {
@@ -52,6 +58,13 @@ pub(super) struct Sampling {
     held: HashMap<(u32, Vec<u64>, WalkEnd), u64>,
     /// How much stack to read first, per pc.
     reach: Reach,
+    /// The most a memory request takes.
+    most: u64,
+    /// Per vCPU, the stretch of stack its next look likely needs, read together with the
+    /// stop and the registers: around the stack its last look walked.
+    ahead: HashMap<u32, (u64, usize)>,
+    /// Whether the instruction before a pc waits for an interrupt, per pc seen not to run.
+    idles_at: HashMap<u64, bool>,
     /// Each vCPU's registers at its last look, as a digest.
     last_look: HashMap<u32, u64>,
     /// Looks at a vCPU that had not run since the round before, left uncounted.
@@ -80,6 +93,9 @@ impl Sampling {
             last_refresh: None,
             held: HashMap::new(),
             reach: Reach::new(most),
+            most,
+            ahead: HashMap::new(),
+            idles_at: HashMap::new(),
             last_look: HashMap::new(),
             stale: 0,
             steps: Steps::new(),
@@ -104,40 +120,102 @@ impl Sampling {
         if let Some(resumed) = self.resumed.take() {
             self.runs.push(resumed.elapsed());
         }
-        let threads: Vec<u64> = target.vcpus.iter().map(|v| v.1).collect();
-        let (stop, regs) = client.interrupt_with_registers(&threads)?;
+        // Each vCPU's registers, and the stack its last look walked, in the stop's round trip.
+        let mut asks = Vec::with_capacity(target.vcpus.len() * 2);
+        for &(vcpu, thread) in &target.vcpus {
+            asks.push(Ask::Registers(thread));
+            if let Some(&(addr, len)) = self.ahead.get(&vcpu) {
+                asks.push(Ask::Memory { thread, addr, len });
+            }
+        }
+        let (stop, answers) = client.interrupt_and_ask(&asks)?;
         self.running = false;
         self.steps.end(Step::StopAndRegisters);
+        let mut regs = Vec::with_capacity(target.vcpus.len());
+        let mut read_ahead = Vec::with_capacity(target.vcpus.len());
+        for (ask, answer) in asks.iter().zip(answers) {
+            match (ask, answer) {
+                (_, Answer::Registers(r)) => {
+                    regs.push(r);
+                    read_ahead.push(None);
+                }
+                (&Ask::Memory { addr, .. }, Answer::Memory(Some(bytes))) => {
+                    if let Some(last) = read_ahead.last_mut() {
+                        *last = Some((addr, bytes));
+                    }
+                }
+                _ => {}
+            }
+        }
         let unchanged = self.unchanged(target, &regs);
-        let stacks: Vec<(u64, u64, usize)> = threads
-            .iter()
-            .zip(&regs)
-            .map(|(&thread, r)| (thread, r.sp, self.reach.of(r.pc, r.sp)))
-            .collect();
-        // The instruction before the pc of each vCPU that seems not to have run: one that
-        // waits for an interrupt says it idles instead.
+        // The instruction before the pc of each vCPU that seems not to have run, where not
+        // known yet: one that waits for an interrupt says it idles instead.
         let idle = target.space.main().arch().idle_instruction();
-        let probes: Vec<(u64, u64, usize)> = threads
+        let probes: Vec<(u64, u64, usize)> = target
+            .vcpus
             .iter()
             .zip(&regs)
             .zip(&unchanged)
-            .filter(|(_, &same)| same)
-            .map(|((&thread, r), _)| (thread, r.pc.wrapping_sub(idle.len() as u64), idle.len()))
+            .filter(|((_, r), &same)| same && !self.idles_at.contains_key(&r.pc))
+            .map(|((&(_, thread), r), _)| {
+                (thread, r.pc.wrapping_sub(idle.len() as u64), idle.len())
+            })
             .collect();
-        let (mut memories, probed) = Memory::of_stacks(client, &stacks, &probes)?;
+        // Each stack's words: from what was read ahead where that covers them, else read now.
+        let mut memories: Vec<Option<Memory>> = Vec::with_capacity(regs.len());
+        let mut stacks = Vec::new();
+        let mut unread = Vec::new();
+        for (((&(_, thread), r), ahead), &same) in target
+            .vcpus
+            .iter()
+            .zip(&regs)
+            .zip(read_ahead)
+            .zip(&unchanged)
+        {
+            // A look known to repeat the last is not walked.
+            if same && self.idles_at.get(&r.pc) == Some(&false) {
+                memories.push(None);
+                continue;
+            }
+            let len = self.reach.of(r.pc, r.sp);
+            let memory =
+                ahead.and_then(|(addr, bytes)| Memory::within(thread, r.sp, len, addr, bytes));
+            if memory.is_none() {
+                unread.push(memories.len());
+                stacks.push((thread, r.sp, len));
+            }
+            memories.push(memory);
+        }
+        if !stacks.is_empty() || !probes.is_empty() {
+            let (read, probed) = Memory::of_stacks(client, &stacks, &probes)?;
+            for (i, memory) in unread.into_iter().zip(read) {
+                memories[i] = Some(memory);
+            }
+            for (&(_, addr, _), bytes) in probes.iter().zip(probed) {
+                let pc = addr.wrapping_add(idle.len() as u64);
+                if self.idles_at.len() >= MAX_IDLE_PCS {
+                    self.idles_at.clear();
+                }
+                // Unreadable code is not known not to idle: asked again next time.
+                if let Some(bytes) = bytes {
+                    self.idles_at.insert(pc, bytes == idle);
+                }
+            }
+        }
         self.steps.end(Step::StackMemory);
-        let mut probed = probed.into_iter();
         let may_place_later = client.features().libraries_svr4;
         for (i, ((&(vcpu, _), regs), memory)) in
-            target.vcpus.iter().zip(regs).zip(&mut memories).enumerate()
+            target.vcpus.iter().zip(regs).zip(memories).enumerate()
         {
-            if unchanged[i] && probed.next().flatten().as_deref() != Some(idle) {
+            if unchanged[i] && self.idles_at.get(&regs.pc) != Some(&true) {
                 self.stale += 1;
                 continue;
             }
+            let Some(mut memory) = memory else { continue };
             let space = &target.space;
             let end = memory.unwind(space, &mut self.cache, client, regs, &mut self.addrs)?;
             self.reach.learn(regs.pc, memory.reach);
+            self.ahead.insert(vcpu, self.read_ahead(regs));
             let unplaced = self.addrs.iter().any(|&a| space.image_of(a).is_none());
             self.unplaced |= unplaced;
             self.counted += 1;
@@ -162,6 +240,17 @@ impl Sampling {
         self.resumed();
         self.steps.end(Step::Resume);
         Ok(())
+    }
+
+    /// What the next round reads ahead for a vCPU whose look had `regs`: from a little below
+    /// the stack pointer (not past its page) up to what a walk from the pc reads.
+    fn read_ahead(&self, regs: Registers) -> (u64, usize) {
+        let end = regs
+            .sp
+            .saturating_add(self.reach.of(regs.pc, regs.sp) as u64);
+        let floor = (regs.sp & !(PAGE - 1)).max(end.saturating_sub(self.most));
+        let start = regs.sp.saturating_sub(AHEAD_BELOW).max(floor);
+        (start, (end - start) as usize)
     }
 
     /// For each sampled vCPU, whether its registers are all as they were at its last look;
