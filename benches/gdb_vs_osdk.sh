@@ -6,7 +6,9 @@
 # the serial port. Reports rounds/s, stacks/s, the guest's pause per round (median and p95:
 # stackscope's own figure, and QMP's STOP/RESUME events for both methods), where stackscope's
 # pause goes step by step, and how far each method's split (spin_a's share of the looks that
-# found spin_a or spin_b) is from the kernel's measure over the time that method sampled.
+# found spin_a or spin_b) is from the kernel's measure over the time that method sampled; and
+# the floor of a round on this host: a minimal client's pause that only stops the guest,
+# reads the registers and resumes it.
 #
 # Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default), riscv64 or aarch64; each is a
 #        guest_ARCH function below that builds its test kernel and sets the QEMU command.
@@ -214,6 +216,63 @@ run_osdk() {
     echo "$(calc "$rounds / $took") $(calc "$stacks / $took") n/a n/a $(qmp_pause_ms qmp.log) $split"
 }
 
+# The floor of a round on this host: a minimal client (Python, no stack reads, no walk) that
+# stops the guest with the register reads in the same write, as stackscope does, and resumes
+# it at once, 2 ms apart, for SECS. Rounds/s and QMP's median and p95 pause; no stacks, no
+# split.
+run_floor() {
+    qmp_log qmp.log </dev/null >/dev/null 2>&1 &
+    local qmp=$!
+    sleep 0.3
+    local rps
+    rps=$(python3 - "$port" "$SECS" <<'EOF'
+import socket, sys, time
+port, secs = int(sys.argv[1]), float(sys.argv[2])
+s = socket.create_connection(("127.0.0.1", port))
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buf = b""
+def frame(d):
+    return b"$" + d + b"#%02x" % (sum(d) % 256)
+def replies(n):
+    # The next n packets, acks skipped (the client acks them with its next write).
+    global buf
+    got = []
+    while len(got) < n:
+        buf = buf.lstrip(b"+")
+        end = buf.find(b"#")
+        if buf.startswith(b"$") and end >= 0 and len(buf) >= end + 3:
+            got.append(buf[1:end])
+            buf = buf[end + 3:]
+        else:
+            buf += s.recv(65536)
+    return got
+s.sendall(frame(b"qSupported"))
+replies(1)
+s.sendall(b"+" + frame(b"qfThreadInfo"))
+threads = [t for t in replies(1)[0][1:].split(b",") if t]
+s.sendall(b"+" + frame(b"c"))
+time.sleep(0.05)
+ask = b"".join(frame(b"Hg" + t) + frame(b"g") for t in threads)
+rounds, start = 0, time.monotonic()
+while time.monotonic() - start < secs:
+    time.sleep(0.002)
+    s.sendall(b"\x03" + ask)
+    replies(1 + 2 * len(threads))
+    s.sendall(b"+" * (1 + 2 * len(threads)) + frame(b"c"))
+    rounds += 1
+print("%.3f" % (rounds / (time.monotonic() - start)))
+s.sendall(b"\x03")
+replies(1)
+s.sendall(b"+" + frame(b"D"))
+replies(1)
+EOF
+)
+    sleep 0.2
+    kill "$qmp"
+    wait "$qmp" 2>/dev/null || true
+    echo "$rps n/a n/a n/a $(qmp_pause_ms qmp.log) n/a"
+}
+
 printf 'guest: %s (%s), 2 vCPUs (TCG); stackscope %s; %s s per method, %s runs\n' \
     "$(basename "$elf")" "$ARCH" "$RATE" "$SECS" "$RUNS"
 printf '%-4s %-26s %9s %9s %17s %17s %10s\n' run method rounds/s stacks/s \
@@ -221,11 +280,12 @@ printf '%-4s %-26s %9s %9s %17s %17s %10s\n' run method rounds/s stacks/s \
 : >results
 : >steps.log
 for run in $(seq "$RUNS"); do
-    for method in stackscope osdk osdk0; do
+    for method in stackscope osdk osdk0 floor; do
         case $method in
             stackscope) r=$(run_stackscope); label="stackscope gdb ($RATE)" ;;
             osdk) r=$(run_osdk "$OSDK_INTERVAL"); label="OSDK (--interval $OSDK_INTERVAL)" ;;
             osdk0) r=$(run_osdk 0); label="OSDK (no interval)" ;;
+            floor) r=$(run_floor); label="floor (stop, registers)" ;;
         esac
         echo "$method $r" >>results
         read -r rps sps own own95 qmp qmp95 split <<<"$r"
@@ -243,6 +303,8 @@ for method in stackscope osdk osdk0; do
         "$method" "$(col "$method" 2)" "$(col "$method" 3)" "$(col "$method" 6)" \
         "$(col "$method" 7)" "$(abs_col "$method" 8)"
 done
+printf '  %-11s rounds/s %8s  (stop, registers and resume only)  pause(QMP) median %6s p95 %6s ms\n' \
+    floor "$(col floor 2)" "$(col floor 6)" "$(col floor 7)"
 printf '  stackscope pause per round as it reports it: median %s ms, p95 %s ms\n' \
     "$(col stackscope 4)" "$(col stackscope 5)"
 echo "  stackscope pause by step, each run:"
