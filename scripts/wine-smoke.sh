@@ -53,6 +53,12 @@ x86_64-w64-mingw32-gcc -O2 -shared -o "$run/bcryptprimitives.dll" scripts/wine/b
 x86_64-w64-mingw32-gcc -O2 -o "$run/launched.exe" scripts/wine/launched.c
 cd "$run"
 
+# One server for the whole run, started before the prefix is made and killed by cleanup: by
+# default it exits a few seconds after its last program, and a program started just then fails
+# with "wine client error: recvmsg: Connection reset by peer" (seen once on a loaded machine,
+# after the control run below).
+mkdir "$WINEPREFIX"
+wineserver -p
 start=$SECONDS
 wineboot --init >/dev/null 2>&1 || { echo "FAIL: wineboot could not make a Wine prefix" >&2; exit 1; }
 echo "$(wine --version), prefix made in $((SECONDS - start)) s"
