@@ -228,8 +228,7 @@ impl<S: Stream> Connection<S> {
 
     /// [`Connection::send`], waiting for the ack until `deadline` at the latest.
     pub fn send_by(&mut self, data: &[u8], deadline: Instant) -> Result<(), Error> {
-        self.last = frame(data);
-        self.write_last()?;
+        self.post(data)?;
         if !self.ack {
             return Ok(());
         }

@@ -20,9 +20,7 @@ const OK_REPLY: usize = 6;
 /// What the connection guesses about the replies of the batch being read.
 #[derive(Debug, Default)]
 pub(super) struct Batch {
-    /// Bytes the batch's replies likely take that have not arrived yet.
-    pending: usize,
-    /// Until when reads wait for them.
+    /// Until when reads wait for the bytes guessed that have not arrived yet.
     until: Option<Instant>,
     /// What the guess said, and what arrived, for the batch being read.
     guessed: usize,
@@ -50,7 +48,6 @@ impl Batch {
         let acked = if acks { packets.len() } else { 0 };
         let guess = replies + acked + if interrupt { LEAST_STOP_REPLY } else { 0 };
         self.guessed = guess;
-        self.pending = guess;
         self.until = Some(Instant::now() + PATIENCE);
     }
 
@@ -73,12 +70,19 @@ impl Batch {
     /// own once the guess is met or its patience has run out.
     pub(super) fn want(&mut self, now: Instant, most: usize) -> (usize, Option<Instant>) {
         match self.until {
-            Some(until) if self.pending > 0 && now < until => (self.pending.min(most), Some(until)),
+            Some(until) if self.pending() > 0 && now < until => {
+                (self.pending().min(most), Some(until))
+            }
             _ => {
                 self.until = None;
                 (1, None)
             }
         }
+    }
+
+    /// Bytes guessed that have not arrived yet.
+    fn pending(&self) -> usize {
+        self.guessed.saturating_sub(self.arrived)
     }
 
     /// Reads stop waiting for the guess: its patience ran out.
@@ -89,7 +93,6 @@ impl Batch {
     /// `n` bytes arrived.
     pub(super) fn arrived(&mut self, n: usize) {
         self.arrived += n;
-        self.pending = self.pending.saturating_sub(n);
     }
 
     /// A reply of `wire` bytes came for `packet`.
@@ -106,7 +109,6 @@ impl Batch {
             self.skip = BACKOFF << self.wrong.min(6);
             self.wrong += 1;
         }
-        self.pending = 0;
         self.guessed = 0;
         self.until = None;
     }

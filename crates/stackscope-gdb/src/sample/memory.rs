@@ -49,16 +49,7 @@ impl Memory {
         let memories = stacks
             .iter()
             .zip(read)
-            .map(|(&(thread, sp, len), bytes)| Memory {
-                thread,
-                sp,
-                regions: vec![Region {
-                    base: sp,
-                    len: len as u64,
-                    bytes,
-                }],
-                reach: 0,
-            })
+            .map(|(&(thread, sp, len), bytes)| Memory::new(thread, sp, sp, len as u64, bytes))
             .collect();
         Ok((memories, probed))
     }
@@ -77,16 +68,23 @@ impl Memory {
         if sp < addr || end > read_end {
             return None;
         }
-        Some(Memory {
+        Some(Memory::new(
             thread,
             sp,
-            regions: vec![Region {
-                base: addr,
-                len: bytes.len() as u64,
-                bytes: Some(bytes),
-            }],
+            addr,
+            bytes.len() as u64,
+            Some(bytes),
+        ))
+    }
+
+    /// The memory of the stack at `sp`, holding what was asked of `len` bytes at `base`.
+    fn new(thread: u64, sp: u64, base: u64, len: u64, bytes: Option<Vec<u8>>) -> Memory {
+        Memory {
+            thread,
+            sp,
+            regions: vec![Region { base, len, bytes }],
             reach: 0,
-        })
+        }
     }
 
     /// The byte at `addr`; `Ok(None)` when the target cannot read it.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 const FIRST_GUESS: u64 = 512;
 /// Slack above the learned reach, for a stack a few words deeper at the same pc.
 const SLACK: u64 = 64;
-const PAGE: u64 = 4096;
+pub(super) const PAGE: u64 = 4096;
 /// Pcs remembered before the memory starts over (a guest runs far fewer hot pcs).
 const MAX_PCS: usize = 1 << 16;
 
@@ -37,6 +37,11 @@ impl Reach {
         let page_end = ((end - 1) | (PAGE - 1)).saturating_add(1);
         let with_slack = end.saturating_add(SLACK).min(page_end);
         (with_slack - sp).min(self.most) as usize
+    }
+
+    /// The largest read the stub takes in one packet.
+    pub(super) fn most(&self) -> u64 {
+        self.most
     }
 
     /// A walk from `pc` read `reach` bytes above the stack pointer.

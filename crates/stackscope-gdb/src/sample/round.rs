@@ -16,7 +16,7 @@ use crate::packet::Stream;
 use crate::space::Space;
 
 use super::memory::Memory;
-use super::reach::Reach;
+use super::reach::{Reach, PAGE};
 use super::steps::{Step, Steps};
 use super::Target;
 
@@ -35,7 +35,6 @@ const DEFAULT_READ: u64 = 1024;
 const AHEAD_BELOW: u64 = 512;
 /// Pcs whose instruction before them is remembered (a guest idles at a few).
 const MAX_IDLE_PCS: usize = 1 << 12;
-const PAGE: u64 = 4096;
 
 /// What sampling keeps from round to round.
 pub(super) struct Sampling {
@@ -58,8 +57,6 @@ pub(super) struct Sampling {
     held: HashMap<(u32, Vec<u64>, WalkEnd), u64>,
     /// How much stack to read first, per pc.
     reach: Reach,
-    /// The most a memory request takes.
-    most: u64,
     /// Per vCPU, the stretch of stack its next look likely needs, read together with the
     /// stop and the registers: around the stack its last look walked.
     ahead: HashMap<u32, (u64, usize)>,
@@ -93,7 +90,6 @@ impl Sampling {
             last_refresh: None,
             held: HashMap::new(),
             reach: Reach::new(most),
-            most,
             ahead: HashMap::new(),
             idles_at: HashMap::new(),
             last_look: HashMap::new(),
@@ -248,7 +244,7 @@ impl Sampling {
         let end = regs
             .sp
             .saturating_add(self.reach.of(regs.pc, regs.sp) as u64);
-        let floor = (regs.sp & !(PAGE - 1)).max(end.saturating_sub(self.most));
+        let floor = (regs.sp & !(PAGE - 1)).max(end.saturating_sub(self.reach.most()));
         let start = regs.sp.saturating_sub(AHEAD_BELOW).max(floor);
         (start, (end - start) as usize)
     }
