@@ -28,6 +28,7 @@ use crate::maps::{Mapping, ProcessMaps};
 use stackscope_stacks::module::{ModuleFile, SectionData};
 pub use stackscope_stacks::walk::MAX_FRAMES;
 use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
+use stackscope_symbols::foreign::{self, Kind};
 use stackscope_symbols::FileId;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
@@ -266,15 +267,17 @@ impl Unwinder {
 }
 
 /// Opens the file behind a mapping as the process sees it: through its root (it may live in
-/// another mount namespace), or through `map_files` when the file was deleted or replaced.
+/// another mount namespace), or through `map_files` when the file was deleted or replaced;
+/// as a file the process named ([`foreign`]: a FIFO or device put in its place is refused).
 pub(crate) fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
+    let open = |path: &str| foreign::open(Path::new(path), Kind::Binary);
     if let Some(path) = m.path.strip_suffix(" (deleted)") {
-        return File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
-            .or_else(|_| File::open(path))
+        return open(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+            .or_else(|_| open(path))
             .ok();
     }
-    File::open(format!("/proc/{pid}/root{}", m.path))
-        .or_else(|_| File::open(&*m.path))
+    open(&format!("/proc/{pid}/root{}", m.path))
+        .or_else(|_| open(&m.path))
         .ok()
 }
 

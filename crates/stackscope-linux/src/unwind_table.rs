@@ -23,6 +23,7 @@ mod tests;
 use std::path::Path;
 
 use stackscope_stacks::module::ModuleFile;
+use stackscope_symbols::foreign::{self, Kind};
 
 pub use process::{MappingTable, ProcessTables, TableCache, TableId};
 
@@ -189,9 +190,9 @@ pub enum TableError {
 impl UnwindTable {
     /// Builds the table of the ELF file at `path`.
     pub fn from_path(path: &Path) -> Result<Self, TableError> {
-        let file = std::fs::File::open(path).map_err(|source| TableError::Read {
+        let file = foreign::open(path, Kind::Binary).map_err(|refusal| TableError::Read {
             path: path.display().to_string(),
-            source,
+            source: refusal.into(),
         })?;
         let module = ModuleFile::open(file, path).map_err(|e| TableError::Elf {
             path: path.display().to_string(),

@@ -23,6 +23,7 @@ use std::sync::{Arc, RwLock};
 use memmap2::Mmap;
 
 use crate::elf::{build_id_hex, ElfFile};
+use crate::foreign::{self, Kind};
 use crate::FileId;
 
 /// Where distributions install separate debug files.
@@ -144,7 +145,9 @@ impl DebugFiles {
         })
     }
 
-    /// `<dir>/.build-id/xx/rest.debug` in the first debug directory that has it.
+    /// `<dir>/.build-id/xx/rest.debug` in the first debug directory that has it, whose own
+    /// build-id is `build_id`: a file there of another build (a stale or planted one) is
+    /// counted as [`foreign::mismatched`] and passed over.
     pub fn by_build_id(&self, build_id: &[u8]) -> Option<PathBuf> {
         // Shorter ids are bogus and could name someone else's file.
         if build_id.len() < 2 {
@@ -156,7 +159,7 @@ impl DebugFiles {
         self.dirs
             .iter()
             .map(|dir| dir.join(&relative))
-            .find(|candidate| candidate.is_file())
+            .find(|candidate| has_build_id(candidate, build_id))
     }
 
     /// The file `.gnu_debuglink` names, in gdb's places, whose CRC32 is the one the link states.
@@ -173,13 +176,47 @@ impl DebugFiles {
             candidates.push(debug_dir.join(&name));
         }
         candidates.into_iter().find(|candidate| {
-            let Ok(file) = File::open(candidate) else {
+            let Ok(file) = foreign::open(candidate, Kind::Binary) else {
                 return false;
             };
             // A link naming the binary itself (same name, same directory) is no debug file.
-            FileId::of_file(&file).ok() != own && crc32_of(&file) == Some(crc)
+            if FileId::of_file(&file).ok() == own {
+                return false;
+            }
+            match crc32_of(&file) {
+                Some(found) if found == crc => true,
+                Some(_) => {
+                    foreign::mismatched(candidate, "its CRC is not the one the debug link states");
+                    false
+                }
+                None => false,
+            }
         })
     }
+}
+
+/// Whether the file at `path` (which need not exist) is an ELF file whose build-id is
+/// `build_id`; one that is ELF with another build-id, or none, is counted as mismatched.
+pub fn has_build_id(path: &Path, build_id: &[u8]) -> bool {
+    let file = match foreign::open(path, Kind::Binary) {
+        Ok(file) => file,
+        Err(_) => return false,
+    };
+    let Ok(elf) = ElfFile::map(&file) else {
+        return false;
+    };
+    if elf.build_id() == Some(build_id) {
+        return true;
+    }
+    foreign::mismatched(
+        path,
+        &format!(
+            "its build-id is {}, not the {} looked up",
+            elf.build_id().map_or("missing".to_string(), build_id_hex),
+            build_id_hex(build_id)
+        ),
+    );
+    false
 }
 
 /// The debug directories the environment asks for, else the default one.
@@ -212,13 +249,19 @@ fn debug_link(elf: &ElfFile) -> Option<(String, u32)> {
     Some((name.to_string(), crc))
 }
 
-/// The CRC32 (the zlib one, which debug links use) of a whole file.
+/// The CRC32 (the zlib one, which debug links use) of a whole file, which [`foreign::open`]
+/// has bounded; `None` when it cannot be read or naming was interrupted meanwhile.
 fn crc32_of(file: &File) -> Option<u32> {
     // SAFETY: read-only private mapping; a file changed under us gives a wrong CRC, which
     // only makes the candidate rejected.
     let map = unsafe { Mmap::map(file) }.ok()?;
     let mut hasher = crc32fast::Hasher::new();
-    hasher.update(&map);
+    for chunk in map.chunks(16 << 20) {
+        if crate::interrupt::interrupted() {
+            return None;
+        }
+        hasher.update(chunk);
+    }
     Some(hasher.finalize())
 }
 

@@ -133,9 +133,11 @@ impl std::fmt::Debug for ElfFile {
 }
 
 impl ElfFile {
-    /// Maps the ELF file at `path`.
+    /// Maps the ELF file at `path`, opened as a file others named ([`crate::foreign`]).
     pub fn open(path: &Path) -> Result<Self, ElfError> {
-        Self::map(&File::open(path)?)
+        let file =
+            crate::foreign::open(path, crate::foreign::Kind::Binary).map_err(io::Error::from)?;
+        Self::map(&file)
     }
 
     /// Maps `file` read-only, after checking its magic. Binaries are replaced, not rewritten

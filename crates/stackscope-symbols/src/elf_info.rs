@@ -96,9 +96,11 @@ const PROLOGUES_CHECKED: usize = 4000;
 /// Reads what the binary at `path` offers for unwinding; fails when it is missing, unreadable
 /// or not ELF.
 pub fn unwind_sources(path: &Path) -> Result<UnwindSources, SymbolError> {
-    let file = File::open(path).map_err(|error| SymbolError::Read {
-        path: path.to_path_buf(),
-        error,
+    let file = crate::foreign::open(path, crate::foreign::Kind::Binary).map_err(|refusal| {
+        SymbolError::Read {
+            path: path.to_path_buf(),
+            error: refusal.into(),
+        }
     })?;
     let elf = map_elf(path, &file)?;
     let has = |name: &str| elf.section(name).is_some_and(|s| s.size() > 0);

@@ -57,13 +57,14 @@ impl FileId {
             path: path.to_path_buf(),
             error,
         };
-        let file = File::open(path).map_err(read_err)?;
+        let file = crate::foreign::open(path, crate::foreign::Kind::Binary)
+            .map_err(|refusal| read_err(refusal.into()))?;
         let id = Self::of_file(&file).map_err(read_err)?;
         Ok((file, id))
     }
 
     /// The current identity of the file at `path`; fails where opening it would.
     pub fn of_path(path: &Path) -> io::Result<Self> {
-        Self::of_file(&File::open(path)?)
+        Self::of_file(&crate::foreign::open(path, crate::foreign::Kind::Binary)?)
     }
 }

@@ -6,8 +6,9 @@
 //! names, where its function starts. Addresses are resolved in batches, each unique address
 //! once.
 //!
-//! Also owns the one ELF reader ([`elf::ElfFile`]) and the one file identity ([`FileId`]) the
-//! rest of stackscope reads binaries through, as the lowest crate that reads them.
+//! Also owns the one ELF reader ([`elf::ElfFile`]), the one file identity ([`FileId`]) and the
+//! one opener of files that others name ([`foreign`]: non-blocking, regular files only, bounded)
+//! the rest of stackscope reads binaries through, as the lowest crate that reads them.
 
 pub mod debug_file;
 #[cfg(not(windows))]
@@ -17,6 +18,8 @@ pub mod elf;
 mod elf_info;
 mod error;
 mod file_id;
+pub mod foreign;
+pub mod interrupt;
 mod mini_debuginfo;
 pub mod pe;
 mod perf_map;

@@ -6,7 +6,6 @@
 pub(crate) mod dwarf;
 pub mod pdb;
 
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
@@ -18,7 +17,8 @@ use crate::{FileId, SymbolError};
 /// Whether the file at `path` starts as a PE image does (`MZ`, its DOS header).
 pub(crate) fn is_pe(path: &Path) -> bool {
     let mut magic = [0u8; 2];
-    File::open(path)
+    crate::foreign::open(path, crate::foreign::Kind::Binary)
+        .map_err(std::io::Error::from)
         .and_then(|mut file| file.read_exact(&mut magic))
         .is_ok()
         && magic == *b"MZ"

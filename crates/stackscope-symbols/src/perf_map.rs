@@ -3,6 +3,8 @@
 
 use std::path::Path;
 
+use crate::foreign::{self, Kind};
+
 /// The functions of one perf map, sorted by start address.
 #[derive(Debug, Default)]
 pub(crate) struct PerfMap {
@@ -17,10 +19,11 @@ struct Entry {
 }
 
 impl PerfMap {
-    /// Reads the perf map at `path`; a missing or unreadable file is an empty map, since most
-    /// processes have none.
+    /// Reads the perf map at `path`, which the process named (a FIFO, a device or a file past
+    /// [`Kind::PerfMap`]'s bound is refused, see [`crate::foreign`]); a missing, unreadable or
+    /// refused file is an empty map, since most processes have none.
     pub(crate) fn read(path: &Path) -> Self {
-        match std::fs::read(path) {
+        match foreign::read(path, Kind::PerfMap) {
             Ok(bytes) => Self::parse(&String::from_utf8_lossy(&bytes)),
             Err(_) => Self::default(),
         }

@@ -422,9 +422,12 @@ fn stripped_binary_uses_build_id_debug_file() {
 #[test]
 fn caller_build_id_finds_debug_file() {
     let dir = TempDir::new().unwrap();
-    let prog = build_c_program(dir.path(), &["-Wl,--build-id=none"]);
+    let prog = build_c_program(dir.path(), &["-Wl,--build-id=0xabcdef0123456789"]);
     let stripped = dir.path().join("prog-stripped");
     strip("--strip-all", &prog, &stripped);
+    run(Command::new("objcopy")
+        .arg("--remove-section=.note.gnu.build-id")
+        .arg(&stripped));
     let build_id = [0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89];
     let debug_dir = dir.path().join("debug");
     let target = debug_dir.join(".build-id/ab/cdef0123456789.debug");
@@ -437,6 +440,45 @@ fn caller_build_id_finds_debug_file() {
     assert!(without.iter().all(|f| f.name != "local_work"));
     let with = frames_at(&mut symbolizer, &stripped, Some(&build_id), local);
     assert_eq!(with[0].name, "local_work");
+}
+
+/// A debug file at a build-id's path whose own build-id is another (a stale file, or one
+/// planted there) names nothing: the binary's own symbols name what they can.
+#[test]
+fn a_debug_file_of_another_build_at_the_build_id_path_is_not_used() {
+    let dir = TempDir::new().unwrap();
+    let prog = build_c_program(dir.path(), &["-Wl,--build-id=0xabcdef0123456789"]);
+    std::fs::create_dir_all(dir.path().join("other")).unwrap();
+    let other = build_c_program(
+        &dir.path().join("other"),
+        &["-Wl,--build-id=0x0123456789abcdef"],
+    );
+    let stripped = dir.path().join("prog-stripped");
+    strip("--strip-all", &prog, &stripped);
+    let debug_dir = dir.path().join("debug");
+    let target = debug_dir.join(".build-id/ab/cdef0123456789.debug");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    keep_debug(&other, &target);
+
+    let (local, _) = symbol_offset(&prog, |n| n == "local_work");
+    let mut symbolizer = Symbolizer::with_debug_dirs(vec![debug_dir]);
+    let before = stackscope_symbols::foreign::mismatched_count();
+    let frames = frames_at(&mut symbolizer, &stripped, None, local);
+    assert!(
+        frames
+            .iter()
+            .all(|f| f.name != "local_work" && f.line.is_none()),
+        "named from another build's debug file: {frames:?}"
+    );
+    assert!(stackscope_symbols::foreign::mismatched_count() > before);
+
+    // The same file with the right build-id names it, so the file itself was fine.
+    keep_debug(&prog, &target);
+    let mut symbolizer = Symbolizer::with_debug_dirs(vec![dir.path().join("debug")]);
+    assert_eq!(
+        frames_at(&mut symbolizer, &stripped, None, local)[0].name,
+        "local_work"
+    );
 }
 
 /// A binary with a `.gnu_debuglink` (and no build-id) finds its debug file by name in the

@@ -83,8 +83,9 @@ pub(crate) fn say_failure(recording: &Recording) {
     }
 }
 
-/// The figures only some sources measure, each in one line.
+/// The figures only some sources measure, each in one line; then what naming left out.
 fn say_figures(recording: &Recording) {
+    say_naming();
     if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
         eprintln!("{}", describe_cost(cost));
     }
@@ -110,6 +111,22 @@ fn say_figures(recording: &Recording) {
     }
     if let Some(rounds) = &recording.rounds {
         eprintln!("{}", describe_rounds(rounds));
+    }
+}
+
+/// What naming did not use, in one line each: debug files of another build, and the names
+/// not looked up after a Ctrl-C.
+fn say_naming() {
+    let mismatched = stackscope_symbols::foreign::mismatched_count();
+    if mismatched > 0 {
+        eprintln!(
+            "stackscope: {mismatched} debug or binary file(s) left unused: their build-id or              debug-link CRC was not the one looked up (named above)"
+        );
+    }
+    if stackscope_symbols::interrupt::interrupted() {
+        eprintln!(
+            "stackscope: naming stopped at the signal: frames not named by then show their              module and address"
+        );
     }
 }
 

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use object::{Object, ObjectSegment, ObjectSymbol, SymbolKind};
+use stackscope_symbols::foreign::{self, Kind};
 
 use super::near::{did_you_mean, near_matches};
 use super::EventSpec;
@@ -195,7 +196,8 @@ fn in_path(name: &str) -> Option<PathBuf> {
 
 /// The names of the functions a file defines (symbol table and dynamic symbols).
 fn function_names(path: &Path) -> Result<Vec<String>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = foreign::read(path, Kind::Binary)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file = object::File::parse(&*bytes)
         .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
     let mut names: Vec<String> = file
@@ -271,7 +273,8 @@ fn check_tracepoint(category: &str, name: &str) -> Result<(), String> {
 /// the probe's address, the link-time address of `.stapsdt.base`, the semaphore's address,
 /// then provider, name and argument spec as strings), as file offsets.
 fn usdt_sites(path: &Path, provider: Option<&str>, name: &str) -> Result<Vec<(u64, u64)>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes = foreign::read(path, Kind::Binary)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file = object::File::parse(&*bytes)
         .map_err(|e| format!("{} is not an ELF file: {e}", path.display()))?;
     let notes = file

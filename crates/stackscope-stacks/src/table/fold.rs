@@ -19,13 +19,15 @@ use crate::walk::Stop;
 impl StackTable {
     /// Symbolizes every unique address once and builds the profile, with the figures on how
     /// whole the user stacks are in `meta.unwind`. `thread` names a (pid, tid) pair whose
-    /// samples were counted without names.
+    /// samples were counted without names. Sampling has ended by then, so a Ctrl-C from now
+    /// on stops naming ([`stackscope_symbols::interrupt`]).
     pub fn into_profile(
         self,
         symbolizer: &mut Symbolizer,
         meta: Metadata,
         thread: &dyn Fn(u32, u32) -> Thread,
     ) -> (Profile, Tally) {
+        stackscope_symbols::interrupt::sampling_ended();
         let mut folded = Folded::default();
         self.fold_into(symbolizer, &mut folded, thread);
         folded.finish(meta)
@@ -173,8 +175,10 @@ impl BackgroundFold {
         let _ = self.tables.send(table);
     }
 
-    /// Everything folded, once the worker has named the tables handed over.
+    /// Everything folded, once the worker has named the tables handed over. Sampling has
+    /// ended by then, so a Ctrl-C from now on stops naming.
     pub fn finish(self) -> Folded {
+        stackscope_symbols::interrupt::sampling_ended();
         drop(self.tables);
         match self.worker.join() {
             Ok(folded) => folded,

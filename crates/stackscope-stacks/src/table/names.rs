@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use stackscope_profile::{Frame, FrameId, FrameKind, ProfileBuilder, UNKNOWN};
-use stackscope_symbols::{SymFrame, Symbolizer};
+use stackscope_symbols::{interrupt, SymFrame, Symbolizer};
 
 use super::{rust_clean, ModuleId, ModuleKey, RawFrame, StackTable};
 
@@ -46,6 +46,11 @@ impl Names {
         let queued = names.queue(table, builder);
         names.name_kernel(&queued.kernel, symbolizer, builder);
         for (module, offsets) in queued.by_module {
+            if interrupt::interrupted() {
+                // Ctrl-C while naming: what is left keeps its module and address.
+                names.name_by_address(table, module, &offsets, builder);
+                continue;
+            }
             names.name_module(table, module, &offsets, symbolizer, builder);
         }
         for (pid, addrs) in queued.jit {
@@ -135,6 +140,11 @@ impl Names {
                 (file_name(path), *kind, Some(path), resolved)
             }
         };
+        if interrupt::interrupted() {
+            // Interrupted while this module was named: its names are partial at best.
+            self.name_by_address(table, module, offsets, builder);
+            return;
+        }
         let naming = table.naming;
         let mut unnamed = Vec::new();
         for (offset, syms) in offsets.iter().zip(resolved) {
@@ -161,11 +171,52 @@ impl Names {
             ),
             None => (unnamed.clone(), None),
         };
-        for (offset, start) in unnamed.into_iter().zip(starts) {
+        self.name_unnamed(
+            module,
+            &module_name,
+            kind,
+            &unnamed,
+            &starts,
+            entry,
+            builder,
+        );
+    }
+
+    /// Names `offsets` of `module` by the module and the offset alone, reading no file: what
+    /// is left when naming was interrupted.
+    fn name_by_address(
+        &mut self,
+        table: &StackTable,
+        module: ModuleId,
+        offsets: &[u64],
+        builder: &mut ProfileBuilder,
+    ) {
+        let (module_name, kind) = match &table.modules[module as usize] {
+            ModuleKey::Vdso => ("[vdso]".to_string(), FrameKind::User),
+            ModuleKey::File { path, kind, .. } => (file_name(path), *kind),
+        };
+        self.name_unnamed(module, &module_name, kind, offsets, offsets, None, builder);
+    }
+
+    /// Names each of `offsets` of `module`, which no symbol names, by the module and the
+    /// start of its function (`starts`, one for each), noting the ones in its file's `entry`
+    /// function.
+    #[allow(clippy::too_many_arguments)]
+    fn name_unnamed(
+        &mut self,
+        module: ModuleId,
+        module_name: &str,
+        kind: FrameKind,
+        offsets: &[u64],
+        starts: &[u64],
+        entry: Option<u64>,
+        builder: &mut ProfileBuilder,
+    ) {
+        for (&offset, &start) in offsets.iter().zip(starts) {
             let raw = RawFrame::User { module, offset };
             let frame = Frame {
-                name: address_name(&module_name, start),
-                module: Some(module_name.clone()),
+                name: address_name(module_name, start),
+                module: Some(module_name.to_string()),
                 kind,
                 ..Frame::default()
             };

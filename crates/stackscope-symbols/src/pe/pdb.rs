@@ -209,7 +209,8 @@ fn stores<'a>(parts: impl Iterator<Item = &'a str>) -> Entry {
 
 /// Whether the PDB at `path` is the one `codeview` states.
 pub fn matches(path: &Path, codeview: &CodeView) -> bool {
-    let Some(mut pdb) = File::open(path).ok().and_then(|f| PDB::open(f).ok()) else {
+    let opened = crate::foreign::open(path, crate::foreign::Kind::Binary);
+    let Some(mut pdb) = opened.ok().and_then(|f| PDB::open(f).ok()) else {
         return false;
     };
     let Ok(info) = pdb.pdb_information() else {
@@ -229,7 +230,8 @@ pub fn matches(path: &Path, codeview: &CodeView) -> bool {
 /// C++ code are named with their argument types, as the Itanium demangler names them on
 /// Linux; those of C and Rust code without, as their symbols name them there.
 pub(crate) fn name_rvas(path: &Path, rvas: &[u64]) -> Result<Vec<Vec<SymFrame>>, String> {
-    let file = File::open(path).map_err(|e| e.to_string())?;
+    let file =
+        crate::foreign::open(path, crate::foreign::Kind::Binary).map_err(|e| e.to_string())?;
     let mut pdb = PDB::open(file).map_err(|e| e.to_string())?;
     let cpp = compiled_from_cpp(&mut pdb, rvas);
     let data = ContextPdbData::try_from_pdb(pdb).map_err(|e| e.to_string())?;

@@ -2,14 +2,16 @@
 //! debug file, its symbol tables, its MiniDebugInfo, a fetched debug file; and where a function
 //! no source names starts.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::evict::{self, Evict};
 
 use super::{AddrKind, Symbolizer};
 use crate::debug_file::DebugFile;
-use crate::elf::ElfFile;
+use crate::elf::{build_id_hex, ElfFile};
 use crate::elf_info::ElfInfo;
+use crate::foreign::{self, Kind};
 use crate::mini_debuginfo::MiniDebugInfo;
 use crate::{SymFrame, SymbolError};
 
@@ -39,28 +41,43 @@ impl Symbolizer {
         if crate::pe::is_pe(path) {
             return self.symbolize_pe(path, offsets);
         }
-        let mut opened = Vec::new();
+        let mut opened = Opened::default();
         let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
-        for file in opened {
+        for (file, _) in opened.0 {
             // Eviction only fails for a file that was never cached, which is fine.
             let _ = self.inner.evict(&Evict::Elf(evict::Elf::new(file)));
         }
         result
     }
 
-    /// [`Symbolizer::symbolize_file`] without the release; pushes onto `opened` the files
+    /// [`Symbolizer::symbolize_file`] without the release; keeps in `opened` the files
     /// blazesym was asked to parse.
     fn symbolize_file_cached(
         &mut self,
         path: &Path,
         build_id: Option<&[u8]>,
         offsets: &[u64],
-        opened: &mut Vec<PathBuf>,
+        opened: &mut Opened,
     ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
         let info = self.elf_info(path)?;
         let mut out = vec![Vec::new(); offsets.len()];
         if offsets.is_empty() {
             return Ok(out);
+        }
+        if let (Some(mapped), Some(own)) = (build_id, info.build_id.as_deref()) {
+            if mapped != own {
+                // Replaced since it was mapped (rebuilt, or swapped by its owner): its names
+                // are another build's.
+                foreign::mismatched(
+                    path,
+                    &format!(
+                        "its build-id is {}, not the {} the process mapped",
+                        build_id_hex(own),
+                        build_id_hex(mapped)
+                    ),
+                );
+                return Ok(out);
+            }
         }
         if !info.has_dwarf {
             if let Some(debug_file) = self.local_debug_file(path, &info, build_id) {
@@ -73,7 +90,7 @@ impl Symbolizer {
         if info.has_mini_debuginfo && unnamed(&out) {
             let mini = ElfFile::open(path)
                 .ok()
-                .and_then(|elf| MiniDebugInfo::extract(&elf));
+                .and_then(|elf| MiniDebugInfo::extract(&elf, path));
             if let Some(mini) = mini {
                 let file = Separate::MiniDebugInfo(mini.path());
                 self.name_from_separate(file, &info, offsets, &mut out, opened);
@@ -124,7 +141,7 @@ impl Symbolizer {
         info: &ElfInfo,
         offsets: &[u64],
         out: &mut [Vec<SymFrame>],
-        opened: &mut Vec<PathBuf>,
+        opened: &mut Opened,
     ) {
         let (path, dwarf) = match file {
             Separate::DebugFile(path) => (path, true),
@@ -141,9 +158,11 @@ impl Symbolizer {
         if vaddrs.is_empty() {
             return;
         }
-        opened.push(path.to_path_buf());
+        let Some(path) = opened.open(path) else {
+            return;
+        };
         // A broken debug file must not cost the symbols the binary itself has.
-        if let Ok(found) = self.symbolize_elf(path, dwarf, AddrKind::Virtual, &vaddrs) {
+        if let Ok(found) = self.symbolize_elf(&path, dwarf, AddrKind::Virtual, &vaddrs) {
             for (i, frames) in indices.into_iter().zip(found) {
                 if !frames.is_empty() {
                     out[i] = frames;
@@ -160,7 +179,7 @@ impl Symbolizer {
         dwarf: bool,
         offsets: &[u64],
         out: &mut [Vec<SymFrame>],
-        opened: &mut Vec<PathBuf>,
+        opened: &mut Opened,
     ) -> Result<(), SymbolError> {
         let (indices, remaining): (Vec<usize>, Vec<u64>) = offsets
             .iter()
@@ -171,11 +190,17 @@ impl Symbolizer {
         if remaining.is_empty() {
             return Ok(());
         }
-        opened.push(path.to_path_buf());
-        let syms = match self.symbolize_elf(path, dwarf, AddrKind::FileOffset, &remaining) {
+        let Some(reopened) = opened.open(path) else {
+            return Err(SymbolError::NotElf {
+                path: path.to_path_buf(),
+            });
+        };
+        let syms = match self.symbolize_elf(&reopened, dwarf, AddrKind::FileOffset, &remaining) {
             Ok(syms) => Ok(syms),
             // Debug data can be unusable while the symbol table is fine.
-            Err(_) if dwarf => self.symbolize_elf(path, false, AddrKind::FileOffset, &remaining),
+            Err(_) if dwarf => {
+                self.symbolize_elf(&reopened, false, AddrKind::FileOffset, &remaining)
+            }
             Err(e) => Err(e),
         }
         .map_err(|e| SymbolError::Parse {
@@ -225,6 +250,26 @@ impl Symbolizer {
     /// of the program starts in, named or not.
     pub fn entry_point(&mut self, path: &Path) -> Option<u64> {
         self.elf_info(path).ok()?.entry
+    }
+}
+
+/// The files blazesym was handed during one [`Symbolizer::symbolize_file`], each by a path that
+/// opens the very file [`foreign::open`] checked (blazesym opens files by path itself), kept
+/// open until blazesym lets them go.
+#[derive(Default)]
+pub(super) struct Opened(Vec<(PathBuf, File)>);
+
+impl Opened {
+    /// The path to hand blazesym for the file at `path`; `None` when it is refused.
+    fn open(&mut self, path: &Path) -> Option<PathBuf> {
+        let file = foreign::open(path, Kind::Binary).ok()?;
+        #[cfg(target_os = "linux")]
+        let reopened = foreign::reopen_path(&file);
+        // Elsewhere there is no path to an open file: blazesym opens the path checked.
+        #[cfg(not(target_os = "linux"))]
+        let reopened = path.to_path_buf();
+        self.0.push((reopened.clone(), file));
+        Some(reopened)
     }
 }
 

@@ -1,7 +1,6 @@
 //! Naming a PE image's RVAs: from its PDB, else from the DWARF inside it; and where a
 //! function no source names starts, from its unwind table.
 
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use blazesym::symbolize::evict::{self, Evict};
@@ -57,7 +56,9 @@ impl Symbolizer {
         rvas: &[u64],
         out: &mut [Vec<SymFrame>],
     ) {
-        let Ok(file) = File::open(path) else { return };
+        let Ok(file) = crate::foreign::open(path, crate::foreign::Kind::Binary) else {
+            return;
+        };
         // SAFETY: read-only private mapping; a file changed under us only gives wrong names.
         let Ok(map) = (unsafe { Mmap::map(&file) }) else {
             return;
