@@ -17,10 +17,9 @@
 //! `debug-file-directory`) in `STACKSCOPE_DEBUG_FILE_DIRECTORY`.
 
 use std::fs::File;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-
-use memmap2::Mmap;
 
 use crate::elf::{build_id_hex, ElfFile};
 use crate::foreign::{self, Kind};
@@ -250,19 +249,22 @@ fn debug_link(elf: &ElfFile) -> Option<(String, u32)> {
 }
 
 /// The CRC32 (the zlib one, which debug links use) of a whole file, which [`foreign::open`]
-/// has bounded; `None` when it cannot be read or naming was interrupted meanwhile.
-fn crc32_of(file: &File) -> Option<u32> {
-    // SAFETY: read-only private mapping; a file changed under us gives a wrong CRC, which
-    // only makes the candidate rejected.
-    let map = unsafe { Mmap::map(file) }.ok()?;
+/// has bounded; `None` when it cannot be read or naming was interrupted meanwhile. Read, not
+/// mapped, so that a large file costs page cache, not this process's memory.
+fn crc32_of(mut file: &File) -> Option<u32> {
     let mut hasher = crc32fast::Hasher::new();
-    for chunk in map.chunks(16 << 20) {
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
         if crate::interrupt::interrupted() {
             return None;
         }
-        hasher.update(chunk);
+        match file.read(&mut buffer) {
+            Ok(0) => return Some(hasher.finalize()),
+            Ok(n) => hasher.update(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
     }
-    Some(hasher.finalize())
 }
 
 #[cfg(test)]

@@ -120,12 +120,14 @@ fn say_naming() {
     let mismatched = stackscope_symbols::foreign::mismatched_count();
     if mismatched > 0 {
         eprintln!(
-            "stackscope: {mismatched} debug or binary file(s) left unused: their build-id or              debug-link CRC was not the one looked up (named above)"
+            "stackscope: {mismatched} debug or binary file(s) left unused: their build-id or \
+             debug-link CRC was not the one looked up (named above)"
         );
     }
     if stackscope_symbols::interrupt::interrupted() {
         eprintln!(
-            "stackscope: naming stopped at the signal: frames not named by then show their              module and address"
+            "stackscope: naming stopped at the signal: frames not named by then show their \
+             module and address"
         );
     }
 }

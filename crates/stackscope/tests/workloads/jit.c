@@ -1,10 +1,13 @@
 /* A tiny JIT: copies hand-written x86-64 machine code into anonymous memory, makes it
  * executable, names it in /tmp/perf-PID.map as jit_hot_loop and calls it for about a second
  * from run_jit. The map file is left behind on purpose: profilers read it after the process
- * has exited; whoever runs this removes it. Prints `pid PID` first. */
+ * has exited; whoever runs this removes it. Prints `pid PID` first. With a second argument,
+ * leaves in the map's place what a hostile process could: `fifo` (a named pipe), `zero` (a
+ * link to /dev/zero) or `sparse` (a sparse file of 8 GiB). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -65,5 +68,28 @@ int main(int argc, char **argv)
     fclose(map);
 
     sink = run_jit((jit_fn)mem, calls);
+
+    const char *instead = argc > 2 ? argv[2] : NULL;
+    if (instead) {
+        unlink(path);
+        int failed = 0;
+        if (strcmp(instead, "fifo") == 0) {
+            failed = mkfifo(path, 0644);
+        } else if (strcmp(instead, "zero") == 0) {
+            failed = symlink("/dev/zero", path);
+        } else if (strcmp(instead, "sparse") == 0) {
+            FILE *f = fopen(path, "w");
+            failed = !f || ftruncate(fileno(f), 8L << 30) != 0;
+            if (f)
+                fclose(f);
+        } else {
+            fprintf(stderr, "unknown replacement %s\n", instead);
+            return 2;
+        }
+        if (failed) {
+            perror(path);
+            return 2;
+        }
+    }
     return 0;
 }
