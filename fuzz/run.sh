@@ -35,6 +35,21 @@ perf record -q -N -B -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwa
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk
 cp corpus/stackscope_json/split.json corpus/folded/split.folded corpus/osdk_json/split.osdk.json \
     corpus/profile_input/
+# Files a profiled process names: a JIT's perf map, ELF files (the workload, stripped, with a
+# debug link; a shared library), and MiniDebugInfo as objcopy and xz make it.
+mkdir -p corpus/perf_map corpus/elf corpus/mini_debuginfo
+printf '7f0000001000 40 jit_hot_loop\n0x7f0000002000 0x10 LazyCompile:*leafJs /app.js:3\n' \
+    > corpus/perf_map/node.map
+cp "$seeds/split" corpus/elf/split
+objcopy --only-keep-debug "$seeds/split" "$seeds/split.debug"
+strip --strip-all -o "$seeds/split.stripped" "$seeds/split"
+objcopy --add-gnu-debuglink="$seeds/split.debug" "$seeds/split.stripped"
+cp "$seeds/split.stripped" corpus/elf/split-debuglink
+cp /lib/x86_64-linux-gnu/libm.so.6 corpus/elf/ 2>/dev/null || true
+objcopy -S --remove-section .gdb_index --remove-section .comment "$seeds/split.debug" "$seeds/mini"
+xz -fk "$seeds/mini"
+cp "$seeds/mini.xz" corpus/mini_debuginfo/split.xz
+head -c 4M /dev/zero | xz -0 > corpus/mini_debuginfo/zeros.xz
 
 failed=""
 for target in $(cargo +nightly fuzz list); do

@@ -230,7 +230,7 @@ fn dirs_from_env() -> Vec<PathBuf> {
 
 /// The file name and CRC32 of a `.gnu_debuglink`: the name, NUL-terminated, padded to a
 /// multiple of 4 bytes, then the CRC in the file's byte order.
-fn debug_link(elf: &ElfFile) -> Option<(String, u32)> {
+pub(crate) fn debug_link(elf: &ElfFile) -> Option<(String, u32)> {
     let data = elf.section(".gnu_debuglink")?.data()?;
     let end = data.iter().position(|&b| b == 0)?;
     let name = std::str::from_utf8(&data[..end]).ok()?;

@@ -19,6 +19,8 @@ mod elf_info;
 mod error;
 mod file_id;
 pub mod foreign;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod interrupt;
 mod mini_debuginfo;
 pub mod pe;

@@ -25,23 +25,15 @@ impl MiniDebugInfo {
     /// interrupted meanwhile.
     pub(crate) fn extract(elf: &ElfFile, path: &Path) -> Option<Self> {
         let compressed = elf.section(".gnu_debugdata")?.data()?;
-        let size = xz_size(compressed)?;
-        let bound = Kind::MiniDebugInfo.bound();
-        if size > bound {
-            let refusal = Refusal::TooLarge {
-                size,
-                kind: Kind::MiniDebugInfo,
-            };
-            foreign::warn(path, &refusal);
-            return None;
-        }
-        let mut image = Bounded {
-            image: Vec::new(),
-            bound,
+        let image = match decompress(compressed, Kind::MiniDebugInfo.bound()) {
+            Ok(image) => image?,
+            Err(refusal) => {
+                foreign::warn(path, &refusal);
+                return None;
+            }
         };
-        lzma_rs::xz_decompress(&mut &compressed[..], &mut image).ok()?;
-        ElfFile::from_bytes(&image.image).ok()?;
-        let (file, path) = in_memory(&image.image)?;
+        ElfFile::from_bytes(&image).ok()?;
+        let (file, path) = in_memory(&image)?;
         Some(MiniDebugInfo { _file: file, path })
     }
 
@@ -99,6 +91,27 @@ impl Write for Bounded {
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
+}
+
+/// The xz stream `compressed`, decompressed if it holds no more than `bound` bytes; `Ok(None)`
+/// when it is no xz stream, a refusal when it is too large.
+pub(crate) fn decompress(compressed: &[u8], bound: u64) -> Result<Option<Vec<u8>>, Refusal> {
+    let Some(size) = xz_size(compressed) else {
+        return Ok(None);
+    };
+    if size > bound {
+        return Err(Refusal::TooLarge {
+            size,
+            kind: Kind::MiniDebugInfo,
+        });
+    }
+    let mut image = Bounded {
+        image: Vec::new(),
+        bound,
+    };
+    Ok(lzma_rs::xz_decompress(&mut &compressed[..], &mut image)
+        .ok()
+        .map(|()| image.image))
 }
 
 /// The size the first xz stream in `data` decompresses to, from its blocks' LZMA2 chunk headers

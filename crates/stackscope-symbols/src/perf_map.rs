@@ -29,7 +29,7 @@ impl PerfMap {
         }
     }
 
-    fn parse(text: &str) -> Self {
+    pub(crate) fn parse(text: &str) -> Self {
         let mut entries: Vec<Entry> = text.lines().filter_map(parse_line).collect();
         // Stable sort keeps file order among equal starts; the last one written wins below,
         // because a JIT reusing an address writes the new function after the old.
