@@ -56,17 +56,6 @@ fn assert_left_unread(run: &Run, path: &Path) {
     );
 }
 
-/// Removes `/tmp/perf-PID.map` (whatever it is) when dropped.
-struct PerfMap(Option<PathBuf>);
-
-impl Drop for PerfMap {
-    fn drop(&mut self) {
-        if let Some(path) = &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[test]
 fn a_perf_map_that_is_a_fifo_a_device_or_huge_is_left_unread_and_the_profile_written() {
     let _serial = serial();
@@ -109,6 +98,17 @@ fn stripped_two_hot(dir: &Path) -> (PathBuf, PathBuf) {
     (prog, stripped)
 }
 
+/// [`stripped_two_hot`] with a debug link to its debug file, which is in the second place gdb
+/// looks (`.debug/` beside the binary); and the first place, left empty for the test.
+fn stripped_two_hot_with_debug_link(dir: &Path) -> (PathBuf, PathBuf) {
+    let (prog, stripped) = stripped_two_hot(dir);
+    let real = dir.join("bin/.debug/two_hot.debug");
+    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
+    keep_debug(&prog, &real);
+    add_debug_link(&stripped, &real);
+    (stripped, dir.join("bin/two_hot.debug"))
+}
+
 /// `stackscope record` of `prog` (about a second of work) into `dir/profile.json`, with no
 /// debug directory but the program's own, and `env` set.
 fn record_stripped(dir: &Path, prog: &Path, env: &[(&str, &str)]) -> Run {
@@ -127,14 +127,8 @@ fn mkfifo(path: &Path) {
 fn a_fifo_where_a_debug_link_points_is_passed_over_for_the_next_place() {
     let _serial = serial();
     let dir = tempdir();
-    let (prog, stripped) = stripped_two_hot(dir.path());
-    // The debug file is in the second place gdb looks (`.debug/` beside the binary); the
-    // first place holds a FIFO of the same name.
-    let real = dir.path().join("bin/.debug/two_hot.debug");
-    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
-    keep_debug(&prog, &real);
-    add_debug_link(&stripped, &real);
-    let fifo = dir.path().join("bin/two_hot.debug");
+    let (stripped, first_place) = stripped_two_hot_with_debug_link(dir.path());
+    let fifo = first_place;
     mkfifo(&fifo);
 
     let run = record_stripped(dir.path(), &stripped, &[]);
@@ -153,12 +147,7 @@ fn sparse(path: &Path, size: u64) {
 fn a_huge_sparse_debug_link_candidate_is_refused_by_its_size_not_read() {
     let _serial = serial();
     let dir = tempdir();
-    let (prog, stripped) = stripped_two_hot(dir.path());
-    let real = dir.path().join("bin/.debug/two_hot.debug");
-    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
-    keep_debug(&prog, &real);
-    add_debug_link(&stripped, &real);
-    let huge = dir.path().join("bin/two_hot.debug");
+    let (stripped, huge) = stripped_two_hot_with_debug_link(dir.path());
     sparse(&huge, 8 << 30);
 
     let run = record_stripped(dir.path(), &stripped, &[]);
@@ -213,14 +202,9 @@ fn a_minidebuginfo_bomb_is_refused_before_it_is_decompressed() {
 fn ctrl_c_while_naming_writes_the_profile_at_once() {
     let _serial = serial();
     let dir = tempdir();
-    let (prog, stripped) = stripped_two_hot(dir.path());
-    let real = dir.path().join("bin/.debug/two_hot.debug");
-    std::fs::create_dir_all(real.parent().unwrap()).unwrap();
-    keep_debug(&prog, &real);
-    add_debug_link(&stripped, &real);
     // A candidate allowed by a raised bound whose CRC takes long to compute: naming is busy
     // with it when the signal comes.
-    let huge = dir.path().join("bin/two_hot.debug");
+    let (stripped, huge) = stripped_two_hot_with_debug_link(dir.path());
     sparse(&huge, 64 << 30);
 
     let out = dir.path().join("profile.json");

@@ -95,17 +95,6 @@ fn short_stack_copy_marks_truncated_stacks_at_the_root() {
     assert_share_at_least(&whole, "rust_deep::main", 0.99);
 }
 
-/// Removes `/tmp/perf-PID.map` when dropped: the JIT workload leaves it for the profiler.
-struct PerfMap(Option<std::path::PathBuf>);
-
-impl Drop for PerfMap {
-    fn drop(&mut self) {
-        if let Some(path) = &self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[test]
 fn jit_code_is_named_from_the_perf_map_and_unwinds_to_main() {
     let _serial = serial();

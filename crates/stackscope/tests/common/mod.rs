@@ -542,6 +542,18 @@ pub fn wait_until<T>(what: &str, mut found: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// Removes `/tmp/perf-PID.map` (whatever it is) when dropped: the JIT workload leaves it for
+/// the profiler.
+pub struct PerfMap(pub Option<PathBuf>);
+
+impl Drop for PerfMap {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// A temporary directory for one test's files.
 pub fn tempdir() -> tempfile::TempDir {
     tempfile::Builder::new()
