@@ -218,6 +218,64 @@ pub fn has_build_id(path: &Path, build_id: &[u8]) -> bool {
     false
 }
 
+impl DebugFiles {
+    /// Whether blazesym may read the DWARF of the ELF file at `path`: it follows the file's
+    /// `.gnu_debuglink`, `.gnu_debugaltlink` and `.debug_sup` itself, opening by path the
+    /// first place that exists (beside the file, in its `.debug/`, under the debug
+    /// directories, by build-id). Where any such place holds something [`foreign::open`]
+    /// would refuse (a FIFO, a device, a file past its bound), it is named in a warning and
+    /// the file's DWARF is not read: its symbol tables still name it.
+    pub fn links_are_files(&self, path: &Path) -> bool {
+        let Ok(elf) = ElfFile::open(path) else {
+            return true;
+        };
+        let mut names: Vec<(String, Option<Vec<u8>>)> = Vec::new();
+        if let Some((name, _)) = debug_link(&elf) {
+            names.push((name, elf.build_id().map(<[u8]>::to_vec)));
+        }
+        for (section, skip) in [(".gnu_debugaltlink", 0), (".debug_sup", 3)] {
+            let Some(data) = elf.section(section).and_then(|s| s.data()) else {
+                continue;
+            };
+            let data = data.get(skip..).unwrap_or_default();
+            let Some(end) = data.iter().position(|&b| b == 0) else {
+                continue;
+            };
+            let name = String::from_utf8_lossy(&data[..end]).into_owned();
+            let build_id = data.get(end + 1..).filter(|id| !id.is_empty());
+            names.push((name, build_id.map(<[u8]>::to_vec)));
+        }
+        if names.is_empty() {
+            return true;
+        }
+        let real = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+        let dir = real.parent().unwrap_or(Path::new("/"));
+        let inside = dir.strip_prefix("/").unwrap_or(dir);
+        let mut places = Vec::new();
+        for (name, build_id) in &names {
+            let name = Path::new(name);
+            places.extend([dir.join(name), dir.join(".debug").join(name)]);
+            for debug_dir in &self.dirs {
+                places.extend([debug_dir.join(name), debug_dir.join(inside).join(name)]);
+                if let Some(id) = build_id.as_deref().filter(|id| id.len() >= 2) {
+                    places.push(
+                        debug_dir
+                            .join(".build-id")
+                            .join(build_id_hex(&id[..1]))
+                            .join(format!("{}.debug", build_id_hex(&id[1..]))),
+                    );
+                }
+            }
+        }
+        places.iter().all(|place| match std::fs::metadata(place) {
+            Err(_) => true,
+            Ok(meta) if meta.is_file() && meta.len() <= Kind::Binary.bound() => true,
+            // Opened without blocking, only to be refused and named.
+            Ok(_) => foreign::open(place, Kind::Binary).is_ok(),
+        })
+    }
+}
+
 /// The debug directories the environment asks for, else the default one.
 fn dirs_from_env() -> Vec<PathBuf> {
     match std::env::var_os(DEBUG_DIRS_ENV) {

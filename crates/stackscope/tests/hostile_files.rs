@@ -330,3 +330,28 @@ fn a_fifo_perf_map_left_by_another_user_does_not_cost_a_system_profile() {
         "the JIT is not in the profile"
     );
 }
+
+/// A program that keeps its DWARF and also has a debug link to a FIFO (blazesym, which reads
+/// the DWARF, would follow the link itself): its DWARF is left unread, its symbols name it.
+#[test]
+fn a_fifo_where_a_program_with_dwarf_links_is_not_followed() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (prog, _) = stripped_two_hot(dir.path());
+    let bin = dir.path().join("bin/two_hot");
+    std::fs::copy(&prog, &bin).unwrap();
+    let real = dir.path().join("two_hot.dbg");
+    keep_debug(&prog, &real);
+    add_debug_link(&bin, &real);
+    let fifo = dir.path().join("bin/two_hot.dbg");
+    mkfifo(&fifo);
+
+    let run = record_stripped(dir.path(), &bin, &[]);
+    assert_left_unread(&run, &fifo);
+    let profile = read_json(&dir.path().join("profile.json"));
+    assert!(
+        share_of(&profile, "hot_alpha") > 0.0,
+        "{}",
+        top_stacks(&profile, 6)
+    );
+}

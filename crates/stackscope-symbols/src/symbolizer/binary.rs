@@ -161,6 +161,7 @@ impl Symbolizer {
         let Some(path) = opened.open(path) else {
             return;
         };
+        let dwarf = dwarf && self.debug_files.links_are_files(&path);
         // A broken debug file must not cost the symbols the binary itself has.
         if let Ok(found) = self.symbolize_elf(&path, dwarf, AddrKind::Virtual, &vaddrs) {
             for (i, frames) in indices.into_iter().zip(found) {
@@ -195,6 +196,7 @@ impl Symbolizer {
                 path: path.to_path_buf(),
             });
         };
+        let dwarf = dwarf && self.debug_files.links_are_files(&reopened);
         let syms = match self.symbolize_elf(&reopened, dwarf, AddrKind::FileOffset, &remaining) {
             Ok(syms) => Ok(syms),
             // Debug data can be unusable while the symbol table is fine.
