@@ -5,7 +5,7 @@
 use flate2::read::GzDecoder;
 use prost::Message;
 use stackscope_profile::format::pprof::proto;
-use stackscope_profile::format::{read, write, Format, WriteOptions};
+use stackscope_profile::format::{read, write, Format, ReadError, WriteOptions};
 use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
 use std::io::Read;
 
@@ -222,4 +222,22 @@ fn every_ascii_character_in_a_name_reads_back_from_folded() {
         .frames
         .iter()
         .all(|f| f.kind != FrameKind::Kernel && !f.name.chars().any(unprintable)));
+}
+
+#[test]
+fn differential_folded_lines_are_refused_not_misnamed() {
+    // As `stackscope diff` and inferno-diff-folded write them: `stack BEFORE AFTER`.
+    for text in ["prog;main;foo 6 7\n", "prog;main 1 2\nprog;main;a 0 3\n"] {
+        match read(text.as_bytes()) {
+            Err(e @ ReadError::Differential { line: 1 }) => {
+                let message = e.to_string();
+                assert!(!message.contains('\n'), "{message}");
+                assert!(message.contains("differential folded stacks"), "{message}");
+            }
+            other => panic!("{text:?} read as {other:?}"),
+        }
+    }
+    // A name that only ends in a word of digits and dots that is no count reads as a name.
+    let p = read(b"prog;main;v1.2.3 4\n").unwrap();
+    assert_eq!(stack_counted(&p, 4), ["main", "v1.2.3"]);
 }

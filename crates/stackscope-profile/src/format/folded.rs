@@ -4,7 +4,8 @@
 //! The format has no escaping, so a name is written so that it reads back as itself, here and
 //! in inferno: shown as every writer shows names ([`shown_name`]: control characters replaced),
 //! then `;` becomes `:`, white space at its ends is dropped, and the few spellings a reader
-//! takes for something else are replaced (see [`push_field`]).
+//! takes for something else are replaced (see [`push_field`]). The two-count lines of a
+//! differential profile (`stack BEFORE AFTER`) are refused, never read as one count.
 
 use super::{delimited, kernel_start, starts_as_json, ReadError, WriteOptions};
 use crate::{
@@ -103,7 +104,7 @@ fn guard_trailing_number(line: &mut String) {
 }
 
 /// Where the space is before a count (digits with at most one `.`, as inferno reads counts)
-/// that ends `stack`.
+/// that ends `stack`: a second count, when `stack` is a line without its last one.
 fn count_at_end(stack: &str) -> Option<usize> {
     let space = stack.rfind(' ')?;
     let count = &stack[space + 1..];
@@ -124,7 +125,9 @@ pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write)
 /// Reads folded stacks. The first field of a line is the thread's `comm`; `-` fields are
 /// dropped and frames after one are kernel frames, as are frames ending in `_[k]` (suffix
 /// stripped). Other bracketed names than `[unknown]` become markers. Equal stacks of equal
-/// `comm` add up. Blank lines and `# ` comment lines (which inferno skips) are ignored.
+/// `comm` add up. Blank lines and `# ` comment lines (which inferno skips) are ignored. A line
+/// with two counts, `stack BEFORE AFTER`, is refused: it is a differential profile, which
+/// the model cannot hold.
 pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
     let mut builder = ProfileBuilder::new(Metadata {
         source: "folded".to_string(),
@@ -162,7 +165,11 @@ pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
             .checked_add(count)
             .ok_or_else(|| err("the sample counts add up to more than 2^64".to_string()))?;
 
-        let mut fields = stack.trim_end().split(';');
+        let stack = stack.trim_end();
+        if count_at_end(stack).is_some() {
+            return Err(ReadError::Differential { line: line_no });
+        }
+        let mut fields = stack.split(';');
         let comm = fields.next().unwrap_or_default();
         if comm.is_empty() {
             return Err(err(

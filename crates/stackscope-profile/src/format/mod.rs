@@ -205,6 +205,10 @@ pub enum ReadError {
     NotText { offset: usize },
     #[error("folded stacks, line {line}: {problem}")]
     Folded { line: usize, problem: String },
+    #[error(
+        "differential folded stacks (line {line} has two counts, `stack BEFORE AFTER`, as `stackscope diff` writes them): stackscope reads back profiles of one count; compare the two profiles themselves with `stackscope diff`"
+    )]
+    Differential { line: usize },
     #[error("stackscope JSON, {place}: {problem}")]
     Json { place: String, problem: String },
     #[error("OSDK profile JSON, {place}: {problem}")]
