@@ -1,4 +1,5 @@
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// Index of a frame in [`Profile::frames`].
@@ -28,6 +29,37 @@ pub const UNKNOWN: &str = "[unknown]";
 /// bcc profile's markers in place of a user or a kernel stack the kernel could not store.
 pub const MISSED_USER_STACK: &str = "[Missed User Stack]";
 pub const MISSED_KERNEL_STACK: &str = "[Missed Kernel Stack]";
+
+/// What writers show in place of a character they cannot hold: U+FFFD, the replacement
+/// character.
+pub const REPLACEMENT: char = char::REPLACEMENT_CHARACTER;
+
+/// Text a profiled process or a saved file chose (a function, command, module or event name),
+/// as writers show it: every control character (C0, DEL and C1: terminals act on them, XML
+/// cannot hold most of them, line formats split on them) and the non-characters U+FFFE and
+/// U+FFFF (which XML cannot hold either) become [`REPLACEMENT`]. Borrowed when there is none.
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let unprintable = |c: char| c.is_control() || c == '\u{fffe}' || c == '\u{ffff}';
+    if !text.chars().any(unprintable) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| if unprintable(c) { REPLACEMENT } else { c })
+            .collect(),
+    )
+}
+
+/// The one place a name (a frame's, a thread's or a process's) is made fit to show: it is
+/// [`printable`], and an empty name, which would vanish, is [`UNKNOWN`]. Every writer but
+/// stackscope's own lossless JSON shows names through it.
+pub fn shown_name(name: &str) -> Cow<'_, str> {
+    if name.is_empty() {
+        Cow::Borrowed(UNKNOWN)
+    } else {
+        printable(name)
+    }
+}
 
 /// One frame of a call stack, as shown to the user.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
@@ -69,13 +101,9 @@ impl Frame {
         self.kind == FrameKind::Kernel
     }
 
-    /// The name a writer shows: an empty name, which would vanish, is [`UNKNOWN`].
-    pub fn shown_name(&self) -> &str {
-        if self.name.is_empty() {
-            UNKNOWN
-        } else {
-            &self.name
-        }
+    /// The name a writer shows, as [`shown_name`] makes it.
+    pub fn shown_name(&self) -> Cow<'_, str> {
+        shown_name(&self.name)
     }
 }
 

@@ -135,7 +135,8 @@ fn odd_profiles() {
     // More than an i32 weight holds.
     b.add(t, s, Some(1), 3 << 31);
     let threads = decode(&render(&b.finish()));
-    let (total, stacks) = &threads[""];
+    // A thread without a name is shown as a frame without one is.
+    let (total, stacks) = &threads["[unknown]"];
     assert_eq!(*total, 2 + (3 << 31));
     assert_eq!(stacks["kernel_only;[unknown]"], 3 << 31);
     assert_eq!(stacks[""], 2);

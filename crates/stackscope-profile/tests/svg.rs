@@ -140,7 +140,7 @@ fn flamegraph_of_the_fixture() {
         "[unknown]",
         "[truncated]",
         "[Missed User Stack]",
-        "<[u8: 8] as core::fmt::Debug>::fmt extra",
+        "<[u8: 8] as core::fmt::Debug>::fmt\u{fffd}extra",
     ] {
         assert!(!fills_of(&parsed, name).is_empty(), "no box for {name}");
     }

@@ -9,6 +9,12 @@
 //! has that file replaced as above (the link stays); a link to anything else is written
 //! through; a link to nothing is refused, so no file is created where a link points.
 //!
+//! Since links are followed here and a file is replaced by rename, the kernel's protections of
+//! sticky world-writable directories such as `/tmp` are applied here too ([`protected`]): a
+//! link there is not followed, nor a file or FIFO there written, where the kernel would refuse
+//! this user's `open(O_CREAT)` by `fs.protected_symlinks`, `fs.protected_regular` or
+//! `fs.protected_fifos`.
+//!
 //! The temporary is removed when writing fails and when SIGINT, SIGTERM or SIGHUP arrives
 //! while it exists (then the signal's default action ends the process).
 
@@ -23,6 +29,10 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use anyhow::{bail, Context, Result};
 
+mod protected;
+
+use protected::Protections;
+
 /// How a path is written.
 enum Target {
     /// A regular file or an unused name: through a temporary renamed onto `file` (the end of
@@ -36,8 +46,10 @@ enum Target {
 /// Links followed before giving up, as the kernel's own limit.
 const MAX_LINKS: usize = 40;
 
-/// Decides how `path` is written, following links one at a time.
+/// Decides how `path` is written, following links one at a time, as the kernel would for this
+/// user.
 fn resolve(path: &Path) -> Result<Target> {
+    let protections = Protections::of_this_kernel();
     let mut current = path.to_path_buf();
     for _ in 0..MAX_LINKS {
         let meta = match std::fs::symlink_metadata(&current) {
@@ -57,6 +69,7 @@ fn resolve(path: &Path) -> Result<Target> {
         };
         let kind = meta.file_type();
         if kind.is_symlink() {
+            protections.check_follow(path, &current, &meta)?;
             if in_proc(&current) {
                 // /proc/PID/fd/N names an open file, which its link text only describes.
                 let meta = std::fs::metadata(path)
@@ -79,6 +92,7 @@ fn resolve(path: &Path) -> Result<Target> {
         if kind.is_dir() {
             bail!("cannot write {}: it is a directory", path.display());
         }
+        protections.check_create(path, &current, &meta)?;
         if kind.is_file() {
             return Ok(Target::Replace { file: current });
         }

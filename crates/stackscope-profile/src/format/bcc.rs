@@ -1,8 +1,8 @@
 //! bcc `profile`'s default text output: per stack, kernel frames leaf first, an optional `--`,
 //! user frames leaf first, a `- comm (pid)` line and the count, in bcc's exact layout.
 
-use super::{delimited, kernel_start, push_name, WriteOptions};
-use crate::{FrameKind, Profile};
+use super::{delimited, kernel_start, WriteOptions};
+use crate::{shown_name, FrameKind, Profile};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -37,7 +37,7 @@ fn block(profile: &Profile, thread: u32, stack: u32, opts: &WriteOptions) -> Str
     let line = |text: &mut String, id: u32| {
         let frame = profile.frame(id);
         text.push_str(INDENT);
-        push_name(text, &frame.name, false);
+        text.push_str(&frame.shown_name());
         if frame.kind == FrameKind::Kernel && opts.annotate_kernel {
             text.push_str("_[k]");
         }
@@ -54,8 +54,7 @@ fn block(profile: &Profile, thread: u32, stack: u32, opts: &WriteOptions) -> Str
         line(&mut text, id);
     }
     let thread = profile.thread(thread);
-    let mut comm = String::new();
-    push_name(&mut comm, &thread.comm, false);
+    let comm = shown_name(&thread.comm);
     // bcc pads the `-` to 16 columns; the pid it shows is the process id.
     text.push_str(&format!("{INDENT}{:<16} {comm} ({})\n", "-", thread.pid));
     text

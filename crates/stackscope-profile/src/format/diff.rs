@@ -5,7 +5,7 @@
 //! line per stack: `stack BEFORE AFTER`, as inferno-diff-folded writes it.
 
 use super::{Format, WriteOptions};
-use crate::Profile;
+use crate::{printable, Profile};
 use inferno::differential;
 use inferno::flamegraph;
 use std::io::{self, Write};
@@ -48,7 +48,8 @@ pub fn write(
     }
     let mut options = flamegraph::Options::default();
     if let Some(title) = &opts.title {
-        options.title = title.clone();
+        // XML cannot hold control characters; names arrive without them, as folded spells them.
+        options.title = printable(title).into_owned();
     }
     options.subtitle = Some(format!(
         "{} samples before{}, {} after; red grew, blue shrank",

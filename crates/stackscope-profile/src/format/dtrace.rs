@@ -11,8 +11,8 @@
 //! the last `+`, so names holding a `+` survive. Markers and frames without a module print
 //! their bare name; a stack without frames prints one `[unknown]` frame.
 
-use super::{push_name, WriteOptions};
-use crate::{Frame, FrameKind, Profile, UNKNOWN};
+use super::WriteOptions;
+use crate::{printable, Frame, FrameKind, Profile, UNKNOWN};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -53,7 +53,7 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
 fn push_frame(text: &mut String, frame: &Frame) {
     text.push_str(FRAME_INDENT);
     if frame.kind != FrameKind::Marker {
-        if let Some(module) = frame.module.as_deref().map(basename) {
+        if let Some(module) = frame.module.as_deref().map(basename).map(printable) {
             if !module.is_empty() {
                 // A backtick would end the module early.
                 text.extend(module.chars().map(|c| match c {
@@ -65,7 +65,7 @@ fn push_frame(text: &mut String, frame: &Frame) {
             }
         }
     }
-    push_name(text, &frame.name, false);
+    text.push_str(&frame.shown_name());
     if frame.kind != FrameKind::Marker {
         text.push_str("+0x0");
     }

@@ -5,7 +5,7 @@
 //! The model keeps counts, not times: a thread's samples are laid out one after another, each
 //! `count` sampling intervals long, so the timeline shows their proportions in model order.
 
-use crate::{FrameKind, Profile};
+use crate::{printable, shown_name, FrameKind, Profile};
 use fxprof_processed_profile::{
     CategoryColor, CategoryHandle, CategoryPairHandle, CpuDelta, Frame, FrameFlags, FrameInfo,
     ProcessHandle, Profile as FxProfile, ReferenceTimestamp, SamplingInterval, ThreadHandle,
@@ -27,7 +27,8 @@ const MAX_SAMPLES_PER_COUNT: u64 = 1024;
 /// [`io::ErrorKind::InvalidData`] on a count too large for [`MAX_SAMPLES_PER_COUNT`] samples.
 pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile> {
     check_counts(profile)?;
-    let product = opts.title.clone().unwrap_or_else(|| profile.meta.title());
+    let title = opts.title.clone().unwrap_or_else(|| profile.meta.title());
+    let product = printable(&title);
     let interval = sample_nanos(profile).unwrap_or(DEFAULT_INTERVAL_NANOS);
     // The model has no start time; a fixed one keeps the output reproducible.
     let mut fx = FxProfile::new(
@@ -44,7 +45,7 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile
     let names: Vec<_> = profile
         .frames
         .iter()
-        .map(|f| fx.intern_string(f.shown_name()))
+        .map(|f| fx.intern_string(&f.shown_name()))
         .collect();
 
     let mut clock = vec![0u64; threads.len()];
@@ -132,10 +133,10 @@ fn add_threads(fx: &mut FxProfile, profile: &Profile) -> Vec<ThreadHandle> {
                 } else {
                     &t.process_name
                 };
-                fx.add_process(name, t.pid, start)
+                fx.add_process(&shown_name(name), t.pid, start)
             });
             let thread = fx.add_thread(process, t.tid, start, t.tid == t.pid);
-            fx.set_thread_name(thread, &t.comm);
+            fx.set_thread_name(thread, &shown_name(&t.comm));
             thread
         })
         .collect()

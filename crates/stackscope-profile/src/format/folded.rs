@@ -1,8 +1,16 @@
 //! Folded stacks, as bcc `profile -f` prints them and flamegraph tools read them:
 //! `comm;userroot;...;userleaf[;-];kernelentry;...;kernelleaf COUNT`.
+//!
+//! The format has no escaping, so a name is written so that it reads back as itself, here and
+//! in inferno: shown as every writer shows names ([`shown_name`]: control characters replaced),
+//! then `;` becomes `:`, white space at its ends is dropped, and the few spellings a reader
+//! takes for something else are replaced (see [`push_field`]). The two-count lines of a
+//! differential profile (`stack BEFORE AFTER`) are refused, never read as one count.
 
-use super::{delimited, kernel_start, push_name, ReadError, WriteOptions};
-use crate::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use super::{delimited, kernel_start, starts_as_json, ReadError, WriteOptions};
+use crate::{
+    shown_name, Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread, REPLACEMENT, UNKNOWN,
+};
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -12,6 +20,8 @@ const KERNEL_SUFFIX: &str = "_[k]";
 const INLINED_SUFFIX: &str = "_[i]";
 /// A lone `-` frame separates user from kernel frames (bcc `-d`).
 const DELIMITER: &str = "-";
+/// Lines starting so are comments, to this reader and to inferno.
+const COMMENT: &str = "# ";
 
 /// How frames are spelled in a folded line.
 #[derive(Debug, Clone, Copy, Default)]
@@ -39,7 +49,13 @@ pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)>
     for sample in &profile.samples {
         line.clear();
         let thread = profile.thread(sample.thread);
-        push_name(&mut line, &thread.comm, true);
+        push_field(&mut line, &thread.comm);
+        // A line that starts as a comment would be skipped, one that starts as JSON would make
+        // the whole file read as JSON.
+        if line.starts_with(COMMENT) || starts_as_json(&line) {
+            line.replace_range(..1, "");
+            line.insert(0, REPLACEMENT);
+        }
         let frames = &profile.stack(sample.stack).frames;
         let split = kernel_start(profile, frames);
         let delimit = spelling.delimiter && delimited(profile, frames, split);
@@ -50,7 +66,7 @@ pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)>
             }
             let frame = profile.frame(id);
             line.push(';');
-            push_name(&mut line, &frame.name, true);
+            push_field(&mut line, &frame.name);
             if frame.kind == FrameKind::Kernel && spelling.annotate_kernel {
                 line.push_str(KERNEL_SUFFIX);
             } else if frame.inlined && spelling.annotate_inlined {
@@ -66,18 +82,37 @@ pub(super) fn lines(profile: &Profile, spelling: Spelling) -> Vec<(String, u64)>
     lines
 }
 
+/// Appends `name` as one field that reads back as itself: [`shown_name`], with `;` (which
+/// separates fields) as `:` and white space at its ends (which readers trim from a line's ends)
+/// dropped; a name left empty is [`UNKNOWN`], and one that is the user/kernel delimiter is
+/// [`REPLACEMENT`].
+fn push_field(line: &mut String, name: &str) {
+    let shown = shown_name(name);
+    match shown.trim() {
+        "" => line.push_str(UNKNOWN),
+        DELIMITER => line.push(REPLACEMENT),
+        field => line.extend(field.chars().map(|c| if c == ';' { ':' } else { c })),
+    }
+}
+
 /// A line ending in ` 12` before its count reads as a differential profile (`stack OLD NEW`)
 /// to flamegraph tools, which would drop `12` from the leaf's name; an underscore keeps it.
 fn guard_trailing_number(line: &mut String) {
-    let digits = line
-        .bytes()
-        .rev()
-        .take_while(|b| b.is_ascii_digit() || *b == b'.')
-        .count();
-    let before = line.len() - digits;
-    if digits > 0 && before > 0 && line.as_bytes()[before - 1].is_ascii_whitespace() {
-        line.replace_range(before - 1..before, "_");
+    if let Some(space) = count_at_end(line) {
+        line.replace_range(space..space + 1, "_");
     }
+}
+
+/// Where the space is before a count (digits with at most one `.`, as inferno reads counts)
+/// that ends `stack`: a second count, when `stack` is a line without its last one.
+fn count_at_end(stack: &str) -> Option<usize> {
+    let space = stack.rfind(' ')?;
+    let count = &stack[space + 1..];
+    let digits = count.bytes().filter(u8::is_ascii_digit).count();
+    let count_like = digits > 0
+        && count.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        && digits + 1 >= count.len();
+    count_like.then_some(space)
 }
 
 pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
@@ -90,7 +125,9 @@ pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write)
 /// Reads folded stacks. The first field of a line is the thread's `comm`; `-` fields are
 /// dropped and frames after one are kernel frames, as are frames ending in `_[k]` (suffix
 /// stripped). Other bracketed names than `[unknown]` become markers. Equal stacks of equal
-/// `comm` add up. Blank lines and `# ` comment lines (which inferno skips) are ignored.
+/// `comm` add up. Blank lines and `# ` comment lines (which inferno skips) are ignored. A line
+/// with two counts, `stack BEFORE AFTER`, is refused: it is a differential profile, which
+/// the model cannot hold.
 pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
     let mut builder = ProfileBuilder::new(Metadata {
         source: "folded".to_string(),
@@ -106,7 +143,7 @@ pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
             problem,
         };
         let line = raw.trim();
-        if line.is_empty() || line.starts_with("# ") {
+        if line.is_empty() || line.starts_with(COMMENT) {
             continue;
         }
         let (stack, count) = line.rsplit_once(' ').ok_or_else(|| {
@@ -128,7 +165,11 @@ pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
             .checked_add(count)
             .ok_or_else(|| err("the sample counts add up to more than 2^64".to_string()))?;
 
-        let mut fields = stack.trim_end().split(';');
+        let stack = stack.trim_end();
+        if count_at_end(stack).is_some() {
+            return Err(ReadError::Differential { line: line_no });
+        }
+        let mut fields = stack.split(';');
         let comm = fields.next().unwrap_or_default();
         if comm.is_empty() {
             return Err(err(

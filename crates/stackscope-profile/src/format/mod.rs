@@ -6,6 +6,11 @@
 //! Writers take a valid profile (every index in range) and refuse an invalid one with an
 //! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
 //! [`write()`] produced as stackscope JSON, OSDK JSON or folded stacks, and validates it.
+//!
+//! Names come from the profiled processes (any user's, under `record -a`) or from a saved
+//! file: every writer but stackscope's lossless JSON shows them through [`crate::shown_name`],
+//! which replaces control characters with U+FFFD, and the folded writer further spells them so
+//! they read back as themselves.
 
 mod bcc;
 pub mod diff;
@@ -200,6 +205,10 @@ pub enum ReadError {
     NotText { offset: usize },
     #[error("folded stacks, line {line}: {problem}")]
     Folded { line: usize, problem: String },
+    #[error(
+        "differential folded stacks (line {line} has two counts, `stack BEFORE AFTER`, as `stackscope diff` writes them): stackscope reads back profiles of one count; compare the two profiles themselves with `stackscope diff`"
+    )]
+    Differential { line: usize },
     #[error("stackscope JSON, {place}: {problem}")]
     Json { place: String, problem: String },
     #[error("OSDK profile JSON, {place}: {problem}")]
@@ -257,12 +266,7 @@ pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     let text = std::str::from_utf8(bytes).map_err(|e| ReadError::NotText {
         offset: e.valid_up_to(),
     })?;
-    let mut start = text.trim_start().chars();
-    let is_json = start.next() == Some('{')
-        && matches!(
-            start.find(|c: &char| !c.is_whitespace()),
-            None | Some('"' | '}')
-        );
+    let is_json = starts_as_json(text);
     if is_json && osdk::detect(text) {
         osdk::read(text)
     } else if is_json {
@@ -270,6 +274,17 @@ pub fn read(bytes: &[u8]) -> Result<Profile, ReadError> {
     } else {
         folded::read(text)
     }
+}
+
+/// Whether [`read`] takes `text` for JSON (OSDK's or stackscope's): it starts with `{` then
+/// `"` or `}`, white space between allowed.
+pub(crate) fn starts_as_json(text: &str) -> bool {
+    let mut start = text.trim_start().chars();
+    start.next() == Some('{')
+        && matches!(
+            start.find(|c: &char| !c.is_whitespace()),
+            None | Some('"' | '}')
+        )
 }
 
 /// Reads `bytes` as `format`, without detecting it: [`Format::Json`], [`Format::Osdk`] or
@@ -363,23 +378,6 @@ pub(crate) fn delimited(profile: &Profile, frames: &[u32], split: usize) -> bool
             .any(|&f| profile.frame(f).kind != FrameKind::Marker)
 }
 
-/// Appends `name` so it cannot break a line-oriented format: newlines become spaces, and `;`
-/// becomes `:` when `in_folded` (it separates folded frames). An empty name, which would
-/// vanish, becomes `[unknown]`.
-pub(crate) fn push_name(buf: &mut String, name: &str, in_folded: bool) {
-    if name.is_empty() {
-        buf.push_str(crate::UNKNOWN);
-        return;
-    }
-    for c in name.chars() {
-        match c {
-            ';' if in_folded => buf.push(':'),
-            '\n' | '\r' => buf.push(' '),
-            c => buf.push(c),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,18 +437,5 @@ mod tests {
         }
         assert_eq!(Format::from_name("firefox-profiler"), Some(Format::Firefox));
         assert_eq!(Format::from_name("Perf-Script"), Some(Format::PerfScript));
-    }
-
-    #[test]
-    fn names_never_break_lines() {
-        let mut s = String::new();
-        push_name(&mut s, "a;b\nc\r", true);
-        assert_eq!(s, "a:b c ");
-        s.clear();
-        push_name(&mut s, "a;b\n", false);
-        assert_eq!(s, "a;b ");
-        s.clear();
-        push_name(&mut s, "", true);
-        assert_eq!(s, "[unknown]");
     }
 }

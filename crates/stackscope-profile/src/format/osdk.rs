@@ -10,6 +10,7 @@
 use super::ReadError;
 use crate::{Frame, Metadata, Profile, ProfileBuilder, Thread};
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Write};
@@ -135,10 +136,10 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
             let frames = match stack_json.entry(stack) {
                 Entry::Occupied(e) => e.into_mut(),
                 Entry::Vacant(e) => {
-                    let names: Vec<&str> = profile
+                    let names: Vec<Cow<str>> = profile
                         .stack_frames(stack)
                         .rev()
-                        .map(|f| f.name.as_str())
+                        .map(|f| f.shown_name())
                         .collect();
                     e.insert(serde_json::to_string(&names)?)
                 }

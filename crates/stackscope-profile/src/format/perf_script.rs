@@ -10,13 +10,14 @@
 //! Chosen so inferno's collapser folds them as our folded writer does: the `comm` has its
 //! spaces as `_` (the collapser would make that change anyway, and a word of digits in a
 //! `comm` would read as its pid); unknown functions name the module `[unknown]`, which keeps
-//! them `[unknown]` instead of `[module]`; each name ends in `+0x0`, the offset the collapser
+//! them `[unknown]` instead of `[module]`; a `comm` starting with `#`, which would make the
+//! header a comment, has that `#` as U+FFFD; each name ends in `+0x0`, the offset the collapser
 //! strips, so a name that itself ends like an offset survives. Inlined frames say `(inlined)`,
 //! as perf does. A sample without frames prints one `[unknown]` frame, since the collapsers
 //! drop a sample that has none. The profile keeps no addresses, so every frame prints address 0.
 
-use super::{push_name, WriteOptions};
-use crate::{Frame, FrameKind, Profile, UNKNOWN};
+use super::WriteOptions;
+use crate::{printable, shown_name, Frame, FrameKind, Profile, REPLACEMENT, UNKNOWN};
 use std::io::{self, Write};
 
 /// The event named when the profile names none.
@@ -34,6 +35,11 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
         block.clear();
         let thread = profile.thread(sample.thread);
         push_word(&mut block, &thread.comm);
+        // The collapsers skip a line starting with `#` as a comment, and the sample with it.
+        if block.starts_with('#') {
+            block.replace_range(..1, "");
+            block.insert(0, REPLACEMENT);
+        }
         block.push_str(&format!(" {}/{}", thread.pid, thread.tid));
         if let Some(cpu) = sample.cpu {
             block.push_str(&format!(" [{cpu:03}]"));
@@ -56,7 +62,7 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
 /// One frame line: `\t0 name+0x0 (module)`.
 fn push_frame(block: &mut String, frame: &Frame) {
     block.push_str("\t0 ");
-    push_name(block, &frame.name, false);
+    block.push_str(&frame.shown_name());
     let unknown = frame.name.is_empty() || frame.name == UNKNOWN;
     if !unknown && frame.kind != FrameKind::Marker {
         block.push_str("+0x0");
@@ -77,21 +83,18 @@ fn push_frame(block: &mut String, frame: &Frame) {
     block.push_str(")\n");
 }
 
-/// Appends `text` as one word: whitespace becomes `_`; empty text becomes `[unknown]`.
+/// Appends `text`, shown as a name ([`shown_name`]), as one word: whitespace becomes `_`.
 fn push_word(buf: &mut String, text: &str) {
-    if text.is_empty() {
-        buf.push_str(UNKNOWN);
-        return;
-    }
     buf.extend(
-        text.chars()
+        shown_name(text)
+            .chars()
             .map(|c| if c.is_whitespace() { '_' } else { c }),
     );
 }
 
 /// The event as one word without colons, which end the header's fields.
 fn event_name(event: &str) -> String {
-    let name: String = event
+    let name: String = printable(event)
         .chars()
         .map(|c| {
             if c.is_whitespace() || c == ':' {

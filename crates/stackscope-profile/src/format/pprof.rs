@@ -11,14 +11,14 @@
 //! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
 //! no address range; pprof then goes by the function names, files and lines.
 
-use crate::{CountUnit, Frame, FrameKind, Profile};
+use crate::{printable, CountUnit, Frame, FrameKind, Profile};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{push_name, WriteOptions};
+use super::WriteOptions;
 
 /// The module kernel frames belong to when the source named none.
 const KERNEL_MODULE: &str = "[kernel.kallsyms]";
@@ -218,13 +218,15 @@ impl<'a> Encoder<'a> {
         encoder
     }
 
+    /// Interns `s` as `go tool pprof` will print it, [`printable`].
     fn string(&mut self, s: &str) -> i64 {
-        if let Some(&i) = self.strings.get(s) {
+        let s = printable(s);
+        if let Some(&i) = self.strings.get(s.as_ref()) {
             return i;
         }
         let i = self.message.string_table.len() as i64;
         self.message.string_table.push(s.to_string());
-        self.strings.insert(s.to_string(), i);
+        self.strings.insert(s.into_owned(), i);
         i
     }
 
@@ -395,10 +397,7 @@ impl<'a> Encoder<'a> {
     }
 
     fn function(&mut self, frame: &Frame) -> u64 {
-        // pprof prints names one per line.
-        let mut name = String::new();
-        push_name(&mut name, &frame.name, false);
-        let key = (name, frame.file.clone());
+        let key = (frame.shown_name().into_owned(), frame.file.clone());
         if let Some(&id) = self.functions.get(&key) {
             return id;
         }

@@ -2,8 +2,9 @@
 //! frames, and one "sampled" profile per thread whose samples are stacks of frame indices,
 //! root first, each weighted by its count (in nanoseconds when the sampling period is known).
 
-use crate::Profile;
+use crate::{printable, shown_name, Profile};
 use serde::Serialize;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -31,9 +32,9 @@ struct Shared<'a> {
 
 #[derive(Serialize, PartialEq, Eq, Hash, Clone)]
 struct SharedFrame<'a> {
-    name: &'a str,
+    name: Cow<'a, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    file: Option<&'a str>,
+    file: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     line: Option<u32>,
 }
@@ -67,7 +68,7 @@ pub fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io:
         schema: SCHEMA,
         shared: Shared { frames },
         profiles,
-        name: opts.title.clone().unwrap_or_else(|| profile.meta.title()),
+        name: printable(&opts.title.clone().unwrap_or_else(|| profile.meta.title())).into_owned(),
         active_profile_index,
         exporter: format!("stackscope {}", env!("CARGO_PKG_VERSION")),
     };
@@ -87,7 +88,7 @@ fn shared_frames(profile: &Profile) -> (Vec<SharedFrame<'_>>, Vec<usize>) {
             let frame = SharedFrame {
                 name: f.shown_name(),
                 // Without a source file, the module is the best place speedscope can show.
-                file: f.file.as_deref().or(f.module.as_deref()),
+                file: f.file.as_deref().or(f.module.as_deref()).map(printable),
                 line: f.line,
             };
             *frame_index.entry(frame.clone()).or_insert_with(|| {
@@ -108,7 +109,7 @@ fn thread_profiles(profile: &Profile, shared_of: &[usize]) -> io::Result<Vec<Sam
         .iter()
         .map(|t| SampledProfile {
             r#type: "sampled",
-            name: format!("{} (pid {}, tid {})", t.comm, t.pid, t.tid),
+            name: format!("{} (pid {}, tid {})", shown_name(&t.comm), t.pid, t.tid),
             unit: if nanos.is_some() {
                 "nanoseconds"
             } else {

@@ -1,6 +1,6 @@
 //! The short end-of-run report for stderr: how much was sampled and how whole the stacks are.
 
-use crate::{CountUnit, FrameKind, Profile, MISSED_KERNEL_STACK, MISSED_USER_STACK};
+use crate::{printable, CountUnit, FrameKind, Profile, MISSED_KERNEL_STACK, MISSED_USER_STACK};
 use std::collections::HashSet;
 use std::fmt::Write;
 
@@ -24,9 +24,11 @@ pub fn summary(profile: &Profile) -> String {
         .iter()
         .fold(0u64, |sum, s| sum.saturating_add(s.count));
     // The timer goes unsaid, as ever; any other event (a probe's hits) is named.
+    // A terminal acts on control characters, and the event and hints may name what a saved file
+    // or a profiled process chose (a module path): they are shown printable.
     let of = match meta.event.as_str() {
         "" | "cpu-clock" => String::new(),
-        event => format!(" of {event}"),
+        event => format!(" of {}", printable(event)),
     };
     let mut s = match meta.count_unit {
         CountUnit::Samples => format!("{samples} samples{of}"),
@@ -78,7 +80,7 @@ pub fn summary(profile: &Profile) -> String {
         s.push('\n');
     }
     for hint in &meta.hints {
-        let _ = writeln!(s, "hint: {hint}");
+        let _ = writeln!(s, "hint: {}", printable(hint));
     }
     s
 }
@@ -103,7 +105,7 @@ fn time_by_root(profile: &Profile) -> Option<String> {
     let parts: Vec<String> = events
         .iter()
         .zip(under)
-        .map(|(e, us)| format!("{e} {:.3} s", us as f64 / 1e6))
+        .map(|(e, us)| format!("{} {:.3} s", printable(e), us as f64 / 1e6))
         .collect();
     Some(parts.join(", "))
 }

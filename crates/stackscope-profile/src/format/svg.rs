@@ -4,17 +4,21 @@
 //! threads stay apart. Kernel frames carry `_[k]` and inlined frames `_[i]`, which inferno's
 //! java palette colours orange and aqua (C++/Rust names with `::` come out yellow, other
 //! user code red, names that look like Java green).
+//!
+//! Names reach the SVG as the folded writer spells them, so without control characters, which
+//! XML cannot hold; the title and subtitle are made [`printable`] alike. inferno escapes what
+//! XML gives a meaning (`<`, `&`, quotes).
 
 use super::folded::{self, Spelling};
 use super::WriteOptions;
-use crate::{CountUnit, Profile};
+use crate::{printable, CountUnit, Profile};
 use inferno::flamegraph::{self, color::MultiPalette, Palette};
 use std::io::{self, Write};
 
 const DEFAULT_TITLE: &str = "stackscope";
 
 pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
-    let title = opts.title.as_deref().unwrap_or(DEFAULT_TITLE);
+    let title = printable(opts.title.as_deref().unwrap_or(DEFAULT_TITLE));
     let spelling = Spelling {
         delimiter: opts.delimiter,
         annotate_kernel: true,
@@ -27,16 +31,16 @@ pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write)
         .collect();
     if lines.is_empty() {
         // inferno refuses input without samples; an empty run still deserves a valid file.
-        return write_empty(title, out);
+        return write_empty(&title, out);
     }
     let mut options = flamegraph::Options::default();
-    options.title = title.to_string();
+    options.title = title.into_owned();
     options.count_name = profile.meta.count_unit.short_name().to_string();
     options.colors = Palette::Multi(MultiPalette::Java);
     // Colour by name hash, so a function keeps its colour across runs and graphs.
     options.hash = true;
     if !profile.meta.event.is_empty() {
-        options.subtitle = Some(subtitle(profile));
+        options.subtitle = Some(printable(&subtitle(profile)).into_owned());
     }
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
 }

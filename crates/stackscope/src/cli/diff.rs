@@ -12,7 +12,7 @@ use super::flags::{format_name, OutputArgs};
     stackscope diff before.folded after.perf.data -o diff.folded --no-normalize\n\n\
     Both inputs may be anything `stackscope report` reads. The folded output has one line per \
     stack: `stack BEFORE AFTER`, as inferno-diff-folded writes it, for inferno-flamegraph or \
-    flamegraph.pl.")]
+    flamegraph.pl; `stackscope report` refuses it (a profile holds one count per stack).")]
 #[command(
     mut_arg("output", |a| a.help(
         "Where to write; `-` for standard output. Default: diff.svg, or diff.folded with \

@@ -96,7 +96,9 @@ pub struct OutputArgs {
     /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
     /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
     /// /dev/stdout is written in place; a symbolic link is kept and the file it names
-    /// replaced.
+    /// replaced. In a sticky world-writable directory (/tmp), a link or file is followed or
+    /// written only where the kernel's fs.protected_symlinks, fs.protected_regular and
+    /// fs.protected_fifos would let you open it.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
