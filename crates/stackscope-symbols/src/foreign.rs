@@ -222,16 +222,9 @@ fn say_once(path: &Path, line: impl FnOnce() -> String) {
         .get_or_insert_with(HashSet::new)
         .insert(path.to_path_buf())
     {
-        eprintln!("{}", printable(&line()));
+        // A path may hold any byte but `/` and NUL: none of it may act on the terminal.
+        eprintln!("{}", stackscope_profile::printable(&line()));
     }
-}
-
-/// `text` with control characters (a path may hold any byte but `/` and NUL) shown as `?`,
-/// so that a warning cannot move the cursor or recolour the user's terminal.
-pub fn printable(text: &str) -> String {
-    text.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
 }
 
 #[cfg(unix)]
