@@ -1,35 +1,32 @@
-//! Ctrl-C (or SIGTERM) while frames are named. The first signal of a run stops sampling and
-//! the profile is named in full; a signal that arrives once sampling has ended stops naming
-//! instead, so that the profile is written at once with the names it has (the program's
-//! second signal, if the first stopped sampling, ends it at once: that is the program's
-//! choice, not this module's).
-//!
-//! The program counts signals ([`signal_arrived`], from its handler); the naming step says
-//! when sampling ended ([`sampling_ended`]); every long step of naming (a module's symbols, a
-//! debug link's CRC, a decompression) asks [`interrupted`].
+//! Stopping while frames are named. The program's signal handler decides what a stop signal
+//! means at each stage; this module holds what naming needs of that: whether sampling has
+//! ended ([`sampling_ended`], said by the naming step when it begins its last round), and
+//! whether naming was told to stop ([`stop_naming`]), which every long step of naming (a
+//! module's symbols, a debug link's CRC, a decompression) asks through [`interrupted`]. A
+//! naming step that stops leaves what it has not named as module and address, and the profile
+//! is written at once.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Signals that asked stackscope to stop, so far.
-static SIGNALS: AtomicUsize = AtomicUsize::new(0);
+static SAMPLING_ENDED: AtomicBool = AtomicBool::new(false);
+static NAMING_STOPPED: AtomicBool = AtomicBool::new(false);
 
-/// [`SIGNALS`] when sampling ended; `usize::MAX` while it goes on.
-static ENDED_AT: AtomicUsize = AtomicUsize::new(usize::MAX);
-
-/// Counts a signal asking stackscope to stop. Only an atomic add: safe in a signal handler.
-pub fn signal_arrived() {
-    SIGNALS.fetch_add(1, Ordering::SeqCst);
-}
-
-/// Sampling has ended: the signals that arrive from now on interrupt naming. Only the first
-/// call counts.
+/// Sampling has ended: what is named from now on is the profile's last naming.
 pub fn sampling_ended() {
-    let now = SIGNALS.load(Ordering::SeqCst);
-    let _ = ENDED_AT.compare_exchange(usize::MAX, now, Ordering::SeqCst, Ordering::SeqCst);
+    SAMPLING_ENDED.store(true, Ordering::SeqCst);
 }
 
-/// True once a signal arrived after sampling ended: naming gives up, keeping what it has.
+/// Whether sampling has ended. Only an atomic load: safe in a signal handler.
+pub fn sampling_has_ended() -> bool {
+    SAMPLING_ENDED.load(Ordering::SeqCst)
+}
+
+/// Tells naming to stop and keep what it has. Only an atomic store: safe in a signal handler.
+pub fn stop_naming() {
+    NAMING_STOPPED.store(true, Ordering::SeqCst);
+}
+
+/// True once naming was told to stop.
 pub fn interrupted() -> bool {
-    let ended_at = ENDED_AT.load(Ordering::SeqCst);
-    ended_at != usize::MAX && SIGNALS.load(Ordering::SeqCst) > ended_at
+    NAMING_STOPPED.load(Ordering::SeqCst)
 }

@@ -192,20 +192,27 @@ pub fn write(path: &Path, body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -
 /// freed, so a handler running on another thread never reads freed memory.
 static PENDING: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Signals whose default action ends the process, and which a user sends to stop a command.
-const ENDING_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
-
-/// Removes the temporary, then lets the signal take its default action (the handler is reset
-/// by SA_RESETHAND and the re-raised signal is delivered when the handler returns). Only
-/// async-signal-safe calls.
+/// At a stop signal that is not a copy of the one that stopped sampling
+/// ([`crate::status`]): removes the temporary, says that nothing was written, then lets the
+/// signal take its default action (restored here; the re-raised signal is delivered when the
+/// handler returns). Only async-signal-safe calls.
 extern "C" fn remove_pending(signal: libc::c_int) {
+    if crate::status::is_copy_of_last_stop() {
+        return;
+    }
     let path = PENDING.swap(std::ptr::null_mut(), Ordering::SeqCst);
-    // SAFETY: `path` is null or a leaked, never freed C string; unlink and raise are
-    // async-signal-safe.
+    // SAFETY: `path` is null or a leaked, never freed C string; unlink, write, sigaction and
+    // raise are async-signal-safe.
     unsafe {
         if !path.is_null() {
             libc::unlink(path);
         }
+        crate::status::say_from_handler(
+            b"\nstackscope: stopped while writing the profile; nothing was written\n",
+        );
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(signal, &default, std::ptr::null_mut());
         libc::raise(signal);
     }
 }
@@ -260,13 +267,12 @@ impl Temporary {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL in the name"))?;
         PENDING.store(c_path.into_raw(), Ordering::SeqCst);
         let mut previous = Vec::new();
-        for signal in ENDING_SIGNALS {
+        for signal in crate::status::STOP_SIGNALS {
             // SAFETY: a zeroed sigaction is a valid value to fill in; the handler only makes
             // async-signal-safe calls.
             unsafe {
                 let mut action: libc::sigaction = std::mem::zeroed();
                 action.sa_sigaction = remove_pending as *const () as libc::sighandler_t;
-                action.sa_flags = libc::SA_RESETHAND;
                 libc::sigemptyset(&mut action.sa_mask);
                 let mut old: libc::sigaction = std::mem::zeroed();
                 if libc::sigaction(signal, &action, &mut old) == 0 {

@@ -126,8 +126,8 @@ fn say_naming() {
     }
     if stackscope_symbols::interrupt::interrupted() {
         eprintln!(
-            "stackscope: naming stopped at the signal: frames not named by then show their \
-             module and address"
+            "stackscope: naming stopped at the stop signal: frames not named by then show \
+             their module and address"
         );
     }
 }

@@ -234,7 +234,7 @@ fn ctrl_c_while_naming_writes_the_profile_at_once() {
         run.stderr
     );
     assert!(
-        run.stderr.contains("naming stopped at the signal"),
+        run.stderr.contains("naming stopped at the stop signal"),
         "{}",
         run.stderr
     );
