@@ -355,3 +355,47 @@ fn a_fifo_where_a_program_with_dwarf_links_is_not_followed() {
         top_stacks(&profile, 6)
     );
 }
+
+/// A perf.data whose program was replaced by a FIFO after the recording: `report` names the
+/// rest, and says what it left unread.
+#[test]
+fn report_of_a_perf_data_whose_program_is_now_a_fifo_ends_with_its_profile() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (prog, _) = stripped_two_hot(dir.path());
+    let data = perf_record(dir.path(), &["-g"], &[prog.as_os_str(), os("500")]);
+    std::fs::remove_file(&prog).unwrap();
+    mkfifo(&prog);
+    let out = dir.path().join("out.json");
+    let run = report(dir.path(), &data, &out);
+    assert_left_unread(&run, &prog);
+    assert_min_samples(&read_json(&out), 100);
+}
+
+/// `stackscope gdb --kernel FIFO` is refused at once, naming the FIFO, before any connection.
+#[test]
+fn gdb_with_a_fifo_as_its_kernel_is_refused_at_once() {
+    let _serial = serial();
+    let dir = tempdir();
+    let fifo = dir.path().join("kernel");
+    mkfifo(&fifo);
+    let run = stackscope(
+        dir.path(),
+        [
+            os("gdb"),
+            os("--remote"),
+            os("127.0.0.1:1"),
+            os("--kernel"),
+            fifo.as_os_str(),
+            os("-o"),
+            os("g.svg"),
+        ],
+    );
+    assert_eq!(run.code(), Some(1), "{}", run.stderr);
+    assert!(run.wall < Duration::from_secs(10), "took {:?}", run.wall);
+    assert!(
+        run.stderr.contains("a FIFO, not a regular file"),
+        "{}",
+        run.stderr
+    );
+}
