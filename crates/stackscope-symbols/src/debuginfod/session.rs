@@ -1,6 +1,7 @@
 //! What one process has learnt of its debuginfod servers while fetching: which could not be
-//! reached (named once, not asked again), how much of the overall bound is left, whether
-//! Ctrl-C came, and what the user is shown meanwhile.
+//! reached (named once, not asked again), which build-ids were answered with another file,
+//! how much of the overall bound is left, whether Ctrl-C came, and what the user is shown
+//! meanwhile.
 
 use std::fmt;
 use std::io;
@@ -10,12 +11,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::progress::Progress;
-use super::Timeouts;
+use super::Limits;
 
 /// What one process has learnt of its servers, shared by the transport and the fetching.
 #[derive(Debug)]
 pub(super) struct Session {
-    pub(super) timeouts: Timeouts,
+    pub(super) limits: Limits,
     /// When the first fetch began: the overall bound counts from there.
     began: OnceLock<Instant>,
     /// Set by Ctrl-C, and whether it was set when fetching began: a Ctrl-C that stopped
@@ -31,6 +32,8 @@ struct State {
     down: Vec<String>,
     /// Servers already named in a warning.
     warned: Vec<String>,
+    /// Build-ids (in hex) for which a file with another build-id was found.
+    rejected: Vec<String>,
     /// What is being fetched, in words: the library's client hands the transport only a URL.
     fetching: String,
     progress: Option<Progress>,
@@ -50,9 +53,9 @@ impl State {
 }
 
 impl Session {
-    pub(super) fn new(timeouts: Timeouts) -> Self {
+    pub(super) fn new(limits: Limits) -> Self {
         Session {
-            timeouts,
+            limits,
             began: OnceLock::new(),
             stop: OnceLock::new(),
             stop_at_start: OnceLock::new(),
@@ -114,7 +117,7 @@ impl Session {
         }
         let spent = self.began.get().map_or(Duration::ZERO, Instant::elapsed);
         let Some(left) = self
-            .timeouts
+            .limits
             .overall
             .checked_sub(spent)
             .filter(|l| !l.is_zero())
@@ -124,24 +127,70 @@ impl Session {
                     "stackscope: warning: debuginfod: stopped fetching debug info after {} s, \
                      the bound for all fetching; the binaries not yet fetched keep the names \
                      they have",
-                    self.timeouts.overall.as_secs()
+                    self.limits.overall.as_secs()
                 ));
             }
             return Err("the bound for all fetching was reached".to_string());
         };
-        Ok(self.timeouts.file.map_or(left, |file| file.min(left)))
+        Ok(self.limits.file.map_or(left, |file| file.min(left)))
     }
 
     /// `server` cannot be reached: said once, and not asked again.
     pub(super) fn mark_down(&self, server: &str, why: &dyn fmt::Display) {
-        self.warn(
+        self.give_up(
             server,
             &format!("cannot be reached ({why}); debug info from it is left out"),
         );
+    }
+
+    /// `server` is not asked again, for the reason `what` says (once).
+    fn give_up(&self, server: &str, what: &str) {
+        self.warn(server, what);
         let mut state = self.state();
         if !state.down.iter().any(|s| s == server) {
             state.down.push(server.to_string());
         }
+    }
+
+    /// `server` states that the file being fetched has `length` bytes, over the size bound:
+    /// said once; its other files may be smaller.
+    pub(super) fn warn_too_large(&self, server: &str, length: u64) {
+        let what = format!(
+            "has the debug info of {} only as {length} bytes, over the bound of {} \
+             (DEBUGINFOD_MAXSIZE); it is left out",
+            self.state().fetching,
+            self.limits.size
+        );
+        self.warn(server, &what);
+    }
+
+    /// `server` sent more than the size bound, having not stated as much: said once, and
+    /// not asked again, since every file from it could cost as much.
+    pub(super) fn give_up_endless(&self, server: &str) {
+        let what = format!(
+            "sent more than {} bytes (DEBUGINFOD_MAXSIZE) of the debug info of {}; the \
+             download is dropped and the server not asked again",
+            self.limits.size,
+            self.state().fetching
+        );
+        self.give_up(server, &what);
+    }
+
+    /// Notes, and counts in [`super::mismatched_files`], that a file whose build-id is not
+    /// `build_id` (in hex) was found for it; whether this is the first time for that build-id.
+    pub(super) fn reject(&self, build_id: &str) -> bool {
+        let mut state = self.state();
+        if state.rejected.iter().any(|r| r == build_id) {
+            return false;
+        }
+        state.rejected.push(build_id.to_string());
+        super::MISMATCHED.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Prints `line` on stderr, around the progress bar if one shows.
+    pub(super) fn say(&self, line: &str) {
+        self.state().say(line);
     }
 
     /// A download from `server` of the debug info of `name` broke off: said once, and the
