@@ -152,12 +152,17 @@ impl Session {
         }
     }
 
-    /// `server` states that the file being fetched has `length` bytes, over the size bound:
-    /// said once; its other files may be smaller.
-    pub(super) fn warn_too_large(&self, server: &str, length: u64) {
+    /// `server` has the file being fetched only over the size bound: `stated` bytes, when it
+    /// said how many (else it answered 406, refusing the bound it was sent). Said once; its
+    /// other files may be smaller.
+    pub(super) fn warn_too_large(&self, server: &str, stated: Option<u64>) {
+        let (size, how) = match stated {
+            Some(length) => (format!(" as {length} bytes,"), ""),
+            None => (String::new(), "; it answered 406"),
+        };
         let what = format!(
-            "has the debug info of {} only as {length} bytes, over the bound of {} \
-             (DEBUGINFOD_MAXSIZE); it is left out",
+            "has the debug info of {} only{size} over the bound of {} bytes \
+             (DEBUGINFOD_MAXSIZE{how}); it is left out",
             self.state().fetching,
             self.limits.size
         );

@@ -65,7 +65,7 @@ impl HttpClient for Transport {
                 });
                 if let Some(length) = length.filter(|&l| l > max_size) {
                     // Dropping the answer unread closes its connection.
-                    self.session.warn_too_large(server, length);
+                    self.session.warn_too_large(server, Some(length));
                     return Err(other(format!("{length} bytes, over the size bound")));
                 }
                 let progress = self.session.start_progress(server, length);
@@ -82,13 +82,7 @@ impl HttpClient for Transport {
                 match status {
                     // Not found is the ordinary answer for a binary the server does not index.
                     StatusCode::NOT_FOUND => {}
-                    StatusCode::NOT_ACCEPTABLE => self.session.warn(
-                        server,
-                        &format!(
-                            "answered 406: its debug info is larger than {max_size} bytes \
-                             (DEBUGINFOD_MAXSIZE); it is left out"
-                        ),
-                    ),
+                    StatusCode::NOT_ACCEPTABLE => self.session.warn_too_large(server, None),
                     _ => self.session.warn(
                         server,
                         &format!("answered {status}; its debug info is left out"),
