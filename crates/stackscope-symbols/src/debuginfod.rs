@@ -18,14 +18,15 @@
 //!
 //! What a server sends is not trusted: a file is used, and kept in the cache, only when its
 //! own build-id is the one asked; one already in the cache is used on the same condition and
-//! otherwise left as it is (it is not ours). Each such file is named in one warning and
-//! counted ([`mismatched_files`]). A file is downloaded to a temporary beside its cache entry
-//! and renamed into place once checked, so nothing else ever appears as an entry.
+//! otherwise left as it is (it is not ours). Such files are named in warnings (one per
+//! server, or per cached file) and counted ([`mismatched_files`]). A file is downloaded to a
+//! temporary beside its cache entry and renamed into place once checked, so nothing else ever
+//! appears as an entry; a server whose answer is not used leaves the file to the next one.
 //!
 //! The server list, the URLs asked and the reading of answers are the `debuginfod` crate's;
-//! the transport under it (with the timeouts), the cache and the progress are here. What it
-//! says goes to stderr itself, as libdebuginfod's own progress does: fetching happens deep in
-//! the naming step, long after the command line handed over.
+//! the transport under it (with the timeouts and the size bound), the cache and the progress
+//! are here. What it says goes to stderr itself, as libdebuginfod's own progress does:
+//! fetching happens deep in the naming step, long after the command line handed over.
 
 mod cache;
 mod progress;

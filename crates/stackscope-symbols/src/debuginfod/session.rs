@@ -32,7 +32,7 @@ struct State {
     down: Vec<String>,
     /// Servers already named in a warning.
     warned: Vec<String>,
-    /// Build-ids (in hex) for which a file with another build-id was found.
+    /// Build-ids (in hex) for which a file that is not their debug file was found.
     rejected: Vec<String>,
     /// What is being fetched, in words: the library's client hands the transport only a URL.
     fetching: String,
@@ -181,8 +181,9 @@ impl Session {
         self.give_up(server, &what);
     }
 
-    /// Notes, and counts in [`super::mismatched_files`], that a file whose build-id is not
-    /// `build_id` (in hex) was found for it; whether this is the first time for that build-id.
+    /// Notes, and counts in [`super::mismatched_files`], that a file that is not the debug
+    /// file of `build_id` (in hex) was found for it; whether this is the first time for that
+    /// build-id.
     pub(super) fn reject(&self, build_id: &str) -> bool {
         let mut state = self.state();
         if state.rejected.iter().any(|r| r == build_id) {
