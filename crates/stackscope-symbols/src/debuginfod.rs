@@ -18,10 +18,11 @@
 //!
 //! What a server sends is not trusted: a file is used, and kept in the cache, only when its
 //! own build-id is the one asked; one already in the cache is used on the same condition and
-//! otherwise left as it is (it is not ours). Such files are named in warnings (one per
-//! server, or per cached file) and counted ([`mismatched_files`]). A file is downloaded to a
-//! temporary beside its cache entry and renamed into place once checked, so nothing else ever
-//! appears as an entry; a server whose answer is not used leaves the file to the next one.
+//! otherwise left as it is (it is not ours). Each such file, or answer by its URL, is named in
+//! a warning and counted as every debug file of another build is ([`foreign::mismatched`]). A
+//! file is downloaded to a temporary beside its cache entry and renamed into place once
+//! checked, so nothing else ever appears as an entry; a server whose answer is not used leaves
+//! the file to the next one.
 //!
 //! The server list, the URLs asked and the reading of answers are the `debuginfod` crate's;
 //! the transport under it (with the timeouts and the size bound), the cache and the progress
@@ -35,7 +36,7 @@ mod transport;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +44,7 @@ use debuginfod::BuildId;
 
 use crate::debug_file::FetchDebugFile;
 use crate::elf::build_id_hex;
+use crate::foreign;
 use cache::{Cache, Cached, Stored};
 use session::Session;
 use transport::Transport;
@@ -56,16 +58,6 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(90);
 /// bound then): above the debug info of nearly every binary distributions ship, and short of
 /// filling a disk; a larger file needs `DEBUGINFOD_MAXSIZE`.
 pub const DEFAULT_MAX_SIZE: u64 = 2 << 30;
-
-/// How many debug files, from a server or already in the cache, were left out in this
-/// process because their build-id was not the one asked (or they had none).
-static MISMATCHED: AtomicU64 = AtomicU64::new(0);
-
-/// How many debug files were left out because their build-id was not the one asked, each
-/// build-id counted once: for the summary at the end of a command.
-pub fn mismatched_files() -> u64 {
-    MISMATCHED.load(Ordering::Relaxed)
-}
 
 /// The debuginfod servers of this process and what has been learnt of them.
 #[derive(Debug)]
@@ -175,19 +167,9 @@ impl Debuginfod {
             Cached::Found(path) => return Some(path),
             Cached::Missing => return None,
             Cached::Unknown => {}
-            // Replacing it would delete what another tool put there: without it, the names
-            // from a server wait until the user removes it, as the warning says.
-            Cached::Unusable(path, why) => {
-                if self.session.reject(&hex) {
-                    self.session.say(&format!(
-                        "stackscope: warning: debuginfod: {} in elfutils' cache is not the \
-                         debug file of build-id {hex} (it {why}); it is not used, and left as \
-                         it is (remove it to fetch that file again)",
-                        path.display()
-                    ));
-                }
-                return None;
-            }
+            // Replacing it would remove what another tool put there: the names a server has
+            // wait until the user removes it, having been told of it.
+            Cached::Unusable(_) => return None,
         }
         if let Err(e) = self.cache.prepare(&hex) {
             self.session.warn_cache(self.cache.dir(), &e);
@@ -233,11 +215,8 @@ impl Debuginfod {
         match stored {
             Ok(Stored::Kept(path)) => return Answer::Kept(path),
             Ok(Stored::Unusable(why)) => {
-                self.session.reject(hex);
-                self.session.warn(
-                    server_url,
-                    &format!("answered for {name} a file that {why}; it is left out, and not kept"),
-                );
+                let url = format!("{server_url}/buildid/{hex}/debuginfo");
+                foreign::mismatched(Path::new(&url), &why.describe(hex));
             }
             // What stopped at Ctrl-C was said once, when it stopped; a body past the size
             // bound was said by the transport as it arrived.

@@ -1,6 +1,6 @@
 //! Whether frames may be named from debug files fetched from debuginfod servers: the
 //! process's fetcher, set once before any naming begins, so that every source's naming step
-//! uses it; and what the end of a command says of the files it left out.
+//! uses it.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -37,19 +37,3 @@ pub(crate) fn install(arg: &DebuginfodArg, stop: Option<&Arc<AtomicBool>>) {
 pub(crate) fn install(_: &DebuginfodArg, _: Option<&Arc<AtomicBool>>) {
     set_process_fetcher(None);
 }
-
-/// How many debug files were left out as not the ones asked for, in one line, when any were:
-/// the warnings about them came as they were found, long before.
-#[cfg(not(windows))]
-pub(crate) fn say_mismatches() {
-    let count = stackscope_symbols::debuginfod::mismatched_files();
-    if count > 0 {
-        eprintln!(
-            "stackscope: debuginfod: debug files left out as not the ones asked for (another \
-             build-id, or none): {count} (see the warnings above)"
-        );
-    }
-}
-
-#[cfg(windows)]
-pub(crate) fn say_mismatches() {}

@@ -33,7 +33,6 @@ pub(crate) fn finish(
     crate::hint::word_hints(&mut recording);
     say_failure(&recording);
     say_figures(&recording);
-    crate::debuginfod::say_mismatches();
     let exit_code = recording.exit_status.map(|status| match status.code() {
         Some(code) => code,
         None => 128 + killed_by(status).unwrap_or(0),

@@ -1,16 +1,17 @@
 //! elfutils' client cache, shared with the elfutils tools: `<cache>/<build-id>/debuginfo` is
 //! either a whole download or an empty file recording that no server had it, trusted for
 //! `cache_miss_s` seconds (the number in the cache's own `cache_miss_s` file, else 600).
-//! A file there is used only when its build-id is its entry's, since the elfutils tools keep
-//! whatever a server sent; and a download becomes an entry only on that same condition.
+//! A file there is used only when its build-id is its entry's ([`has_build_id`], which names
+//! and counts one that is not), since the elfutils tools keep whatever a server sent; and a
+//! download becomes an entry only on that same condition.
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
+use crate::debug_file::has_build_id;
 use crate::elf::{build_id_hex, ElfFile};
 
 /// elfutils' default for how long a miss is trusted.
@@ -48,8 +49,9 @@ pub(super) enum Cached {
     /// No server had it, recently enough not to ask again.
     Missing,
     Unknown,
-    /// The entry holds a file that is not the debug file of that build-id.
-    Unusable(PathBuf, Unusable),
+    /// The entry holds a file that is not the debug file of that build-id (named and
+    /// counted when it was found).
+    Unusable(PathBuf),
 }
 
 /// What became of a download.
@@ -70,12 +72,21 @@ pub(super) enum Unusable {
     OtherBuildId(Vec<u8>),
 }
 
-impl fmt::Display for Unusable {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Unusable {
+    /// Why, in words, for a file asked for by `asked` (a build-id in hex), as
+    /// [`has_build_id`] says it of a file on disk.
+    pub(super) fn describe(&self, asked: &str) -> String {
         match self {
-            Unusable::Unreadable(why) => write!(f, "cannot be read as ELF: {why}"),
-            Unusable::NoBuildId => write!(f, "has no build-id"),
-            Unusable::OtherBuildId(id) => write!(f, "has build-id {}", build_id_hex(id)),
+            Unusable::Unreadable(why) => {
+                format!("it cannot be read as ELF ({why}), so is not the {asked} looked up")
+            }
+            Unusable::NoBuildId => format!("its build-id is missing, not the {asked} looked up"),
+            Unusable::OtherBuildId(id) => {
+                format!(
+                    "its build-id is {}, not the {asked} looked up",
+                    build_id_hex(id)
+                )
+            }
         }
     }
 }
@@ -112,18 +123,11 @@ impl Cache {
             return Cached::Unknown;
         };
         if meta.len() > 0 {
-            // Non-blocking: a FIFO put there since the look must not hang the open.
-            let opened = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&path);
-            let checked = match opened {
-                Ok(file) => check(&file, build_id),
-                Err(e) => Err(Unusable::Unreadable(e.to_string())),
-            };
-            return match checked {
-                Ok(()) => Cached::Found(path),
-                Err(why) => Cached::Unusable(path, why),
+            // Not ours to replace or remove when it is another build's.
+            return if has_build_id(&path, build_id) {
+                Cached::Found(path)
+            } else {
+                Cached::Unusable(path)
             };
         }
         let age = meta

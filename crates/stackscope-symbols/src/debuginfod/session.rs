@@ -1,7 +1,6 @@
 //! What one process has learnt of its debuginfod servers while fetching: which could not be
-//! reached (named once, not asked again), which build-ids were answered with another file,
-//! how much of the overall bound is left, whether Ctrl-C came, and what the user is shown
-//! meanwhile.
+//! reached (named once, not asked again), how much of the overall bound is left, whether
+//! Ctrl-C came, and what the user is shown meanwhile.
 
 use std::fmt;
 use std::io;
@@ -32,8 +31,6 @@ struct State {
     down: Vec<String>,
     /// Servers already named in a warning.
     warned: Vec<String>,
-    /// Build-ids (in hex) for which a file that is not their debug file was found.
-    rejected: Vec<String>,
     /// What is being fetched, in words: the library's client hands the transport only a URL.
     fetching: String,
     progress: Option<Progress>,
@@ -179,24 +176,6 @@ impl Session {
             self.state().fetching
         );
         self.give_up(server, &what);
-    }
-
-    /// Notes, and counts in [`super::mismatched_files`], that a file that is not the debug
-    /// file of `build_id` (in hex) was found for it; whether this is the first time for that
-    /// build-id.
-    pub(super) fn reject(&self, build_id: &str) -> bool {
-        let mut state = self.state();
-        if state.rejected.iter().any(|r| r == build_id) {
-            return false;
-        }
-        state.rejected.push(build_id.to_string());
-        super::MISMATCHED.fetch_add(1, Ordering::Relaxed);
-        true
-    }
-
-    /// Prints `line` on stderr, around the progress bar if one shows.
-    pub(super) fn say(&self, line: &str) {
-        self.state().say(line);
     }
 
     /// A download from `server` of the debug info of `name` broke off: said once, and the
