@@ -50,7 +50,7 @@ pub(super) enum Cached {
     Missing,
     Unknown,
     /// The entry holds a file that is not the debug file of that build-id (named and
-    /// counted when it was found).
+    /// counted by [`has_build_id`] when it is ELF).
     Unusable(PathBuf),
 }
 
@@ -66,7 +66,7 @@ pub(super) enum Stored {
 /// Why a file is not the debug file of the build-id asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Unusable {
-    /// It is not a regular file, or cannot be read as ELF.
+    /// It cannot be read as ELF.
     Unreadable(String),
     NoBuildId,
     OtherBuildId(Vec<u8>),
@@ -91,14 +91,9 @@ impl Unusable {
     }
 }
 
-/// Whether `file` is an ELF file whose build-id is `build_id`.
+/// Whether `file`, a download of ours, is an ELF file whose build-id is `build_id`; why not,
+/// for the warning that names where it came from.
 fn check(file: &File, build_id: &[u8]) -> Result<(), Unusable> {
-    let meta = file
-        .metadata()
-        .map_err(|e| Unusable::Unreadable(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(Unusable::Unreadable("not a regular file".to_string()));
-    }
     let elf = ElfFile::map(file).map_err(|e| Unusable::Unreadable(e.to_string()))?;
     match elf.build_id() {
         Some(id) if id == build_id => Ok(()),
