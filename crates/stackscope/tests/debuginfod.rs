@@ -4,16 +4,25 @@
 //! only through the server; a second run reads elfutils' cache with the server gone; and
 //! servers that cannot be reached cost the timeout once, are named in one warning each, and
 //! the profile is written all the same.
+//!
+//! Hostile servers, on loopback ports too, answer with the debug file of a decoy build (the
+//! same program with its functions renamed), with a 10 GiB length, with a body without end,
+//! or with more than `DEBUGINFOD_MAXSIZE`: each run ends in time with its profile, names no
+//! frame from the decoy, keeps nothing in the cache (watched while it runs), stays small in
+//! memory, and says what happened in one-line warnings (once per server, or per answer of
+//! another build). A decoy already in the cache is not used and not removed.
 
 #![cfg(target_os = "linux")]
 
 mod common;
 
 use std::ffi::OsStr;
-use std::io::{Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{read_json, record_command, run_with_deadline, share_of, Run};
@@ -498,4 +507,531 @@ fn ctrl_c_during_a_download_still_writes_the_profile() {
         "a partial download was kept as {}",
         entry.display()
     );
+}
+
+/// The split-off debug file of a decoy: the program with its hot functions renamed
+/// (`decoy_alpha`, `decoy_beta`), so of the same layout and another build-id. A frame named
+/// from it says that a file with the wrong build-id was used.
+fn build_decoy(dir: &Path) -> Vec<u8> {
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let lib_dir = format!("-L{}", dir.display());
+    let full = compile(
+        "gcc",
+        dir,
+        ("decoy.c", &PROGRAM.replace("warm_", "decoy_")),
+        &["-O2", "-g", "-Wl,--build-id"],
+        &[&lib_dir, "-lhelper", &rpath],
+        "decoy.full",
+    );
+    let debug = dir.join("decoy.debug");
+    run(Command::new("objcopy")
+        .arg("--only-keep-debug")
+        .arg(&full)
+        .arg(&debug));
+    std::fs::read(debug).unwrap()
+}
+
+/// What a hostile server answers to every request.
+#[derive(Clone)]
+enum Hostile {
+    /// This file, whatever build-id was asked.
+    File(Arc<Vec<u8>>),
+    /// A length of 10 GiB, and a body that goes on.
+    HugeLength,
+    /// A chunked body without end, and no length.
+    EndlessChunks,
+    /// A length of this many bytes, and that many.
+    Sized(u64),
+}
+
+/// A test-only HTTP server on a loopback port, answering as [`Hostile`] says, keeping the
+/// head of every request and counting the bytes of body it sent.
+struct HostileServer {
+    url: String,
+    requests: Arc<Mutex<Vec<String>>>,
+    sent: Arc<AtomicU64>,
+}
+
+impl HostileServer {
+    fn start(answer: Hostile) -> HostileServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let sent = Arc::new(AtomicU64::new(0));
+        let (seen, counted) = (Arc::clone(&requests), Arc::clone(&sent));
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let (seen, counted, answer) =
+                    (Arc::clone(&seen), Arc::clone(&counted), answer.clone());
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(stream);
+                    let mut head = String::new();
+                    let mut line = String::new();
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        head.push_str(&line);
+                        line.clear();
+                    }
+                    seen.lock().unwrap().push(head);
+                    answer.send(reader.get_mut(), &counted);
+                });
+            }
+        });
+        HostileServer {
+            url,
+            requests,
+            sent,
+        }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Hostile {
+    /// Writes the answer until it ends or the client goes, counting the body in `sent`.
+    fn send(&self, stream: &mut TcpStream, sent: &AtomicU64) {
+        let length = match self {
+            Hostile::File(file) => Some(file.len() as u64),
+            Hostile::HugeLength => Some(10 << 30),
+            Hostile::EndlessChunks => None,
+            Hostile::Sized(size) => Some(*size),
+        };
+        let head = match length {
+            Some(length) => format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n"),
+            None => "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_string(),
+        };
+        if stream.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        let mut body = |bytes: &[u8]| {
+            let written = stream.write_all(bytes).is_ok();
+            if written {
+                sent.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            }
+            written
+        };
+        let zeros = [0u8; 65536];
+        match self {
+            Hostile::File(file) => {
+                body(file);
+            }
+            Hostile::HugeLength => while body(&zeros) {},
+            Hostile::EndlessChunks => {
+                let mut chunk = b"10000\r\n".to_vec();
+                chunk.extend_from_slice(&zeros);
+                chunk.extend_from_slice(b"\r\n");
+                while body(&chunk) {}
+            }
+            Hostile::Sized(size) => {
+                let mut left = *size;
+                while left > 0 && body(&zeros[..left.min(65536) as usize]) {
+                    left = left.saturating_sub(65536);
+                }
+            }
+        }
+    }
+}
+
+/// A run of `record`, and what was seen of it while it ran.
+struct Watched {
+    run: Run,
+    profile: Profile,
+    cache: PathBuf,
+    /// The most bytes the cache directory held at any look.
+    peak_cache: u64,
+    /// stackscope's peak resident memory (VmHWM) at its last look before it ended.
+    peak_rss: u64,
+}
+
+/// The bytes of the files under `dir`, at any depth, and their paths.
+fn files_under(dir: &Path) -> (u64, Vec<PathBuf>) {
+    let (mut bytes, mut files) = (0, Vec::new());
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            match entry.metadata() {
+                Ok(meta) if meta.is_dir() => dirs.push(entry.path()),
+                Ok(meta) => {
+                    bytes += meta.len();
+                    files.push(entry.path());
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    (bytes, files)
+}
+
+/// The peak resident memory of process `pid`, in bytes, while it runs.
+fn peak_rss(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Records the program as [`record`] does, with the cache at `dir/cache`, looking at the
+/// cache's size and stackscope's memory every 10 ms while it runs.
+fn record_watched(dir: &Path, name: &str, env: &[(&str, &str)], built: &Built) -> Watched {
+    let out = dir.join(name);
+    let cache = dir.join("cache");
+    let command = [built.program.as_os_str(), OsStr::new("300")];
+    let mut cmd = record_command(dir, &out, &["--format", "json"], &command);
+    for var in [
+        "DEBUGINFOD_URLS",
+        "DEBUGINFOD_TIMEOUT",
+        "DEBUGINFOD_MAXTIME",
+        "DEBUGINFOD_MAXSIZE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.env("DEBUGINFOD_CACHE_PATH", &cache);
+    cmd.envs(env.iter().copied());
+    let start = Instant::now();
+    let child = common::spawn_piped(&mut cmd);
+    let pid = child.id();
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = {
+        let done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            let (mut cache_peak, mut rss_peak) = (0, 0);
+            // The last look comes after the end, so that a file left behind is seen too.
+            loop {
+                let ended = done.load(Ordering::Relaxed);
+                cache_peak = cache_peak.max(files_under(&cache).0);
+                rss_peak = rss_peak.max(peak_rss(pid).unwrap_or(0));
+                if ended {
+                    break (cache_peak, rss_peak);
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+    };
+    let run = common::wait_output(child, start);
+    done.store(true, Ordering::Relaxed);
+    let (peak_cache, peak_rss) = watcher.join().unwrap();
+    run.assert_ok();
+    let profile = read_json(&out);
+    Watched {
+        run,
+        profile,
+        cache: dir.join("cache"),
+        peak_cache,
+        peak_rss,
+    }
+}
+
+/// Far more than stackscope needs to record and name the program, far less than a body
+/// held in memory.
+const RSS_BOUND: u64 = 256 << 20;
+/// Far longer than the program runs, far shorter than a download of 10 GiB or the default
+/// `DEBUGINFOD_TIMEOUT` of 90 s.
+const WALL_BOUND: Duration = Duration::from_secs(45);
+
+/// What every refused answer must leave: a profile of the program with no frame named from
+/// a wrong file, no byte of it in the cache, bounded time and memory, and warnings naming the
+/// server at `url` that say `said`, each once; returns those.
+fn assert_left_alone(watched: &Watched, url: &str, said: &str) -> Vec<String> {
+    let Watched { run, profile, .. } = watched;
+    let in_program = common::share(profile, |frames| {
+        frames
+            .iter()
+            .any(|f| f.module.as_deref() == Some("debuginfod_pair"))
+    });
+    assert!(in_program > 0.5, "the profile lacks the program's samples");
+    for name in ["warm_alpha", "decoy_alpha", "decoy_beta"] {
+        assert!(
+            !profile.frames.iter().any(|f| f.name == name),
+            "{name} was named, from a file not asked for:\n{}",
+            common::top_stacks(profile, 8)
+        );
+    }
+    // No byte of any answer kept; a server that said it has no file is remembered, as
+    // elfutils remembers it, by an empty entry.
+    let (bytes, files) = files_under(&watched.cache);
+    assert!(
+        bytes == 0 && files.iter().all(|f| f.ends_with("debuginfo")),
+        "left in the cache ({bytes} bytes): {files:?}"
+    );
+    assert!(
+        run.wall < WALL_BOUND,
+        "the run took {:?}:\n{}",
+        run.wall,
+        run.stderr
+    );
+    assert!(
+        watched.peak_rss > 0 && watched.peak_rss < RSS_BOUND,
+        "peak resident memory {} bytes",
+        watched.peak_rss
+    );
+    // One line per server, or per file of another build (by its URL), each said once.
+    let warnings: Vec<&str> = run
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("warning") && l.contains(url))
+        .collect();
+    assert!(
+        !warnings.is_empty(),
+        "no warning naming {url}:\n{}",
+        run.stderr
+    );
+    for (i, warning) in warnings.iter().enumerate() {
+        assert!(
+            warning.contains(said),
+            "the warning does not say {said:?}: {warning}"
+        );
+        assert!(
+            !warnings[..i].contains(warning),
+            "said twice: {warning}\n{}",
+            run.stderr
+        );
+    }
+    eprintln!(
+        "{}\n{:?}, peak cache {} bytes, peak RSS {} MiB",
+        warnings.join("\n"),
+        run.wall,
+        watched.peak_cache,
+        watched.peak_rss >> 20,
+    );
+    warnings.into_iter().map(str::to_string).collect()
+}
+
+/// The build-id of the ELF file `bytes`, in hex.
+fn build_id_of(bytes: &[u8]) -> String {
+    let elf = ElfFile::from_bytes(bytes).expect("an ELF file");
+    let id = elf.build_id().expect("a build-id");
+    stackscope_symbols::elf::build_id_hex(id)
+}
+
+/// Nothing at all in the cache: a hostile server never says it has no file.
+fn assert_cache_empty(watched: &Watched) {
+    let (_, files) = files_under(&watched.cache);
+    assert!(files.is_empty(), "left in the cache: {files:?}");
+}
+
+/// How many files of another build the summary says were left unused, if it says so.
+fn said_left_out(run: &Run) -> Option<u64> {
+    run.stderr_lines().into_iter().find_map(|line| {
+        let rest = line.strip_prefix("stackscope: ")?;
+        let (count, what) = rest.split_once(' ')?;
+        what.starts_with("debug or binary file(s) left unused")
+            .then(|| count.parse().ok())?
+    })
+}
+
+#[test]
+fn a_server_answering_with_another_build_s_debug_file_names_nothing_from_it_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let decoy = build_decoy(dir.path());
+    let decoy_id = build_id_of(&decoy);
+    let server = HostileServer::start(Hostile::File(Arc::new(decoy)));
+
+    let watched = record_watched(
+        dir.path(),
+        "decoy.json",
+        &[("DEBUGINFOD_URLS", &server.url)],
+        &built,
+    );
+    assert_left_alone(
+        &watched,
+        &server.url,
+        &format!("its build-id is {decoy_id}, not the"),
+    );
+    assert_cache_empty(&watched);
+    assert!(
+        !server.requests().is_empty(),
+        "the server was not asked, so it proves nothing"
+    );
+    // The program and its library at least.
+    let count = said_left_out(&watched.run);
+    assert!(
+        count.is_some_and(|c| c >= 2),
+        "the end says {count:?} files left out:\n{}",
+        watched.run.stderr
+    );
+}
+
+#[test]
+fn a_stated_length_of_10_gib_is_refused_before_a_byte_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = HostileServer::start(Hostile::HugeLength);
+
+    let watched = record_watched(
+        dir.path(),
+        "huge.json",
+        &[("DEBUGINFOD_URLS", &server.url)],
+        &built,
+    );
+    // The default bound, with DEBUGINFOD_MAXSIZE unset.
+    let warned = assert_left_alone(
+        &watched,
+        &server.url,
+        "only as 10737418240 bytes, over the bound of 2147483648 bytes",
+    );
+    // Said once for the server, whatever else it is asked.
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_cache_empty(&watched);
+    assert_eq!(watched.peak_cache, 0, "part of the body was written");
+    // What the socket buffers took before stackscope hung up, no more.
+    let sent = server.sent.load(Ordering::Relaxed);
+    assert!(sent < 64 << 20, "the server sent {sent} bytes");
+}
+
+#[test]
+fn an_endless_body_is_dropped_at_debuginfod_maxsize_and_its_server_not_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = HostileServer::start(Hostile::EndlessChunks);
+    let max_size: u64 = 32 << 20;
+
+    let watched = record_watched(
+        dir.path(),
+        "endless.json",
+        &[
+            ("DEBUGINFOD_URLS", &server.url),
+            ("DEBUGINFOD_MAXSIZE", &max_size.to_string()),
+        ],
+        &built,
+    );
+    let warned = assert_left_alone(
+        &watched,
+        &server.url,
+        &format!("sent more than {max_size} bytes"),
+    );
+    // Said once for the server, whatever else it is asked.
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_cache_empty(&watched);
+    assert!(
+        watched.peak_cache <= max_size,
+        "the cache held {} bytes",
+        watched.peak_cache
+    );
+    let asked = server.requests().len();
+    assert_eq!(asked, 1, "asked {asked} times");
+}
+
+#[test]
+fn a_file_over_debuginfod_maxsize_is_refused_by_its_stated_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = HostileServer::start(Hostile::Sized(8 << 20));
+
+    let watched = record_watched(
+        dir.path(),
+        "sized.json",
+        &[
+            ("DEBUGINFOD_URLS", &server.url),
+            ("DEBUGINFOD_MAXSIZE", "1048576"),
+        ],
+        &built,
+    );
+    let warned = assert_left_alone(
+        &watched,
+        &server.url,
+        "only as 8388608 bytes, over the bound of 1048576 bytes (DEBUGINFOD_MAXSIZE)",
+    );
+    // Said once for the server, whatever else it is asked.
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_cache_empty(&watched);
+    assert_eq!(watched.peak_cache, 0, "part of the body was written");
+    let requests = server.requests();
+    assert!(
+        requests.iter().all(|r| r
+            .to_ascii_lowercase()
+            .contains("x-debuginfod-maxsize: 1048576\r\n")),
+        "the bound was not sent as elfutils sends it: {requests:?}"
+    );
+    // Honest about its sizes, it is still asked for the library's file.
+    assert!(requests.len() >= 2, "asked {} times", requests.len());
+}
+
+#[test]
+fn elfutils_server_refuses_a_file_over_debuginfod_maxsize_and_nothing_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let server = Server::start(dir.path(), &built.served);
+    server.wait_for(&built.build_id);
+
+    // The split-off debug file is some kilobytes.
+    let watched = record_watched(
+        dir.path(),
+        "refused.json",
+        &[
+            ("DEBUGINFOD_URLS", &server.url),
+            ("DEBUGINFOD_MAXSIZE", "100"),
+        ],
+        &built,
+    );
+    let warned = assert_left_alone(
+        &watched,
+        &server.url,
+        "only over the bound of 100 bytes (DEBUGINFOD_MAXSIZE; it answered 406)",
+    );
+    // Said once for the server, whatever else it is asked.
+    assert_eq!(warned.len(), 1, "{warned:?}");
+}
+
+#[test]
+fn a_debug_file_with_another_build_id_in_the_cache_is_neither_used_nor_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let built = build(dir.path());
+    let decoy = build_decoy(dir.path());
+    let entry = dir
+        .path()
+        .join("cache")
+        .join(&built.build_id)
+        .join("debuginfo");
+    std::fs::create_dir_all(entry.parent().unwrap()).unwrap();
+    std::fs::write(&entry, &decoy).unwrap();
+    // A server with the right file: it cannot replace the one in place, which is not ours.
+    let right = std::fs::read(built.served.join("debuginfod_pair.debug")).unwrap();
+    let server = HostileServer::start(Hostile::File(Arc::new(right)));
+
+    let watched = record_watched(
+        dir.path(),
+        "cached_decoy.json",
+        &[("DEBUGINFOD_URLS", &server.url)],
+        &built,
+    );
+    let run = &watched.run;
+    for name in ["decoy_alpha", "decoy_beta"] {
+        assert!(
+            !watched.profile.frames.iter().any(|f| f.name == name),
+            "{name} was named from the decoy in the cache"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&entry).unwrap(),
+        decoy,
+        "the file in the cache was changed"
+    );
+    let warnings: Vec<&str> = run
+        .stderr_lines()
+        .into_iter()
+        .filter(|l| l.contains("warning") && l.contains(&entry.display().to_string()))
+        .collect();
+    assert_eq!(
+        warnings.len(),
+        1,
+        "not one warning naming it:\n{}",
+        run.stderr
+    );
+    assert!(
+        warnings[0].contains(&build_id_of(&decoy)),
+        "{}",
+        warnings[0]
+    );
+    assert!(
+        said_left_out(run).is_some_and(|c| c >= 1),
+        "the end does not count it:\n{}",
+        run.stderr
+    );
+    eprintln!("{}", warnings[0]);
 }

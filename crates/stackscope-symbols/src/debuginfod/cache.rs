@@ -1,12 +1,18 @@
 //! elfutils' client cache, shared with the elfutils tools: `<cache>/<build-id>/debuginfo` is
 //! either a whole download or an empty file recording that no server had it, trusted for
 //! `cache_miss_s` seconds (the number in the cache's own `cache_miss_s` file, else 600).
+//! A file there is used only when its build-id is its entry's ([`has_build_id`], which names
+//! and counts one that is not), since the elfutils tools keep whatever a server sent; and a
+//! download becomes an entry only on that same condition.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
+
+use crate::debug_file::has_build_id;
+use crate::elf::{build_id_hex, ElfFile};
 
 /// elfutils' default for how long a miss is trusted.
 const DEFAULT_MISS_SECONDS: u64 = 600;
@@ -43,6 +49,57 @@ pub(super) enum Cached {
     /// No server had it, recently enough not to ask again.
     Missing,
     Unknown,
+    /// The entry holds a file that is not the debug file of that build-id (named and
+    /// counted by [`has_build_id`] when it is ELF).
+    Unusable(PathBuf),
+}
+
+/// What became of a download.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Stored {
+    /// Checked, and kept at this path.
+    Kept(PathBuf),
+    /// Not the debug file asked for, and not kept.
+    Unusable(Unusable),
+}
+
+/// Why a file is not the debug file of the build-id asked for.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Unusable {
+    /// It cannot be read as ELF.
+    Unreadable(String),
+    NoBuildId,
+    OtherBuildId(Vec<u8>),
+}
+
+impl Unusable {
+    /// Why, in words, for a file asked for by `asked` (a build-id in hex), as
+    /// [`has_build_id`] says it of a file on disk.
+    pub(super) fn describe(&self, asked: &str) -> String {
+        match self {
+            Unusable::Unreadable(why) => {
+                format!("it cannot be read as ELF ({why}), so is not the {asked} looked up")
+            }
+            Unusable::NoBuildId => format!("its build-id is missing, not the {asked} looked up"),
+            Unusable::OtherBuildId(id) => {
+                format!(
+                    "its build-id is {}, not the {asked} looked up",
+                    build_id_hex(id)
+                )
+            }
+        }
+    }
+}
+
+/// Whether `file`, a download of ours, is an ELF file whose build-id is `build_id`; why not,
+/// for the warning that names where it came from.
+fn check(file: &File, build_id: &[u8]) -> Result<(), Unusable> {
+    let elf = ElfFile::map(file).map_err(|e| Unusable::Unreadable(e.to_string()))?;
+    match elf.build_id() {
+        Some(id) if id == build_id => Ok(()),
+        Some(id) => Err(Unusable::OtherBuildId(id.to_vec())),
+        None => Err(Unusable::NoBuildId),
+    }
 }
 
 impl Cache {
@@ -54,13 +111,19 @@ impl Cache {
         self.dir.join(build_id).join("debuginfo")
     }
 
-    pub(super) fn lookup(&self, build_id: &str) -> Cached {
-        let path = self.entry(build_id);
+    /// What the entry of `hex` (`build_id` in hex) holds.
+    pub(super) fn lookup(&self, hex: &str, build_id: &[u8]) -> Cached {
+        let path = self.entry(hex);
         let Ok(meta) = fs::metadata(&path) else {
             return Cached::Unknown;
         };
         if meta.len() > 0 {
-            return Cached::Found(path);
+            // Not ours to replace or remove when it is another build's.
+            return if has_build_id(&path, build_id) {
+                Cached::Found(path)
+            } else {
+                Cached::Unusable(path)
+            };
         }
         let age = meta
             .modified()
@@ -93,19 +156,36 @@ impl Cache {
         fs::create_dir_all(self.dir.join(build_id))
     }
 
-    /// Writes `body` as the entry of `build_id`, whole or not at all: into a temporary file
-    /// beside it, renamed into place once complete, so that an interrupted download never
-    /// looks like a debug file.
-    pub(super) fn store(&self, build_id: &str, body: &mut dyn Read) -> io::Result<PathBuf> {
-        let path = self.entry(build_id);
+    /// Writes `body` as the entry of `hex` (`build_id` in hex), whole and checked or not at
+    /// all: into a temporary file beside it, renamed into place once complete and found to
+    /// be the debug file of `build_id`, so that neither an interrupted download nor another
+    /// file ever looks like that debug file. The temporary is removed on every other way out.
+    pub(super) fn store(
+        &self,
+        hex: &str,
+        build_id: &[u8],
+        body: &mut dyn Read,
+    ) -> io::Result<Stored> {
+        let path = self.entry(hex);
         let dir = path.parent().unwrap_or(&self.dir);
         fs::create_dir_all(dir)?;
-        let partial = dir.join(format!(".debuginfo.{}.part", std::process::id()));
-        let written = write_whole(&partial, body).and_then(|()| fs::rename(&partial, &path));
-        if written.is_err() {
-            let _ = fs::remove_file(&partial);
+        let mut partial = tempfile::Builder::new()
+            .prefix(".debuginfo.")
+            .suffix(".part")
+            .tempfile_in(dir)?;
+        io::copy(body, partial.as_file_mut())?;
+        partial.as_file_mut().flush()?;
+        if let Err(why) = check(partial.as_file(), build_id) {
+            return Ok(Stored::Unusable(why));
         }
-        written.map(|()| path)
+        partial.persist(&path).map_err(|e| e.error)?;
+        Ok(Stored::Kept(path))
+    }
+
+    /// Removes the directory of the entry of `build_id` when nothing is in it, as after a
+    /// download that was not kept. Best effort: an empty directory misleads no one.
+    pub(super) fn tidy(&self, build_id: &str) {
+        let _ = fs::remove_dir(self.dir.join(build_id));
     }
 
     /// Records that no server has `build_id`, as elfutils does: an empty entry with no
@@ -121,10 +201,4 @@ impl Cache {
             .mode(0o000)
             .open(&path);
     }
-}
-
-fn write_whole(path: &Path, body: &mut dyn Read) -> io::Result<()> {
-    let mut file = File::create(path)?;
-    io::copy(body, &mut file)?;
-    file.flush()
 }

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::progress::Progress;
-use super::Timeouts;
+use super::Limits;
 
 /// What one process has learnt of its servers, shared by the transport and the fetching.
 #[derive(Debug)]
 pub(super) struct Session {
-    pub(super) timeouts: Timeouts,
+    pub(super) limits: Limits,
     /// When the first fetch began: the overall bound counts from there.
     began: OnceLock<Instant>,
     /// Set by Ctrl-C, and whether it was set when fetching began: a Ctrl-C that stopped
@@ -50,9 +50,9 @@ impl State {
 }
 
 impl Session {
-    pub(super) fn new(timeouts: Timeouts) -> Self {
+    pub(super) fn new(limits: Limits) -> Self {
         Session {
-            timeouts,
+            limits,
             began: OnceLock::new(),
             stop: OnceLock::new(),
             stop_at_start: OnceLock::new(),
@@ -114,7 +114,7 @@ impl Session {
         }
         let spent = self.began.get().map_or(Duration::ZERO, Instant::elapsed);
         let Some(left) = self
-            .timeouts
+            .limits
             .overall
             .checked_sub(spent)
             .filter(|l| !l.is_zero())
@@ -124,24 +124,58 @@ impl Session {
                     "stackscope: warning: debuginfod: stopped fetching debug info after {} s, \
                      the bound for all fetching; the binaries not yet fetched keep the names \
                      they have",
-                    self.timeouts.overall.as_secs()
+                    self.limits.overall.as_secs()
                 ));
             }
             return Err("the bound for all fetching was reached".to_string());
         };
-        Ok(self.timeouts.file.map_or(left, |file| file.min(left)))
+        Ok(self.limits.file.map_or(left, |file| file.min(left)))
     }
 
     /// `server` cannot be reached: said once, and not asked again.
     pub(super) fn mark_down(&self, server: &str, why: &dyn fmt::Display) {
-        self.warn(
+        self.give_up(
             server,
             &format!("cannot be reached ({why}); debug info from it is left out"),
         );
+    }
+
+    /// `server` is not asked again, for the reason `what` says (once).
+    fn give_up(&self, server: &str, what: &str) {
+        self.warn(server, what);
         let mut state = self.state();
         if !state.down.iter().any(|s| s == server) {
             state.down.push(server.to_string());
         }
+    }
+
+    /// `server` has the file being fetched only over the size bound: `stated` bytes, when it
+    /// said how many (else it answered 406, refusing the bound it was sent). Said once; its
+    /// other files may be smaller.
+    pub(super) fn warn_too_large(&self, server: &str, stated: Option<u64>) {
+        let (size, how) = match stated {
+            Some(length) => (format!(" as {length} bytes,"), ""),
+            None => (String::new(), "; it answered 406"),
+        };
+        let what = format!(
+            "has the debug info of {} only{size} over the bound of {} bytes \
+             (DEBUGINFOD_MAXSIZE{how}); it is left out",
+            self.state().fetching,
+            self.limits.size
+        );
+        self.warn(server, &what);
+    }
+
+    /// `server` sent more than the size bound, having not stated as much: said once, and
+    /// not asked again, since every file from it could cost as much.
+    pub(super) fn give_up_endless(&self, server: &str) {
+        let what = format!(
+            "sent more than {} bytes (DEBUGINFOD_MAXSIZE) of the debug info of {}; the \
+             download is dropped and the server not asked again",
+            self.limits.size,
+            self.state().fetching
+        );
+        self.give_up(server, &what);
     }
 
     /// A download from `server` of the debug info of `name` broke off: said once, and the

@@ -1,6 +1,6 @@
 //! The HTTP transport under the `debuginfod` crate's client: requests with elfutils'
-//! timeouts, within what the [`Session`] allows, and each answer's bytes counted on the
-//! progress display as they are read.
+//! timeouts and size bound, within what the [`Session`] allows, and each answer's bytes
+//! counted as they are read, on the progress display and against the size bound.
 
 use std::fmt;
 use std::io::{self, Read};
@@ -13,7 +13,9 @@ use ureq::BodyReader;
 use super::progress::Progress;
 use super::session::Session;
 
-/// Requests over a blocking HTTP agent configured with the session's timeouts.
+/// Requests over a blocking HTTP agent configured with the session's timeouts. Clones share
+/// the agent and the session.
+#[derive(Clone)]
 pub(super) struct Transport {
     agent: ureq::Agent,
     session: Arc<Session>,
@@ -27,7 +29,7 @@ impl fmt::Debug for Transport {
 
 impl Transport {
     pub(super) fn new(session: Arc<Session>) -> Self {
-        let start = session.timeouts.start;
+        let start = session.limits.start;
         let config = ureq::Agent::config_builder()
             .timeout_resolve(start)
             .timeout_connect(start)
@@ -48,25 +50,43 @@ impl HttpClient for Transport {
         let server = server_of(url);
         let other = |e: String| HttpClientError::Other(e.into());
         let budget = self.session.budget(server).map_err(other)?;
+        let max_size = self.session.limits.size;
         let request = self.agent.get(url).config().timeout_global(Some(budget));
-        match request.build().call() {
+        // elfutils' header: its server answers 406 rather than send a larger file.
+        let request = request
+            .build()
+            .header("X-DEBUGINFOD-MAXSIZE", max_size.to_string());
+        match request.call() {
             Ok(response) => {
-                let length = response.body().content_length();
+                // elfutils' client reads the size from X-Debuginfod-Size without a length.
+                let length = response.body().content_length().or_else(|| {
+                    let size = response.headers().get("x-debuginfod-size")?;
+                    size.to_str().ok()?.trim().parse().ok()
+                });
+                if let Some(length) = length.filter(|&l| l > max_size) {
+                    // Dropping the answer unread closes its connection.
+                    self.session.warn_too_large(server, Some(length));
+                    return Err(other(format!("{length} bytes, over the size bound")));
+                }
                 let progress = self.session.start_progress(server, length);
                 Ok(Box::new(Download {
                     body: response.into_body().into_reader(),
                     progress,
                     session: Arc::clone(&self.session),
+                    server: server.to_string(),
+                    left: max_size,
                 }))
             }
             Err(ureq::Error::StatusCode(code)) => {
                 let status = StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY);
-                // Not found is the ordinary answer for a binary the server does not index.
-                if status != StatusCode::NOT_FOUND {
-                    self.session.warn(
+                match status {
+                    // Not found is the ordinary answer for a binary the server does not index.
+                    StatusCode::NOT_FOUND => {}
+                    StatusCode::NOT_ACCEPTABLE => self.session.warn_too_large(server, None),
+                    _ => self.session.warn(
                         server,
                         &format!("answered {status}; its debug info is left out"),
-                    );
+                    ),
                 }
                 Err(HttpClientError::StatusCode(status))
             }
@@ -83,11 +103,15 @@ fn server_of(url: &str) -> &str {
     url.find("/buildid/").map_or(url, |at| &url[..at])
 }
 
-/// An answer's body, counted on the progress display as it is read.
+/// An answer's body, counted on the progress display and against the size bound as it is
+/// read.
 struct Download {
     body: BodyReader<'static>,
     progress: Progress,
     session: Arc<Session>,
+    server: String,
+    /// How many more bytes the size bound allows.
+    left: u64,
 }
 
 impl fmt::Debug for Download {
@@ -103,6 +127,17 @@ impl Read for Download {
             return Err(io::Error::other("stopped at Ctrl-C"));
         }
         let n = self.body.read(buf)?;
+        // Only a body of unstated size passes the bound: ureq reads no further than a length.
+        match self.left.checked_sub(n as u64) {
+            Some(left) => self.left = left,
+            None => {
+                self.session.give_up_endless(&self.server);
+                return Err(io::Error::new(
+                    io::ErrorKind::FileTooLarge,
+                    "more than the size bound",
+                ));
+            }
+        }
         self.progress.advance(n as u64);
         Ok(n)
     }
