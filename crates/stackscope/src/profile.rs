@@ -92,6 +92,7 @@ fn target(args: &ProfileArgs) -> Result<Target> {
 /// bcc profile's ending: the profile when anything was sampled, then its warnings.
 fn finish(recording: &Recording, output: &Output) -> Result<()> {
     crate::summary::say_failure(recording);
+    crate::summary::say_naming();
     let profile = &recording.profile;
     if !profile.samples.is_empty() {
         output.write(profile)?;

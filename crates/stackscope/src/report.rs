@@ -14,6 +14,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     output.check_writable()?;
     crate::debuginfod::install(&args.debuginfod, None);
     let profile = read_profile(&args.input)?;
+    crate::summary::say_naming();
     output.write(&profile)?;
     if !output.is_stdout() {
         eprintln!(

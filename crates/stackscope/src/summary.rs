@@ -116,7 +116,7 @@ fn say_figures(recording: &Recording) {
 
 /// What naming did not use, in one line each: debug files of another build, and the names
 /// not looked up after a Ctrl-C.
-fn say_naming() {
+pub(crate) fn say_naming() {
     let mismatched = stackscope_symbols::foreign::mismatched_count();
     if mismatched > 0 {
         eprintln!(
