@@ -13,6 +13,7 @@ build_packages=(
 # takes, so that each test runs the real consumer or peer.
 test_packages=(
     util-linux                 # taskset/setpriv in tests
+    procps                     # pgrep: the stop-signal tests check no launched program is left running
     golang-go                  # `go tool pprof` reads the pprof writer's output in tests
     strace                     # the test that no stack memory reaches stackscope (what it reads)
     qemu-system-x86 gdb        # guest-kernel tests (stackscope gdb) and the OSDK comparison bench
