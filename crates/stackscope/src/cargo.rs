@@ -47,7 +47,11 @@ const FLAMEGRAPH: &str = "flamegraph.svg";
         "Where to write the profile; `-` for standard output. Default: {FLAMEGRAPH}, or \
          stackscope.<ext> for the chosen --format"
     ))),
+    // As `cargo run` and cargo-flamegraph take them: the built program's arguments only
+    // after `--`, so a mistyped cargo flag is refused rather than passed to the program.
     mut_arg("command", |a| a
+        .trailing_var_arg(false)
+        .last(true)
         .value_name("ARGS")
         .help_heading(None)
         .help("Arguments for the profiled program, after --")),
@@ -248,5 +252,7 @@ mod tests {
         );
         assert!(parse(&["cargo-stackscope", "--bin", "a", "--example", "b"]).is_err());
         assert!(parse(&["cargo-stackscope", "--dev", "--release"]).is_err());
+        // The program's arguments come after `--` only, as for `cargo run`.
+        assert!(parse(&["cargo-stackscope", "--bin", "b", "x"]).is_err());
     }
 }

@@ -216,8 +216,10 @@ pub struct RecordArgs {
     #[command(flatten)]
     pub debuginfod: DebuginfodArg,
 
-    /// The command to launch and profile, after `--`.
-    #[arg(last = true, value_name = "COMMAND")]
+    /// The command to launch and profile, with its arguments (`--` before it is optional).
+    /// Every word from the command on is the command's own, flags included, as for samply,
+    /// `time` or `env`.
+    #[arg(value_name = "COMMAND", trailing_var_arg = true)]
     pub command: Vec<OsString>,
 }
 

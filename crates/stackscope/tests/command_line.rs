@@ -1,0 +1,90 @@
+//! The command line as a newcomer first meets it: `record ./prog ARGS` without `--`, with the
+//! program's flags left to the program.
+
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use common::*;
+
+#[test]
+fn record_runs_a_program_named_without_a_double_dash_with_its_arguments() {
+    let _serial = serial();
+    let dir = tempdir();
+    let split = Measured::new(dir.path(), "split_nofp", "800");
+    let out = dir.path().join("p.json");
+    let mut args = vec![os("record"), os("-o"), out.as_os_str()];
+    args.extend(split.command());
+    let run = stackscope(dir.path(), &args);
+    run.assert_ok();
+    // The program wrote its truth file: the arguments reached it.
+    assert!(split.truth.exists(), "split did not get its arguments");
+    let profile = read_json(&out);
+    assert_share_at_least(&profile, "func_b", 0.3);
+}
+
+#[test]
+fn flags_after_the_program_are_the_programs_own() {
+    let _serial = serial();
+    let dir = tempdir();
+    let out = dir.path().join("p.json");
+    let split = workload("split_nofp");
+    // The shell prints the arguments it got, then becomes the workload; `-d 1` after it is the
+    // shell's, not a duration for stackscope.
+    let script = "echo \"args: $*\"; exec \"$0\" 400";
+    let args = [
+        os("record"),
+        os("-o"),
+        out.as_os_str(),
+        os("/bin/sh"),
+        os("-c"),
+        os(script),
+        split.as_os_str(),
+        os("-d"),
+        os("1"),
+    ];
+    let run = stackscope(dir.path(), args);
+    run.assert_ok();
+    assert!(
+        run.stdout.contains("args: -d 1"),
+        "the program did not get `-d 1`:\n{}",
+        run.stdout
+    );
+    assert!(
+        !run.stderr.contains("for 1 s"),
+        "stackscope took the program's -d 1:\n{}",
+        run.stderr
+    );
+    assert_share_at_least(&read_json(&out), "func_b", 0.3);
+}
+
+#[test]
+fn flags_before_the_program_are_stackscopes() {
+    let _serial = serial();
+    let dir = tempdir();
+    let spin = workload("spin");
+    let args = [
+        os("record"),
+        os("-d"),
+        os("1"),
+        os("-o"),
+        os("x.json"),
+        spin.as_os_str(),
+        os("100"),
+    ];
+    let run = stackscope(dir.path(), args);
+    // The duration ended the recording and stackscope ended the program (SIGTERM, 128 + 15).
+    run.assert_exit(143, "the spinning program ended by stackscope after -d 1");
+    assert!(run.wall.as_secs() < 20, "-d 1 was not taken: {:?}", run.wall);
+    assert_share_at_least(&read_json(&dir.path().join("x.json")), "spin_work", 0.8);
+}
+
+#[test]
+fn a_double_dash_before_the_program_still_works() {
+    let _serial = serial();
+    let dir = tempdir();
+    let split = Measured::new(dir.path(), "split_nofp", "800");
+    let (_, profile) = record_json(dir.path(), &[], &split.command());
+    assert!(split.truth.exists(), "split did not get its arguments");
+    assert_share_at_least(&profile, "func_b", 0.3);
+}
