@@ -15,9 +15,6 @@ use clap::{Args, Parser};
 
 use crate::cli::RecordArgs;
 
-/// Where the flamegraph goes without `-o`, as cargo-flamegraph names it.
-const FLAMEGRAPH: &str = "flamegraph.svg";
-
 #[derive(Parser)]
 #[command(
     name = "cargo-stackscope",
@@ -29,8 +26,8 @@ const FLAMEGRAPH: &str = "flamegraph.svg";
         and symbols kept, through the environment only (CARGO_PROFILE_<NAME>_DEBUG=true and \
         CARGO_PROFILE_<NAME>_STRIP=none, for the chosen profile and the test or bench profile \
         inheriting from it): no manifest is edited. Then runs the built executable with ARGS \
-        as `stackscope record` runs a command, and writes the flamegraph (flamegraph.svg \
-        unless -o says otherwise). Build output goes to stderr, as cargo's does; the \
+        as `stackscope record` runs a command, and writes the flamegraph (flame.svg, as \
+        `stackscope record` names it, unless -o says otherwise). Build output goes to stderr, as cargo's does; the \
         program's output is its own, and its exit code becomes cargo stackscope's.",
     after_help = "Examples:\n  \
         cargo stackscope -- arg1 arg2              # the package's binary, release\n  \
@@ -43,10 +40,6 @@ const FLAMEGRAPH: &str = "flamegraph.svg";
     mut_arg("tid", |a| a.short(None).hide(true)),
     mut_arg("all_cpus", |a| a.short(None).hide(true)),
     mut_arg("cpu", |a| a.short(None).hide(true)),
-    mut_arg("output", |a| a.help(format!(
-        "Where to write the profile; `-` for standard output. Default: {FLAMEGRAPH}, or \
-         stackscope.<ext> for the chosen --format"
-    ))),
     // As `cargo run` and cargo-flamegraph take them: the built program's arguments only
     // after `--`, so a mistyped cargo flag is refused rather than passed to the program.
     mut_arg("command", |a| a
@@ -204,10 +197,6 @@ pub fn run(mut args: CargoArgs) -> Result<i32> {
     }
     command.append(&mut args.record.command);
     args.record.command = command;
-    let output = &mut args.record.output;
-    if output.output.is_none() && output.format.is_none() {
-        output.output = Some(PathBuf::from(FLAMEGRAPH));
-    }
     crate::record::run(args.record)
 }
 

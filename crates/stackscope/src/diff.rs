@@ -28,7 +28,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             title,
             preferred: None,
         },
-    );
+    )?;
     if !diff::FORMATS.contains(&output.format) {
         bail!(
             "stackscope diff writes svg or folded, not {}: name the output .svg or .folded, or give --format",

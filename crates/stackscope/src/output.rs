@@ -4,7 +4,7 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use stackscope_profile::format::{self, Format, WriteOptions};
 use stackscope_profile::Profile;
 
@@ -41,18 +41,28 @@ impl Fallback {
 
 impl Output {
     /// The one place the output format is chosen: `--format`, else the format the command
-    /// prefers, else the output's extension, else the command's fallback.
-    pub fn from_args(args: &OutputArgs, fallback: Fallback) -> Output {
-        let format = args
-            .format
-            .or(fallback.preferred)
-            .or_else(|| args.output.as_deref().and_then(Format::from_path))
-            .unwrap_or(fallback.format);
+    /// prefers, else the output's extension, else (no extension) the command's fallback. An
+    /// extension that names no format stackscope writes (`.png`, `.html`) is refused rather
+    /// than given a format its name does not say.
+    pub fn from_args(args: &OutputArgs, fallback: Fallback) -> Result<Output> {
+        let format = match (args.format.or(fallback.preferred), args.output.as_deref()) {
+            (Some(format), _) => format,
+            (None, Some(path)) => match (Format::from_path(path), path.extension()) {
+                (Some(format), _) => format,
+                (None, Some(extension)) => bail!(
+                    "stackscope writes no .{} files: name the output {}, or give --format",
+                    extension.to_string_lossy(),
+                    known_extensions()
+                ),
+                (None, None) => fallback.format,
+            },
+            (None, None) => fallback.format,
+        };
         let path = args
             .output
             .clone()
             .unwrap_or_else(|| (fallback.path)(format));
-        Output {
+        Ok(Output {
             path,
             format,
             options: WriteOptions {
@@ -60,7 +70,7 @@ impl Output {
                 annotate_kernel: args.style.annotate_kernel,
                 title: Some(args.style.title.clone().unwrap_or(fallback.title)),
             },
-        }
+        })
     }
 
     pub fn is_stdout(&self) -> bool {
@@ -98,4 +108,10 @@ impl Output {
         }
         sink::write(&self.path, body)
     }
+}
+
+/// The endings the output's name may have, as a list for an error message.
+fn known_extensions() -> String {
+    let endings: Vec<&str> = Format::EXTENSIONS.iter().map(|&(e, _)| e).collect();
+    endings.join(", ")
 }

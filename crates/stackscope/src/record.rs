@@ -45,7 +45,7 @@ pub(crate) fn run_with(
         (Some(events), None) => format!("stackscope: {what} ({events})"),
         (None, None) => format!("stackscope: {what}"),
     };
-    let output = Output::from_args(&args.output, Fallback::file(title));
+    let output = Output::from_args(&args.output, Fallback::file(title))?;
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
@@ -113,7 +113,7 @@ pub(crate) fn run_with(
     let target = target(&args)?;
     let command = command_line(&args);
     let what = describe(&target, &command, None);
-    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
+    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")))?;
     output.check_writable()?;
 
     let stop = stop_on_signals()?;

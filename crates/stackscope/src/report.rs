@@ -10,7 +10,7 @@ use crate::output::{Fallback, Output};
 pub fn run(args: ReportArgs) -> Result<i32> {
     // Checked first: a perf.data file can take a while to read, and the output path is known.
     let title = format!("stackscope: {}", args.input.display());
-    let output = Output::from_args(&args.output, Fallback::file(title));
+    let output = Output::from_args(&args.output, Fallback::file(title))?;
     output.check_writable()?;
     crate::debuginfod::install(&args.debuginfod, None);
     let profile = read_profile(&args.input)?;

@@ -75,7 +75,11 @@ fn flags_before_the_program_are_stackscopes() {
     let run = stackscope(dir.path(), args);
     // The duration ended the recording and stackscope ended the program (SIGTERM, 128 + 15).
     run.assert_exit(143, "the spinning program ended by stackscope after -d 1");
-    assert!(run.wall.as_secs() < 20, "-d 1 was not taken: {:?}", run.wall);
+    assert!(
+        run.wall.as_secs() < 20,
+        "-d 1 was not taken: {:?}",
+        run.wall
+    );
     assert_share_at_least(&read_json(&dir.path().join("x.json")), "spin_work", 0.8);
 }
 
@@ -87,4 +91,52 @@ fn a_double_dash_before_the_program_still_works() {
     let (_, profile) = record_json(dir.path(), &[], &split.command());
     assert!(split.truth.exists(), "split did not get its arguments");
     assert_share_at_least(&profile, "func_b", 0.3);
+}
+
+/// A small saved profile, as folded stacks, in `dir/p.folded`.
+fn saved_profile(dir: &std::path::Path) -> std::path::PathBuf {
+    let path = dir.join("p.folded");
+    std::fs::write(&path, "prog;main;hot 90\nprog;main;cold 10\n").expect("write p.folded");
+    path
+}
+
+#[test]
+fn an_output_extension_stackscope_does_not_write_is_refused_with_those_it_does() {
+    let dir = tempdir();
+    let input = saved_profile(dir.path());
+    for name in ["x.png", "x.html"] {
+        let run = stackscope(
+            dir.path(),
+            [os("report"), input.as_os_str(), os("-o"), os(name)],
+        );
+        run.assert_one_line_error(&[
+            name.trim_start_matches('x'),
+            ".svg",
+            ".folded",
+            ".json",
+            "--format",
+        ]);
+        assert!(!dir.path().join(name).exists(), "{name} was written");
+    }
+}
+
+#[test]
+fn an_output_without_an_extension_is_svg_and_a_format_given_wins_over_the_name() {
+    let dir = tempdir();
+    let input = saved_profile(dir.path());
+    stackscope(
+        dir.path(),
+        [os("report"), input.as_os_str(), os("-o"), os("flame")],
+    )
+    .assert_ok();
+    let svg = std::fs::read_to_string(dir.path().join("flame")).expect("flame written");
+    assert!(
+        svg.starts_with("<?xml"),
+        "not SVG: {}",
+        &svg[..svg.len().min(80)]
+    );
+    let args = ["report", "p.folded", "-o", "x.html", "--format", "folded"];
+    stackscope(dir.path(), args).assert_ok();
+    let folded = std::fs::read_to_string(dir.path().join("x.html")).expect("x.html written");
+    assert!(folded.contains("prog;main;hot 90"), "not folded: {folded}");
 }

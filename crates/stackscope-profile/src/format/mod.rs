@@ -86,30 +86,32 @@ impl Format {
         }
     }
 
-    /// Guesses the format from a file name: `.svg`, `.folded`/`.collapsed`/`.stacks`, `.json`,
-    /// `.txt` for bcc text, `.pb.gz`/`.pprof` for pprof, and the double extensions
-    /// `.speedscope.json`, `.firefox.json` and `.osdk.json`, which win over plain `.json`.
+    /// The file name endings [`Format::from_path`] knows, in the order it tries them: the
+    /// double extensions before plain `.json`, which they end in.
+    pub const EXTENSIONS: &'static [(&'static str, Format)] = &[
+        (".svg", Format::Svg),
+        (".folded", Format::Folded),
+        (".collapsed", Format::Folded),
+        (".stacks", Format::Folded),
+        (".txt", Format::Bcc),
+        (".pb.gz", Format::Pprof),
+        (".pprof", Format::Pprof),
+        (".speedscope.json", Format::Speedscope),
+        (".firefox.json", Format::Firefox),
+        (".osdk.json", Format::Osdk),
+        (".json", Format::Json),
+        (".perf-script", Format::PerfScript),
+        (".dtrace", Format::Dtrace),
+    ];
+
+    /// Guesses the format from a file name's ending, one of [`Format::EXTENSIONS`] (case does
+    /// not matter); a name that is only the ending (`.svg`) names a hidden file, not a format.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-        for (suffix, format) in [
-            (".speedscope.json", Format::Speedscope),
-            (".firefox.json", Format::Firefox),
-            (".osdk.json", Format::Osdk),
-            (".pb.gz", Format::Pprof),
-        ] {
-            if name.ends_with(suffix) {
-                return Some(format);
-            }
-        }
-        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        match ext.as_str() {
-            "pprof" => Some(Format::Pprof),
-            "svg" => Some(Format::Svg),
-            "folded" | "collapsed" | "stacks" => Some(Format::Folded),
-            "json" => Some(Format::Json),
-            "txt" => Some(Format::Bcc),
-            _ => None,
-        }
+        Format::EXTENSIONS
+            .iter()
+            .find(|(ending, _)| name.len() > ending.len() && name.ends_with(ending))
+            .map(|&(_, format)| format)
     }
 
     /// The file written when the user names none: `flame.svg` for SVG, else
@@ -412,6 +414,9 @@ mod tests {
         assert_eq!(f("dir.json/prof.Firefox.JSON"), Some(Format::Firefox));
         assert_eq!(f("speedscope.json"), Some(Format::Json));
         assert_eq!(f("guest.osdk.json"), Some(Format::Osdk));
+        assert_eq!(f("out.perf-script"), Some(Format::PerfScript));
+        assert_eq!(f("out.dtrace"), Some(Format::Dtrace));
+        assert_eq!(f(".svg"), None);
     }
 
     #[test]
@@ -431,9 +436,13 @@ mod tests {
         assert_eq!(all.len(), Format::NAMES.len());
         for format in all {
             assert!(Format::NAMES.contains(&format.name()), "{format}");
-            // Where the file name implies a format, it is this one.
+            // Every default file name says its format, and every format has an ending.
             let guessed = Format::from_path(Path::new(format.default_file()));
-            assert!(guessed.is_none_or(|g| g == format), "{format}: {guessed:?}");
+            assert_eq!(guessed, Some(format), "{format}");
+            assert!(
+                Format::EXTENSIONS.iter().any(|&(_, f)| f == format),
+                "{format}"
+            );
         }
         assert_eq!(Format::from_name("firefox-profiler"), Some(Format::Firefox));
         assert_eq!(Format::from_name("Perf-Script"), Some(Format::PerfScript));
