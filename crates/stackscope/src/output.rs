@@ -1,7 +1,7 @@
 //! Choosing the output format and writing a profile where the user asked, through
 //! [`crate::sink`], which never leaves a half-written file or a temporary behind.
 
-use std::io::{BufWriter, Write};
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -99,14 +99,22 @@ impl Output {
         body: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
     ) -> Result<()> {
         if self.is_stdout() {
-            let stdout = std::io::stdout();
-            let mut out = BufWriter::new(stdout.lock());
-            body(&mut out)
-                .and_then(|()| out.flush())
-                .context("cannot write the profile to standard output")?;
-            return Ok(());
+            return to_stdout(body).context("cannot write the profile to standard output");
         }
         sink::write(&self.path, body)
+    }
+}
+
+/// Writes what `body` writes to standard output, buffered. A reader that closed it early
+/// (`| head`) ends the output quietly, as ripgrep does, and the command goes on to exit 0:
+/// what it was asked for is in the reader's hands, and a pipeline under `pipefail` does not
+/// fail for it.
+pub fn to_stdout(body: impl FnOnce(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    let stdout = io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    match body(&mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        result => result,
     }
 }
 

@@ -140,3 +140,42 @@ fn an_output_without_an_extension_is_svg_and_a_format_given_wins_over_the_name()
     let folded = std::fs::read_to_string(dir.path().join("x.html")).expect("x.html written");
     assert!(folded.contains("prog;main;hot 90"), "not folded: {folded}");
 }
+
+#[test]
+fn a_reader_that_closes_standard_output_early_ends_stackscope_quietly_with_status_0() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempdir();
+    // Far more than a pipe holds, so stackscope is still writing when the reader goes.
+    let input = dir.path().join("big.folded");
+    let lines: String = (0..100_000)
+        .map(|i| format!("prog;main;f{i} {}\n", i + 1))
+        .collect();
+    std::fs::write(&input, lines).expect("write big.folded");
+    let stderr = dir.path().join("stderr");
+    for format in ["folded", "json", "svg"] {
+        let mut child = Command::new(stackscope_bin())
+            .args([os("report"), input.as_os_str(), os("-o"), os("-")])
+            .args(["--format", format])
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).expect("create stderr file"))
+            .spawn()
+            .expect("spawn stackscope");
+        // As `| head -1`: one line, then the pipe is closed.
+        let mut first = String::new();
+        let stdout = child.stdout.take().expect("stdout piped");
+        BufReader::new(stdout)
+            .read_line(&mut first)
+            .expect("read a line");
+        assert!(!first.is_empty(), "{format}: nothing written");
+        let status = wait_until(&format!("{format}: stackscope did not end"), || {
+            child.try_wait().expect("wait for stackscope")
+        });
+        let said = std::fs::read_to_string(&stderr).expect("read stderr");
+        assert_eq!(status.code(), Some(0), "{format}: status; stderr:\n{said}");
+        assert!(
+            said.is_empty(),
+            "{format}: stackscope said something about the closed pipe:\n{said}"
+        );
+    }
+}

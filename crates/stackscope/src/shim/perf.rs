@@ -6,7 +6,6 @@
 //! `perf script` text that perf's collapsers fold into the stacks stackscope itself folds.
 
 use std::ffi::OsString;
-use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -214,18 +213,9 @@ fn script(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
                 .collect()
         });
     }
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let written =
-        perf_script::write(&profile, &WriteOptions::default(), &mut out).and_then(|()| out.flush());
-    match written {
-        // A reader that stops early (`| head`) is not an error.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
-        result => {
-            result.context("cannot write perf-script text to standard output")?;
-            Ok(0)
-        }
-    }
+    crate::output::to_stdout(|out| perf_script::write(&profile, &WriteOptions::default(), out))
+        .context("cannot write perf-script text to standard output")?;
+    Ok(0)
 }
 
 #[cfg(test)]
