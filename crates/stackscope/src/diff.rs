@@ -55,7 +55,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         )
     })?;
     if !output.is_stdout() {
-        eprintln!("stackscope: wrote {}", output.path.display());
+        eprintln!("stackscope: wrote {}", output.written());
     }
     Ok(0)
 }

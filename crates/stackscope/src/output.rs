@@ -73,6 +73,28 @@ impl Output {
         })
     }
 
+    /// The output as the line saying it was written names it: its path, and, where the name
+    /// does not say the format (`perf.data` written by `stackscope-perf`), what the file holds
+    /// and what reads it.
+    pub fn written(&self) -> String {
+        let path = self.path.display();
+        if Format::from_path(&self.path) == Some(self.format) {
+            return path.to_string();
+        }
+        match self.format {
+            Format::Json => {
+                // perf's tools take a file named as theirs for perf.data, and refuse this one.
+                let perf_name = self.path.file_name().is_some_and(|name| {
+                    let name = name.to_string_lossy();
+                    name.starts_with("perf.data") || name.ends_with(".data")
+                });
+                let not_perf = if perf_name { ", not `perf report`" } else { "" };
+                format!("{path} (stackscope JSON; read it with `stackscope report`{not_perf})")
+            }
+            format => format!("{path} ({format} format)"),
+        }
+    }
+
     pub fn is_stdout(&self) -> bool {
         self.path == Path::new("-")
     }

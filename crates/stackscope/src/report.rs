@@ -18,7 +18,7 @@ pub fn run(args: ReportArgs) -> Result<i32> {
     if !output.is_stdout() {
         eprintln!(
             "stackscope: wrote {} ({} samples)",
-            output.path.display(),
+            output.written(),
             profile.total_samples()
         );
     }
