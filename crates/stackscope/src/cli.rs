@@ -252,6 +252,18 @@ pub struct ReportArgs {
     /// the content).
     pub input: PathBuf,
 
+    // `--top` alone is Some(None): the table's own number of rows.
+    #[arg(long, value_name = "N", conflicts_with = "format",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..),
+          help = format!(
+              "Print the N hottest functions (default {}) with their self and total shares, as \
+               `perf report`'s first screen does, to standard output (or -o FILE): `--format \
+               top` with N rows. Self counts the samples taken in the function itself, total \
+               those with it anywhere on the stack",
+              stackscope_profile::format::top::DEFAULT_ROWS
+          ))]
+    pub top: Option<Option<usize>>,
+
     #[command(flatten)]
     pub output: OutputArgs,
 

@@ -179,3 +179,71 @@ fn a_reader_that_closes_standard_output_early_ends_stackscope_quietly_with_statu
         );
     }
 }
+
+/// The rows of a `--top` table: (self %, total %, samples, module, function).
+fn top_rows(table: &str) -> Vec<(f64, f64, u64, String, String)> {
+    let mut lines = table.lines();
+    assert!(
+        lines.next().is_some_and(|l| l.starts_with("# ")),
+        "no summary line:\n{table}"
+    );
+    assert!(
+        lines.next().is_some_and(|l| l.contains("Self%")),
+        "no header:\n{table}"
+    );
+    lines
+        .map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let percent = |f: &str| -> f64 {
+                let number = f.strip_suffix('%').unwrap_or_else(|| panic!("{line}"));
+                number.parse().unwrap_or_else(|_| panic!("{line}"))
+            };
+            (
+                percent(fields[0]),
+                percent(fields[1]),
+                fields[2].parse().unwrap_or_else(|_| panic!("{line}")),
+                fields[3].to_string(),
+                fields[4..].join(" "),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn report_top_prints_the_hottest_functions_with_self_and_total_shares() {
+    let _serial = serial();
+    let dir = tempdir();
+    let split = Measured::new(dir.path(), "split_nofp", "2000");
+    let (_, profile) = record_json(dir.path(), &[], &split.command());
+    let run = stackscope(dir.path(), ["report", "profile.json", "--top", "5"]);
+    run.assert_ok();
+    let rows = top_rows(&run.stdout);
+    assert_eq!(rows.len(), 5, "not 5 rows:\n{}", run.stdout);
+    // func_b does about 70% of the work, func_a 30%, each in its own frame.
+    let functions: Vec<&str> = rows.iter().map(|r| r.4.as_str()).collect();
+    assert_eq!(&functions[..2], ["func_b", "func_a"], "{}", run.stdout);
+    assert_eq!(rows[0].3, "split_nofp", "func_b's module:\n{}", run.stdout);
+    assert!(rows[0].0 > 50.0 && rows[0].1 >= rows[0].0, "{}", run.stdout);
+    let self_sum: f64 = rows.iter().map(|r| r.0).sum();
+    assert!(self_sum <= 100.05, "self shares add to {self_sum}%");
+    // The samples are func_b's own, and its share is of all the profile's samples.
+    let share = rows[0].2 as f64 * 100.0 / profile.total_samples() as f64;
+    assert!(
+        (share - rows[0].0).abs() < 0.1,
+        "{share} against {}",
+        rows[0].0
+    );
+    // main is on every stack and is no leaf.
+    let main = rows.iter().find(|r| r.4 == "main");
+    if let Some(main) = main {
+        assert!(main.0 < 1.0 && main.1 > 99.0, "{}", run.stdout);
+    }
+
+    // `--top` alone shows at most its default rows; `--format top` is the same table.
+    let all = stackscope(dir.path(), ["report", "profile.json", "--top"]);
+    all.assert_ok();
+    assert!(top_rows(&all.stdout).len() <= 20);
+    let format = stackscope(dir.path(), ["report", "profile.json", "--format", "top"]);
+    format.assert_ok();
+    assert_eq!(format.stdout, all.stdout);
+}

@@ -1,7 +1,8 @@
 //! Readers and writers of [`Profile`]s: folded stacks (bcc `profile -f`, flamegraph input),
 //! bcc `profile`'s default text, flamegraph SVG (rendered by inferno), stackscope's own
 //! lossless JSON, pprof, speedscope, the Firefox Profiler's processed format, the Asterinas
-//! OSDK's JSON, `perf script` text and DTrace aggregation text.
+//! OSDK's JSON, `perf script` text, DTrace aggregation text, and a table of the hottest
+//! functions for a terminal.
 //!
 //! Writers take a valid profile (every index in range) and refuse an invalid one with an
 //! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
@@ -24,6 +25,7 @@ pub mod pprof;
 mod speedscope;
 pub mod summary;
 mod svg;
+pub mod top;
 
 use crate::{FrameKind, Profile};
 use std::io::{self, Write};
@@ -50,6 +52,8 @@ pub enum Format {
     PerfScript,
     /// DTrace aggregation text (`@[ustack()] = count()` output).
     Dtrace,
+    /// The hottest functions with their self and total shares, as text for a terminal.
+    Top,
 }
 
 impl Format {
@@ -66,6 +70,7 @@ impl Format {
         "osdk",
         "perf-script",
         "dtrace",
+        "top",
     ];
 
     /// Parses a format name, one of [`Format::NAMES`], plus the aliases `collapsed` (folded),
@@ -82,6 +87,7 @@ impl Format {
             "osdk" => Some(Format::Osdk),
             "perf-script" => Some(Format::PerfScript),
             "dtrace" => Some(Format::Dtrace),
+            "top" => Some(Format::Top),
             _ => None,
         }
     }
@@ -114,8 +120,8 @@ impl Format {
             .map(|&(_, format)| format)
     }
 
-    /// The file written when the user names none: `flame.svg` for SVG, else
-    /// `stackscope.<extension>`.
+    /// The file written when the user names none: `flame.svg` for SVG, standard output
+    /// (`-`) for the table made to be read there, else `stackscope.<extension>`.
     pub fn default_file(self) -> &'static str {
         match self {
             Format::Svg => "flame.svg",
@@ -128,6 +134,7 @@ impl Format {
             Format::Osdk => "stackscope.osdk.json",
             Format::PerfScript => "stackscope.perf-script",
             Format::Dtrace => "stackscope.dtrace",
+            Format::Top => "-",
         }
     }
 
@@ -144,6 +151,7 @@ impl Format {
             Format::Osdk => "osdk",
             Format::PerfScript => "perf-script",
             Format::Dtrace => "dtrace",
+            Format::Top => "top",
         }
     }
 }
@@ -175,12 +183,7 @@ pub fn write(
     opts: &WriteOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    if let Err(e) = check_indices(profile) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("cannot write an invalid profile: {e}"),
-        ));
-    }
+    check_written(profile)?;
     // Writers emit many small pieces; the caller's writer may be an unbuffered file.
     let mut out = io::BufWriter::new(out);
     match format {
@@ -194,8 +197,19 @@ pub fn write(
         Format::Osdk => osdk::write(profile, &mut out)?,
         Format::PerfScript => perf_script::write(profile, opts, &mut out)?,
         Format::Dtrace => dtrace::write(profile, opts, &mut out)?,
+        Format::Top => top::write(profile, &top::TopOptions::default(), &mut out)?,
     }
     out.flush()
+}
+
+/// Refuses to write an invalid profile, as an [`io::ErrorKind::InvalidData`] error.
+pub(crate) fn check_written(profile: &Profile) -> io::Result<()> {
+    check_indices(profile).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("cannot write an invalid profile: {e}"),
+        )
+    })
 }
 
 /// Why [`read`] rejected its input. Each message is one line saying what is wrong and where.
@@ -432,10 +446,16 @@ mod tests {
             Format::Osdk,
             Format::PerfScript,
             Format::Dtrace,
+            Format::Top,
         ];
         assert_eq!(all.len(), Format::NAMES.len());
         for format in all {
             assert!(Format::NAMES.contains(&format.name()), "{format}");
+            if format == Format::Top {
+                // Made for a terminal: standard output unless told, and no file ending.
+                assert_eq!(format.default_file(), "-");
+                continue;
+            }
             // Every default file name says its format, and every format has an ending.
             let guessed = Format::from_path(Path::new(format.default_file()));
             assert_eq!(guessed, Some(format), "{format}");
