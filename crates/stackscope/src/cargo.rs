@@ -165,7 +165,7 @@ impl ProfileChoice {
 
 /// Runs `cargo stackscope` with the process's arguments and exits with its status.
 pub fn main() -> ! {
-    let args = CargoArgs::parse_from(argv(std::env::args_os()));
+    let args: CargoArgs = crate::cli::parse(argv(std::env::args_os()));
     crate::status::exit(run(args))
 }
 

@@ -19,6 +19,7 @@ pub use profile::ProfileArgs;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Parser)]
@@ -101,6 +102,49 @@ pub enum Command {
         Exits 1 when something recording needs fails (sampling cannot start, or the program \
         cannot be profiled by this user), else 0; warnings name what works only in part.")]
     Doctor(DoctorArgs),
+}
+
+/// Parses `args` (the program name first) as `P`, or exits with clap's error. An unknown short
+/// flag that differs from one of the command's only by case (`-f` for `-F`) gets a tip naming
+/// that one, as clap gives one for a mistyped long flag, instead of clap's tip to pass it as a
+/// value after `--`.
+pub fn parse<P: Parser>(args: Vec<OsString>) -> P {
+    P::try_parse_from(&args).unwrap_or_else(|e| with_case_tip(e, &P::command(), &args).exit())
+}
+
+fn with_case_tip(
+    mut error: clap::Error,
+    command: &clap::Command,
+    args: &[OsString],
+) -> clap::Error {
+    if error.kind() != ErrorKind::UnknownArgument {
+        return error;
+    }
+    let Some(ContextValue::String(invalid)) = error.get(ContextKind::InvalidArg) else {
+        return error;
+    };
+    let mut chars = invalid.chars();
+    let (Some('-'), Some(short), None) = (chars.next(), chars.next(), chars.next()) else {
+        return error;
+    };
+    let other = match short {
+        c if c.is_ascii_lowercase() => c.to_ascii_uppercase(),
+        c => c.to_ascii_lowercase(),
+    };
+    // Flags follow the subcommand they belong to: the first argument names it, when it does.
+    let target = args
+        .get(1)
+        .and_then(|name| command.find_subcommand(name))
+        .unwrap_or(command);
+    if other == short || !target.get_arguments().any(|a| a.get_short() == Some(other)) {
+        return error;
+    }
+    error.insert(
+        ContextKind::SuggestedArg,
+        ContextValue::String(format!("-{other}")),
+    );
+    error.insert(ContextKind::Suggested, ContextValue::StyledStrs(Vec::new()));
+    error
 }
 
 /// A Linux-only command's arguments on other systems: taken whole, so that the command is
@@ -279,5 +323,28 @@ mod tests {
     #[test]
     fn definitions_are_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn error_of(args: &[&str]) -> String {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        match Cli::try_parse_from(&args) {
+            Ok(_) => panic!("{args:?} parsed"),
+            Err(e) => with_case_tip(e, &Cli::command(), &args).to_string(),
+        }
+    }
+
+    #[test]
+    fn a_short_flag_in_the_wrong_case_is_pointed_to_the_right_one() {
+        let error = error_of(&["stackscope", "record", "-f", "99", "true"]);
+        assert!(error.contains("similar argument exists: '-F'"), "{error}");
+        assert!(!error.contains("'-- -f'"), "{error}");
+        let error = error_of(&["stackscope", "record", "-D", "5", "true"]);
+        assert!(error.contains("'-d'"), "{error}");
+        // bcc's -f is profile's own; -l is not, -L is.
+        let error = error_of(&["stackscope", "profile", "-l", "7"]);
+        assert!(error.contains("'-L'"), "{error}");
+        // No flag of either case: clap's own message.
+        let error = error_of(&["stackscope", "record", "-y", "true"]);
+        assert!(!error.contains("similar argument"), "{error}");
     }
 }

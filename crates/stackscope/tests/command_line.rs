@@ -247,3 +247,20 @@ fn report_top_prints_the_hottest_functions_with_self_and_total_shares() {
     format.assert_ok();
     assert_eq!(format.stdout, all.stdout);
 }
+
+#[test]
+fn a_short_flag_in_the_wrong_case_gets_a_tip_naming_the_right_one() {
+    let dir = tempdir();
+    for (command, wrong, right) in [("record", "-f", "'-F'"), ("profile", "-l", "'-L'")] {
+        let run = stackscope(dir.path(), [command, wrong, "99", "true"]);
+        run.assert_exit(2, "a usage error");
+        let error = run.stderr.lines().next().unwrap_or_default();
+        assert!(error.contains(wrong), "{command}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains(&format!("similar argument exists: {right}")),
+            "{command} {wrong}: no tip naming {right}:\n{}",
+            run.stderr
+        );
+    }
+}
