@@ -264,3 +264,71 @@ fn a_short_flag_in_the_wrong_case_gets_a_tip_naming_the_right_one() {
         );
     }
 }
+
+/// `bin ARGS` on an 80-column terminal: its standard output, having exited 0.
+fn help_text(bin: &str, args: &[&str]) -> String {
+    let dir = tempdir();
+    let mut cmd = std::process::Command::new(bin);
+    cmd.current_dir(dir.path()).args(args).env("COLUMNS", "80");
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    run.stdout
+}
+
+#[test]
+fn each_short_help_fits_a_screen_and_names_the_flags_a_first_recording_needs() {
+    let cargo = env!("CARGO_BIN_EXE_cargo-stackscope");
+    for (bin, args) in [
+        (stackscope_bin(), &["-h"][..]),
+        (stackscope_bin(), &["record", "-h"]),
+        (cargo, &["-h"]),
+    ] {
+        let text = help_text(bin, args);
+        let lines = text.lines().count();
+        assert!(lines <= 40, "{args:?}: {lines} lines:\n{text}");
+        for flag in ["-o", "-F", "-d", "-p"] {
+            let named = text
+                .split(|c: char| c.is_whitespace() || c == ',')
+                .any(|word| word == flag);
+            assert!(named, "{bin} {args:?} does not name {flag}:\n{text}");
+        }
+    }
+}
+
+#[test]
+fn long_help_still_names_every_flag() {
+    use clap::CommandFactory;
+    let command = stackscope::cli::Cli::command();
+    let record = command.find_subcommand("record").expect("a record command");
+    let text = help_text(stackscope_bin(), &["record", "--help"]);
+    let short = help_text(stackscope_bin(), &["record", "-h"]);
+    let mut hidden_from_short = 0;
+    for arg in record.get_arguments().filter(|a| !a.is_hide_set()) {
+        let Some(long) = arg.get_long() else { continue };
+        let flag = format!("--{long}");
+        assert!(text.contains(&flag), "record --help lacks {flag}");
+        hidden_from_short += usize::from(!short.contains(&flag));
+    }
+    assert!(
+        hidden_from_short > 10,
+        "-h hides only {hidden_from_short} flags"
+    );
+    // The examples and the paragraphs after them are --help's too.
+    for words in [
+        "uprobe:libc:malloc",
+        "perf_event_paranoid",
+        "STACKSCOPE_DEBUG_FILE_DIRECTORY",
+    ] {
+        assert!(text.contains(words), "record --help lacks {words}");
+    }
+    let cargo = help_text(env!("CARGO_BIN_EXE_cargo-stackscope"), &["--help"]);
+    for flag in [
+        "--features",
+        "--manifest-path",
+        "--offline",
+        "--profile",
+        "--stack-size",
+    ] {
+        assert!(cargo.contains(flag), "cargo stackscope --help lacks {flag}");
+    }
+}
