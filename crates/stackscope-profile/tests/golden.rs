@@ -34,6 +34,14 @@ fn bcc_golden() {
 }
 
 #[test]
+fn top_golden() {
+    check_golden(
+        "profile.top.txt",
+        &render(&fixture::profile(), Format::Top, false, false),
+    );
+}
+
+#[test]
 fn json_golden() {
     check_golden(
         "profile.json",

@@ -9,7 +9,7 @@ use stackscope_profile::format::{read, write, Format, ReadError, WriteOptions};
 use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
 use std::io::Read;
 
-const EVERY_FORMAT: [Format; 10] = [
+const EVERY_FORMAT: [Format; 11] = [
     Format::Folded,
     Format::Bcc,
     Format::Svg,
@@ -20,6 +20,7 @@ const EVERY_FORMAT: [Format; 10] = [
     Format::Osdk,
     Format::PerfScript,
     Format::Dtrace,
+    Format::Top,
 ];
 
 /// What a process can put in its name (`prctl(PR_SET_NAME)`) or a symbol table in a function's:

@@ -15,10 +15,16 @@ use clap::{Args, Parser};
 
 use crate::cli::RecordArgs;
 
-/// Where the flamegraph goes without `-o`, as cargo-flamegraph names it.
-const FLAMEGRAPH: &str = "flamegraph.svg";
+/// `cargo stackscope -h`'s examples, which `--help` follows with more.
+const EXAMPLES: &str = "Examples:\n  \
+    cargo stackscope -- arg1 arg2                 # the package's binary, release\n  \
+    cargo stackscope --bin server -d 5 -o server.json\n  \
+    cargo stackscope --dev --example demo -F 4999\n  \
+    cargo stackscope --bench parse -- parse_large  # run with --bench\n  \
+    cargo stackscope -p member --test integration  # a test target of a member";
 
 #[derive(Parser)]
+// `-h` is one screen: what to build, and the recording's rate, duration and output.
 #[command(
     name = "cargo-stackscope",
     bin_name = "cargo stackscope",
@@ -29,25 +35,23 @@ const FLAMEGRAPH: &str = "flamegraph.svg";
         and symbols kept, through the environment only (CARGO_PROFILE_<NAME>_DEBUG=true and \
         CARGO_PROFILE_<NAME>_STRIP=none, for the chosen profile and the test or bench profile \
         inheriting from it): no manifest is edited. Then runs the built executable with ARGS \
-        as `stackscope record` runs a command, and writes the flamegraph (flamegraph.svg \
-        unless -o says otherwise). Build output goes to stderr, as cargo's does; the \
-        program's output is its own, and its exit code becomes cargo stackscope's.",
-    after_help = "Examples:\n  \
-        cargo stackscope -- arg1 arg2              # the package's binary, release\n  \
-        cargo stackscope --bin server -o server.svg\n  \
-        cargo stackscope --dev --example demo -F 4999\n  \
-        cargo stackscope --bench parse -- parse_large  # runs it with --bench, as cargo bench\n  \
-        cargo stackscope --test integration -o tests.json\n\n\
-        Run `stackscope record --help` for how recording works and ends.",
+        as `stackscope record` runs a command, and writes the flamegraph (flame.svg, as \
+        `stackscope record` names it, unless -o says otherwise). Build output goes to stderr, \
+        as cargo's does; the program's output is its own, and its exit code becomes cargo \
+        stackscope's.",
+    after_help = EXAMPLES,
+    after_long_help = format!(
+        "{EXAMPLES}\n\nRun `stackscope record --help` for how recording works and ends."
+    ),
     mut_arg("pid", |a| a.short(None).hide(true)),
     mut_arg("tid", |a| a.short(None).hide(true)),
     mut_arg("all_cpus", |a| a.short(None).hide(true)),
     mut_arg("cpu", |a| a.short(None).hide(true)),
-    mut_arg("output", |a| a.help(format!(
-        "Where to write the profile; `-` for standard output. Default: {FLAMEGRAPH}, or \
-         stackscope.<ext> for the chosen --format"
-    ))),
+    // As `cargo run` and cargo-flamegraph take them: the built program's arguments only
+    // after `--`, so a mistyped cargo flag is refused rather than passed to the program.
     mut_arg("command", |a| a
+        .trailing_var_arg(false)
+        .last(true)
         .value_name("ARGS")
         .help_heading(None)
         .help("Arguments for the profiled program, after --")),
@@ -76,30 +80,40 @@ pub struct BuildArgs {
     pub target: TargetChoice,
 
     /// Space or comma separated list of features to activate
-    #[arg(long, value_name = "FEATURES", help_heading = "Feature Selection")]
+    #[arg(
+        long,
+        value_name = "FEATURES",
+        help_heading = "Feature Selection",
+        hide_short_help = true
+    )]
     pub features: Vec<String>,
 
     /// Activate all available features
-    #[arg(long, help_heading = "Feature Selection")]
+    #[arg(long, help_heading = "Feature Selection", hide_short_help = true)]
     pub all_features: bool,
 
     /// Do not activate the `default` feature
-    #[arg(long, help_heading = "Feature Selection")]
+    #[arg(long, help_heading = "Feature Selection", hide_short_help = true)]
     pub no_default_features: bool,
 
     #[command(flatten, next_help_heading = "Compilation Options")]
     pub profile: ProfileChoice,
 
     /// Path to Cargo.toml
-    #[arg(long, value_name = "PATH", help_heading = "Manifest Options")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        help_heading = "Manifest Options",
+        hide_short_help = true
+    )]
     pub manifest_path: Option<PathBuf>,
 
     /// Assert that `Cargo.lock` will remain unchanged
-    #[arg(long, help_heading = "Manifest Options")]
+    #[arg(long, help_heading = "Manifest Options", hide_short_help = true)]
     pub locked: bool,
 
     /// Run without accessing the network
-    #[arg(long, help_heading = "Manifest Options")]
+    #[arg(long, help_heading = "Manifest Options", hide_short_help = true)]
     pub offline: bool,
 }
 
@@ -120,7 +134,7 @@ pub struct TargetChoice {
     #[arg(long, value_name = "NAME")]
     pub test: Option<String>,
 
-    /// Profile the specified bench target (run with --bench, as `cargo bench` runs it)
+    /// Profile the specified bench target (run with --bench)
     #[arg(long, value_name = "NAME")]
     pub bench: Option<String>,
 }
@@ -138,7 +152,7 @@ pub struct ProfileChoice {
     pub dev: bool,
 
     /// Build with the specified profile
-    #[arg(long, value_name = "PROFILE-NAME")]
+    #[arg(long, value_name = "PROFILE-NAME", hide_short_help = true)]
     pub profile: Option<String>,
 }
 
@@ -168,7 +182,7 @@ impl ProfileChoice {
 
 /// Runs `cargo stackscope` with the process's arguments and exits with its status.
 pub fn main() -> ! {
-    let args = CargoArgs::parse_from(argv(std::env::args_os()));
+    let args: CargoArgs = crate::cli::parse(argv(std::env::args_os()));
     crate::status::exit(run(args))
 }
 
@@ -200,10 +214,6 @@ pub fn run(mut args: CargoArgs) -> Result<i32> {
     }
     command.append(&mut args.record.command);
     args.record.command = command;
-    let output = &mut args.record.output;
-    if output.output.is_none() && output.format.is_none() {
-        output.output = Some(PathBuf::from(FLAMEGRAPH));
-    }
     crate::record::run(args.record)
 }
 
@@ -248,5 +258,7 @@ mod tests {
         );
         assert!(parse(&["cargo-stackscope", "--bin", "a", "--example", "b"]).is_err());
         assert!(parse(&["cargo-stackscope", "--dev", "--release"]).is_err());
+        // The program's arguments come after `--` only, as for `cargo run`.
+        assert!(parse(&["cargo-stackscope", "--bin", "b", "x"]).is_err());
     }
 }

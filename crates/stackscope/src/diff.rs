@@ -28,7 +28,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
             title,
             preferred: None,
         },
-    );
+    )?;
     if !diff::FORMATS.contains(&output.format) {
         bail!(
             "stackscope diff writes svg or folded, not {}: name the output .svg or .folded, or give --format",
@@ -55,7 +55,7 @@ pub fn run(args: DiffArgs) -> Result<i32> {
         )
     })?;
     if !output.is_stdout() {
-        eprintln!("stackscope: wrote {}", output.path.display());
+        eprintln!("stackscope: wrote {}", output.written());
     }
     Ok(0)
 }

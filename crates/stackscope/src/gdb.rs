@@ -23,7 +23,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     let image = Image::open(&args.kernel)?;
     let remote = Remote::parse(&args.remote);
     let title = format!("stackscope: {} at {remote}", args.kernel.display());
-    let output = Output::from_args(&args.output, Fallback::file(title));
+    let output = Output::from_args(&args.output, Fallback::file(title))?;
     output.check_writable()?;
 
     let mut client = Client::connect(&remote, args.timeout)?;

@@ -37,11 +37,9 @@ mod summary;
 
 pub use status::exit;
 
-use clap::Parser;
-
 /// Runs the `stackscope` command line and exits with its status.
 pub fn main() -> ! {
-    let cli = cli::Cli::parse();
+    let cli: cli::Cli = cli::parse(std::env::args_os().collect());
     let result = match cli.command {
         cli::Command::Record(args) => record::run(args),
         cli::Command::Report(args) => report::run(args),

@@ -25,7 +25,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             title: "stackscope profile".to_string(),
             preferred: args.folded.then_some(Format::Folded),
         },
-    );
+    )?;
     output.check_writable()?;
 
     // bcc: `-F 0` and `-c 0` count as not given.

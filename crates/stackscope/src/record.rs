@@ -45,7 +45,7 @@ pub(crate) fn run_with(
         (Some(events), None) => format!("stackscope: {what} ({events})"),
         (None, None) => format!("stackscope: {what}"),
     };
-    let output = Output::from_args(&args.output, Fallback::file(title));
+    let output = Output::from_args(&args.output, Fallback::file(title))?;
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
@@ -113,7 +113,7 @@ pub(crate) fn run_with(
     let target = target(&args)?;
     let command = command_line(&args);
     let what = describe(&target, &command, None);
-    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")));
+    let output = Output::from_args(&args.output, Fallback::file(format!("stackscope: {what}")))?;
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
@@ -383,7 +383,7 @@ fn target(args: &RecordArgs) -> Result<Target> {
     .filter(|&&b| b)
     .count();
     if chosen > 1 {
-        bail!("give one target: a command after --, -p PIDS, -L TIDS, or -a");
+        bail!("give one target: a command, -p PIDS, -L TIDS, or -a");
     }
     Ok(if !args.command.is_empty() {
         Target::Command(args.command.clone())
@@ -394,7 +394,7 @@ fn target(args: &RecordArgs) -> Result<Target> {
     } else if args.all_cpus {
         Target::System
     } else {
-        bail!("nothing to profile: give a command after --, -p PIDS, -L TIDS, or -a for the whole system (see stackscope record --help)")
+        bail!("nothing to profile: give a command (`stackscope record ./prog ARGS`), -p PIDS, -L TIDS, or -a for the whole system (see stackscope record --help)")
     })
 }
 

@@ -59,7 +59,7 @@ pub(crate) fn finish(
     }
     write(output, &profile)?;
     if !output.is_stdout() {
-        eprintln!("stackscope: wrote {}", output.path.display());
+        eprintln!("stackscope: wrote {}", output.written());
     }
     Ok(exit_code.unwrap_or(0))
 }

@@ -112,7 +112,7 @@ fn assert_svg_share(svg: &Path, name: &str, min: f64) {
 }
 
 #[test]
-fn release_by_default_with_debug_info_into_flamegraph_svg() {
+fn release_by_default_with_debug_info_into_flame_svg_as_record_names_it() {
     // strip = true would leave no names at all: cargo stackscope must undo it for the build.
     let manifest_extra = "[profile.release]\nstrip = true\n";
     let dir = project("demo", manifest_extra, &[("src/main.rs", program("burn"))]);
@@ -125,7 +125,7 @@ fn release_by_default_with_debug_info_into_flamegraph_svg() {
         "not the release build was profiled:\n{}",
         run.stderr
     );
-    let svg = dir.path().join("flamegraph.svg");
+    let svg = dir.path().join("flame.svg");
     // Each burn round is almost all of the program's CPU time; the inlined helper is named
     // only from the debug info cargo stackscope asked for.
     assert_svg_share(&svg, "demo::burn", 0.8);
@@ -149,7 +149,7 @@ fn dev_profile_and_output_path() {
         run.stderr
     );
     assert_svg_share(&dir.path().join("dev.svg"), "demo::burn_dev", 0.8);
-    assert!(!dir.path().join("flamegraph.svg").exists());
+    assert!(!dir.path().join("flame.svg").exists());
 }
 
 /// A package `pair` with two binaries, `alpha` and `beta`, each burning in its own function.
@@ -181,10 +181,10 @@ fn several_binaries_need_bin_and_get_the_one_chosen() {
         "expected one line listing the binaries, got:\n{}",
         run.stderr
     );
-    assert!(!dir.path().join("flamegraph.svg").exists());
+    assert!(!dir.path().join("flame.svg").exists());
 
     cargo_stackscope(dir.path(), &["--bin", "beta"]).assert_ok();
-    assert_beta_alone(&dir.path().join("flamegraph.svg"));
+    assert_beta_alone(&dir.path().join("flame.svg"));
 }
 
 #[test]
@@ -218,7 +218,7 @@ fn build_error_is_cargos_and_nothing_is_profiled() {
         run.stderr
     );
     assert!(!run.stderr.contains("sampling"), "{}", run.stderr);
-    assert!(!dir.path().join("flamegraph.svg").exists());
+    assert!(!dir.path().join("flame.svg").exists());
 }
 
 #[test]
@@ -234,14 +234,14 @@ fn program_arguments_reach_it_and_its_exit_code_comes_back() {
         "the program's arguments did not reach it:\n{}",
         run.stdout
     );
-    assert_svg_share(&dir.path().join("flamegraph.svg"), "demo::burn", 0.8);
+    assert_svg_share(&dir.path().join("flame.svg"), "demo::burn", 0.8);
 }
 
 #[test]
 fn default_run_picks_among_several_binaries() {
     let dir = pair("default-run = \"beta\"\n");
     cargo_stackscope(dir.path(), &[]).assert_ok();
-    assert_beta_alone(&dir.path().join("flamegraph.svg"));
+    assert_beta_alone(&dir.path().join("flame.svg"));
 }
 
 #[test]
@@ -259,9 +259,5 @@ fn bench_target_runs_with_bench_as_cargo_bench_runs_it() {
         "the bench did not get --bench before its arguments:\n{}",
         run.stdout
     );
-    assert_svg_share(
-        &dir.path().join("flamegraph.svg"),
-        "throughput::bench_burn",
-        0.8,
-    );
+    assert_svg_share(&dir.path().join("flame.svg"), "throughput::bench_burn", 0.8);
 }

@@ -265,6 +265,59 @@ fn perf_record_ctrl_c_keeps_the_profile() {
 }
 
 #[test]
+fn perf_record_says_truthfully_that_its_perf_data_is_stackscope_json() {
+    let _guard = serial();
+    let dir = tempdir();
+    let spin = workload("spin");
+    let run = run_in(
+        perf_bin(),
+        dir.path(),
+        &[os("record"), os("-g"), spin.as_os_str(), os("1")],
+    );
+    run.assert_ok();
+    let wrote = run
+        .stderr_lines()
+        .into_iter()
+        .find(|l| l.contains("wrote"))
+        .unwrap_or_else(|| panic!("no line says what was written:\n{}", run.stderr))
+        .to_string();
+    for words in [
+        "perf.data",
+        "stackscope JSON",
+        "stackscope report",
+        "not `perf report`",
+    ] {
+        assert!(wrote.contains(words), "{wrote:?} does not say {words:?}");
+    }
+    read_json(&dir.path().join("perf.data"));
+}
+
+#[test]
+fn perf_and_dtrace_stand_ins_answer_help_with_their_usage() {
+    let dir = tempdir();
+    let asks: [(&str, &[&str]); 6] = [
+        (perf_bin(), &["--help"]),
+        (perf_bin(), &["-h"]),
+        (perf_bin(), &["record", "--help"]),
+        (perf_bin(), &["script", "-h"]),
+        (dtrace_bin(), &["--help"]),
+        // dtrace's own -h writes a header file; only --help is help there.
+        (dtrace_bin(), &["--help", "-n", "x"]),
+    ];
+    for (bin, args) in asks {
+        let run = run_in(bin, dir.path(), args);
+        run.assert_exit(0, "help is not an error");
+        assert!(
+            run.stdout.starts_with("usage: stackscope-"),
+            "{bin} {args:?}: no usage on standard output:\n{}{}",
+            run.stdout,
+            run.stderr
+        );
+    }
+    assert!(!dir.path().join("perf.data").exists());
+}
+
+#[test]
 fn perf_rejects_what_it_does_not_do() {
     let _guard = serial();
     let dir = tempdir();

@@ -37,7 +37,8 @@ pub(super) fn write(profile: &Profile, out: &mut dyn Write) -> io::Result<()> {
         version: VERSION,
         profile,
     };
-    serde_json::to_writer(&mut *out, &envelope).map_err(io::Error::other)?;
+    // serde_json hands back the writer's own error as it was, so a closed pipe stays one.
+    serde_json::to_writer(&mut *out, &envelope).map_err(io::Error::from)?;
     out.write_all(b"\n")
 }
 

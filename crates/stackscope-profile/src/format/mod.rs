@@ -1,7 +1,8 @@
 //! Readers and writers of [`Profile`]s: folded stacks (bcc `profile -f`, flamegraph input),
 //! bcc `profile`'s default text, flamegraph SVG (rendered by inferno), stackscope's own
 //! lossless JSON, pprof, speedscope, the Firefox Profiler's processed format, the Asterinas
-//! OSDK's JSON, `perf script` text and DTrace aggregation text.
+//! OSDK's JSON, `perf script` text, DTrace aggregation text, and a table of the hottest
+//! functions for a terminal.
 //!
 //! Writers take a valid profile (every index in range) and refuse an invalid one with an
 //! [`std::io::ErrorKind::InvalidData`] error instead of panicking. [`read`] accepts what
@@ -24,6 +25,7 @@ pub mod pprof;
 mod speedscope;
 pub mod summary;
 mod svg;
+pub mod top;
 
 use crate::{FrameKind, Profile};
 use std::io::{self, Write};
@@ -50,6 +52,8 @@ pub enum Format {
     PerfScript,
     /// DTrace aggregation text (`@[ustack()] = count()` output).
     Dtrace,
+    /// The hottest functions with their self and total shares, as text for a terminal.
+    Top,
 }
 
 impl Format {
@@ -66,6 +70,7 @@ impl Format {
         "osdk",
         "perf-script",
         "dtrace",
+        "top",
     ];
 
     /// Parses a format name, one of [`Format::NAMES`], plus the aliases `collapsed` (folded),
@@ -82,38 +87,41 @@ impl Format {
             "osdk" => Some(Format::Osdk),
             "perf-script" => Some(Format::PerfScript),
             "dtrace" => Some(Format::Dtrace),
+            "top" => Some(Format::Top),
             _ => None,
         }
     }
 
-    /// Guesses the format from a file name: `.svg`, `.folded`/`.collapsed`/`.stacks`, `.json`,
-    /// `.txt` for bcc text, `.pb.gz`/`.pprof` for pprof, and the double extensions
-    /// `.speedscope.json`, `.firefox.json` and `.osdk.json`, which win over plain `.json`.
+    /// The file name endings [`Format::from_path`] knows, in the order it tries them: the
+    /// double extensions before plain `.json`, which they end in.
+    pub const EXTENSIONS: &'static [(&'static str, Format)] = &[
+        (".svg", Format::Svg),
+        (".folded", Format::Folded),
+        (".collapsed", Format::Folded),
+        (".stacks", Format::Folded),
+        (".txt", Format::Bcc),
+        (".pb.gz", Format::Pprof),
+        (".pprof", Format::Pprof),
+        (".speedscope.json", Format::Speedscope),
+        (".firefox.json", Format::Firefox),
+        (".osdk.json", Format::Osdk),
+        (".json", Format::Json),
+        (".perf-script", Format::PerfScript),
+        (".dtrace", Format::Dtrace),
+    ];
+
+    /// Guesses the format from a file name's ending, one of [`Format::EXTENSIONS`] (case does
+    /// not matter); a name that is only the ending (`.svg`) names a hidden file, not a format.
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-        for (suffix, format) in [
-            (".speedscope.json", Format::Speedscope),
-            (".firefox.json", Format::Firefox),
-            (".osdk.json", Format::Osdk),
-            (".pb.gz", Format::Pprof),
-        ] {
-            if name.ends_with(suffix) {
-                return Some(format);
-            }
-        }
-        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
-        match ext.as_str() {
-            "pprof" => Some(Format::Pprof),
-            "svg" => Some(Format::Svg),
-            "folded" | "collapsed" | "stacks" => Some(Format::Folded),
-            "json" => Some(Format::Json),
-            "txt" => Some(Format::Bcc),
-            _ => None,
-        }
+        Format::EXTENSIONS
+            .iter()
+            .find(|(ending, _)| name.len() > ending.len() && name.ends_with(ending))
+            .map(|&(_, format)| format)
     }
 
-    /// The file written when the user names none: `flame.svg` for SVG, else
-    /// `stackscope.<extension>`.
+    /// The file written when the user names none: `flame.svg` for SVG, standard output
+    /// (`-`) for the table made to be read there, else `stackscope.<extension>`.
     pub fn default_file(self) -> &'static str {
         match self {
             Format::Svg => "flame.svg",
@@ -126,6 +134,7 @@ impl Format {
             Format::Osdk => "stackscope.osdk.json",
             Format::PerfScript => "stackscope.perf-script",
             Format::Dtrace => "stackscope.dtrace",
+            Format::Top => "-",
         }
     }
 
@@ -142,6 +151,7 @@ impl Format {
             Format::Osdk => "osdk",
             Format::PerfScript => "perf-script",
             Format::Dtrace => "dtrace",
+            Format::Top => "top",
         }
     }
 }
@@ -173,12 +183,7 @@ pub fn write(
     opts: &WriteOptions,
     out: &mut dyn Write,
 ) -> io::Result<()> {
-    if let Err(e) = check_indices(profile) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("cannot write an invalid profile: {e}"),
-        ));
-    }
+    check_written(profile)?;
     // Writers emit many small pieces; the caller's writer may be an unbuffered file.
     let mut out = io::BufWriter::new(out);
     match format {
@@ -192,8 +197,19 @@ pub fn write(
         Format::Osdk => osdk::write(profile, &mut out)?,
         Format::PerfScript => perf_script::write(profile, opts, &mut out)?,
         Format::Dtrace => dtrace::write(profile, opts, &mut out)?,
+        Format::Top => top::write(profile, &top::TopOptions::default(), &mut out)?,
     }
     out.flush()
+}
+
+/// Refuses to write an invalid profile, as an [`io::ErrorKind::InvalidData`] error.
+pub(crate) fn check_written(profile: &Profile) -> io::Result<()> {
+    check_indices(profile).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("cannot write an invalid profile: {e}"),
+        )
+    })
 }
 
 /// Why [`read`] rejected its input. Each message is one line saying what is wrong and where.
@@ -412,6 +428,9 @@ mod tests {
         assert_eq!(f("dir.json/prof.Firefox.JSON"), Some(Format::Firefox));
         assert_eq!(f("speedscope.json"), Some(Format::Json));
         assert_eq!(f("guest.osdk.json"), Some(Format::Osdk));
+        assert_eq!(f("out.perf-script"), Some(Format::PerfScript));
+        assert_eq!(f("out.dtrace"), Some(Format::Dtrace));
+        assert_eq!(f(".svg"), None);
     }
 
     #[test]
@@ -427,13 +446,23 @@ mod tests {
             Format::Osdk,
             Format::PerfScript,
             Format::Dtrace,
+            Format::Top,
         ];
         assert_eq!(all.len(), Format::NAMES.len());
         for format in all {
             assert!(Format::NAMES.contains(&format.name()), "{format}");
-            // Where the file name implies a format, it is this one.
+            if format == Format::Top {
+                // Made for a terminal: standard output unless told, and no file ending.
+                assert_eq!(format.default_file(), "-");
+                continue;
+            }
+            // Every default file name says its format, and every format has an ending.
             let guessed = Format::from_path(Path::new(format.default_file()));
-            assert!(guessed.is_none_or(|g| g == format), "{format}: {guessed:?}");
+            assert_eq!(guessed, Some(format), "{format}");
+            assert!(
+                Format::EXTENSIONS.iter().any(|&(_, f)| f == format),
+                "{format}"
+            );
         }
         assert_eq!(Format::from_name("firefox-profiler"), Some(Format::Firefox));
         assert_eq!(Format::from_name("Perf-Script"), Some(Format::PerfScript));

@@ -14,7 +14,7 @@ use super::flags::{format_name, OutputArgs};
     stack: `stack BEFORE AFTER`, as inferno-diff-folded writes it, for inferno-flamegraph or \
     flamegraph.pl; `stackscope report` refuses it (a profile holds one count per stack).")]
 #[command(
-    mut_arg("output", |a| a.help(
+    mut_arg("output", |a| a.long_help(None).help(
         "Where to write; `-` for standard output. Default: diff.svg, or diff.folded with \
          `--format folded`"
     )),

@@ -72,7 +72,7 @@ pub struct CpuArg {
 /// `-d`: how long to sample, in seconds (`record`, `gdb`).
 #[derive(Args)]
 pub struct DurationArg {
-    /// Stop after this many seconds (fractions allowed, at most a year).
+    /// Stop after SECS seconds (such as 0.5; at most a year).
     #[arg(short, long, value_name = "SECS", value_parser = positive_seconds)]
     pub duration: Option<Duration>,
 }
@@ -92,9 +92,13 @@ pub struct MaxStackArg {
 /// `-o` and `--format`, and how stacks are spelled (every command that writes a profile).
 #[derive(Args)]
 pub struct OutputArgs {
-    /// Where to write the profile; `-` for standard output. Default: flame.svg, or
-    /// stackscope.<ext> for the chosen --format. Checked writable before sampling. A regular
-    /// file is replaced whole (through a temporary renamed into place); a device, FIFO or
+    /// Where to write the profile; `-` for standard output [default: flame.svg].
+    ///
+    /// Without --format, the name's ending chooses the format (`.svg`, `.folded`, `.txt` for
+    /// bcc text, `.json`, `.pb.gz`, `.speedscope.json`, `.firefox.json`, ...); an ending that
+    /// names none is refused, no ending is SVG. Without -o: flame.svg, or stackscope.<ext>
+    /// for the chosen --format. Checked writable before sampling. A regular file is replaced
+    /// whole (through a temporary renamed into place); a device, FIFO or
     /// /dev/stdout is written in place; a symbolic link is kept and the file it names
     /// replaced. In a sticky world-writable directory (/tmp), a link or file is followed or
     /// written only where the kernel's fs.protected_symlinks, fs.protected_regular and
@@ -102,7 +106,7 @@ pub struct OutputArgs {
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
 
-    /// Output format. Default: from the --output extension, else svg.
+    /// Output format [default: from the -o extension, else svg].
     #[arg(long, value_name = "FORMAT", value_parser = format_name(Format::NAMES))]
     pub format: Option<Format>,
 

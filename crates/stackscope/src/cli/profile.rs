@@ -40,7 +40,7 @@ use super::flags::{
     mut_arg("delimited", |a| a.short('d').help("insert delimiter between kernel/user stacks")),
     mut_arg("annotate_kernel", |a| a.short('a').long("annotations")
         .visible_alias("annotate-kernel").help("add _[k] annotations to kernel frames")),
-    mut_arg("output", |a| a.help("Write the profile to FILE instead of standard output")),
+    mut_arg("output", |a| a.help("Write the profile to FILE instead of standard output").long_help(None)),
     mut_arg("format", |a| a.help(
         "Output format [default: folded with -f, else from the -o extension, else bcc text]"
     )),

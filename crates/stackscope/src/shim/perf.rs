@@ -4,9 +4,9 @@
 //! perf would write perf.data (`-o`, default `perf.data`), exiting as perf does with the
 //! command's exit code. `script [-i FILE]` reads that file, or a real perf.data, and prints
 //! `perf script` text that perf's collapsers fold into the stacks stackscope itself folds.
+//! `--help` (alone, or after either command) prints what the stand-in takes.
 
 use std::ffi::OsString;
-use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
@@ -17,6 +17,17 @@ use super::{interruptible, map_stacks, option_value, record_args};
 
 /// perf's own default: what `-o` and `-i` name when absent.
 const DEFAULT_FILE: &str = "perf.data";
+
+const USAGE: &str = "\
+usage: stackscope-perf record [-F HZ | -c COUNT] [-g] [--call-graph dwarf[,SIZE] | fp] [-o FILE]
+                              [-p PID | -t TID | -a [-C CPU]] [--] [CMD [ARGS]]
+       stackscope-perf script [-i FILE] [--no-inline]
+Stands in for `perf record` and `perf script` where cargo-flamegraph runs perf
+(PERF=stackscope-perf cargo flamegraph). `record` samples CMD (or the processes, threads or
+whole system named) with stackscope and writes stackscope JSON to FILE (default perf.data),
+which perf's own tools do not read: read it with `stackscope-perf script` or `stackscope
+report`. `script` prints FILE, or a perf.data written by perf, as `perf script` text.
+";
 
 const RECORD_OPTIONS: &str = "-F, -c, -g, --call-graph, -z, -o, -p, -t, -a, -C, -e cpu-clock, -q";
 const SCRIPT_OPTIONS: &str = "-i, --force, --no-inline, --inline";
@@ -31,6 +42,7 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     let mut args = args.into_iter();
     let sub = args.next().map(|s| s.to_string_lossy().into_owned());
     match sub.as_deref() {
+        Some("--help" | "-h" | "help") => usage(),
         Some("record") => record(args),
         Some("script") => script(args),
         Some(other) => bail!(
@@ -40,12 +52,26 @@ pub fn run(args: Vec<OsString>) -> Result<i32> {
     }
 }
 
+/// What the stand-in does and takes, as `perf --help` would say it; exits 0.
+fn usage() -> Result<i32> {
+    print!("{USAGE}");
+    Ok(0)
+}
+
+/// Whether `arg` asks for help, as perf's `-h` and `--help` do after a command.
+fn is_help(arg: &str) -> bool {
+    arg == "--help" || arg == "-h"
+}
+
 /// `perf record`: translated into `stackscope record` with a JSON output.
 fn record(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
     let mut translation = Translation::default();
     let mut command = Vec::new();
     while let Some(raw) = args.next() {
         let arg = raw.to_string_lossy().into_owned();
+        if is_help(&arg) {
+            return usage();
+        }
         if arg == "--" {
             command.extend(args.by_ref());
             break;
@@ -190,6 +216,9 @@ fn script(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
     let mut inline = true;
     while let Some(raw) = args.next() {
         let arg = raw.to_string_lossy().into_owned();
+        if is_help(&arg) {
+            return usage();
+        }
         if let Some(v) = option_value(&arg, Some('i'), Some("input"), &mut args) {
             input = PathBuf::from(v?);
         } else if arg == "--force" || arg == "-f" {
@@ -214,18 +243,9 @@ fn script(mut args: std::vec::IntoIter<OsString>) -> Result<i32> {
                 .collect()
         });
     }
-    let stdout = io::stdout();
-    let mut out = BufWriter::new(stdout.lock());
-    let written =
-        perf_script::write(&profile, &WriteOptions::default(), &mut out).and_then(|()| out.flush());
-    match written {
-        // A reader that stops early (`| head`) is not an error.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(0),
-        result => {
-            result.context("cannot write perf-script text to standard output")?;
-            Ok(0)
-        }
-    }
+    crate::output::to_stdout(|out| perf_script::write(&profile, &WriteOptions::default(), out))
+        .context("cannot write perf-script text to standard output")?;
+    Ok(0)
 }
 
 #[cfg(test)]
