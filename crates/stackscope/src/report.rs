@@ -1,7 +1,10 @@
 //! `stackscope report`: read a saved profile (or a perf.data file) and write it in another
 //! format.
 
+use std::path::Path;
+
 use anyhow::Result;
+use stackscope_profile::Profile;
 
 use crate::cli::ReportArgs;
 use crate::input::read_profile;
@@ -9,11 +12,13 @@ use crate::output::{Fallback, Output};
 
 pub fn run(args: ReportArgs) -> Result<i32> {
     // Checked first: a perf.data file can take a while to read, and the output path is known.
-    let title = format!("stackscope: {}", args.input.display());
-    let output = Output::from_args(&args.output, Fallback::file(title));
+    let mut output = Output::from_args(&args.output, Fallback::file(String::new()));
     output.check_writable()?;
     crate::debuginfod::install(&args.debuginfod, None);
     let profile = read_profile(&args.input)?;
+    if args.output.style.title.is_none() {
+        output.options.title = Some(title(&profile, &args.input));
+    }
     output.write(&profile)?;
     if !output.is_stdout() {
         eprintln!(
@@ -23,4 +28,14 @@ pub fn run(args: ReportArgs) -> Result<i32> {
         );
     }
     Ok(0)
+}
+
+/// The title a flamegraph of `profile` gets when --title gives none: the command it recorded,
+/// as `record` titled it, else the file it was read from.
+fn title(profile: &Profile, input: &Path) -> String {
+    if profile.meta.command.is_empty() {
+        format!("stackscope: {}", input.display())
+    } else {
+        format!("stackscope: {}", profile.meta.title())
+    }
 }
