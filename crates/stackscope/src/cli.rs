@@ -92,6 +92,11 @@ pub enum Command {
     /// Sample a guest kernel (QEMU) or a program under gdbserver over the GDB remote protocol.
     Gdb(GdbArgs),
     /// A differential flamegraph of two profiles.
+    ///
+    /// Drawn from AFTER's stacks, red where they grew and blue where they shrank: a stack of
+    /// BEFORE that AFTER lacks has no width there, so what vanished does not show (the line
+    /// printed at the end counts it). --negate draws from BEFORE's stacks instead, where it
+    /// shows in blue.
     Diff(DiffArgs),
     /// Check what recording needs on this machine (and, given one, what a program offers for
     /// unwinding); each check says ok, warn or fail and its fix. Linux-only.
