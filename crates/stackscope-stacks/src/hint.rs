@@ -16,8 +16,18 @@ pub enum Hint {
     RingFull { lost: u64 },
     /// `dropped` samples were not counted because the count map, of `entries`, was full.
     CountMapFull { dropped: u64, entries: u32 },
-    /// `missed` stacks could not be stored in the stack storage, of `entries` stacks.
+    /// `missed` stacks could not be stored because the stack storage, of `entries` stacks,
+    /// was full.
     StackStorageFull { missed: u64, entries: u32 },
+    /// `missed` stacks could not be stored because another stack held their hash bucket in
+    /// the kernel's stack storage, which keeps one stack per bucket: with `stored` stacks in
+    /// `buckets` buckets, two share one long before the storage is full. More buckets make it
+    /// rarer.
+    StackCollisions {
+        missed: u64,
+        stored: u64,
+        buckets: u64,
+    },
     /// A hint that names none of the caller's options, worded by the source.
     Said(String),
 }

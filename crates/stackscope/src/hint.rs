@@ -19,7 +19,14 @@ pub(crate) fn sentence(hint: &Hint) -> String {
             "{dropped} samples were not counted because the count map was full: raise --hash-storage-size (it is {entries})"
         ),
         Hint::StackStorageFull { missed, entries } => format!(
-            "{missed} stack traces could not be stored: raise --stack-storage-size (it is {entries})"
+            "{missed} stack traces could not be stored because the kernel's stack storage was full: raise `stackscope profile --stack-storage-size` (it is {entries})"
+        ),
+        Hint::StackCollisions {
+            missed,
+            stored,
+            buckets,
+        } => format!(
+            "{missed} stack traces could not be stored because another stack held their hash bucket: the kernel's stack storage keeps one stack per bucket, so {stored} stacks in {buckets} buckets collide now and then long before it is full; a larger `stackscope profile --stack-storage-size` makes it rarer"
         ),
         Hint::Said(text) => text.clone(),
     }
