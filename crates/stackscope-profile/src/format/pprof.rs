@@ -154,24 +154,6 @@ pub mod proto {
     }
 }
 
-/// The time one sample stands for, in nanoseconds, when the profile says: one period of a
-/// frequency, or the period of a clock event (counted in nanoseconds).
-pub(crate) fn sample_nanos(profile: &Profile) -> Option<u64> {
-    let meta = &profile.meta;
-    if meta.count_unit == CountUnit::Microseconds {
-        return Some(1000);
-    }
-    match (meta.frequency_hz, meta.period) {
-        (Some(hz), _) if hz > 0 => Some(1_000_000_000 / hz).filter(|&n| n > 0),
-        (_, Some(period))
-            if period > 0 && matches!(meta.event.as_str(), "cpu-clock" | "task-clock") =>
-        {
-            Some(period)
-        }
-        _ => None,
-    }
-}
-
 /// Builds the protocol buffer message (not yet encoded) for `profile`.
 pub fn to_message(profile: &Profile) -> proto::Profile {
     Encoder::new(profile).encode()
@@ -180,7 +162,7 @@ pub fn to_message(profile: &Profile) -> proto::Profile {
 /// Writes `profile` as a gzipped pprof protocol buffer.
 pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
     // Values are int64: a larger one would be written clamped, that is wrong.
-    let nanos = sample_nanos(profile).unwrap_or(1);
+    let nanos = profile.meta.sample_nanos().unwrap_or(1);
     let too_large = |count: u64| {
         count
             .checked_mul(nanos)
@@ -247,7 +229,7 @@ impl<'a> Encoder<'a> {
 
     fn encode(mut self) -> proto::Profile {
         let meta = &self.profile.meta;
-        let nanos = sample_nanos(self.profile);
+        let nanos = self.profile.meta.sample_nanos();
         let timed = meta.count_unit == CountUnit::Microseconds;
         if timed {
             // Counts are time already: one value, the time.
