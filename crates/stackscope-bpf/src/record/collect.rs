@@ -284,6 +284,7 @@ fn hints(
             worst[0].0
         )));
     }
+    hints.extend(stackscope_stacks::naming_hints(tally));
     if let Some(not_loaded) = processes.tables_not_loaded() {
         hints.push(Hint::Said(tables_not_loaded(not_loaded)));
     }
