@@ -1,6 +1,9 @@
 //! The sources' hints worded for the command line: each names the flags that would help, so
-//! the sources never do. The words are the ones the profile's hints have always carried.
+//! the sources never do. The words are the ones the profile's hints have always carried. And
+//! the one hint no source can give, since only the command knows what it sampled: a target
+//! that spent most of its time off the CPU.
 
+use stackscope_profile::{CountUnit, Profile};
 use stackscope_stacks::{Hint, Recording};
 
 /// How to give a program of one's own debug info, wherever one lacks it (a recording's hint,
@@ -15,6 +18,15 @@ pub(crate) const INSTALL_DEBUG_INFO: &str = "install the debug info: the -dbgsym
     Ubuntu) or -debuginfo (Fedora) package of the package holding the binary, or set \
     DEBUGINFOD_URLS to a debuginfod server (https://debuginfod.debian.net, \
     https://debuginfod.fedoraproject.org) for stackscope to fetch it";
+
+/// The share of the time recorded a target sampled on the CPU must have spent there, below
+/// which it is said to have spent most of it off the CPU. Low enough that a busy program on a
+/// loaded machine, waiting for a CPU a good part of the time, stays above it.
+const MOSTLY_OFF_CPU: f64 = 0.2;
+
+/// Recordings shorter than this say nothing of time off the CPU: a short command's start-up
+/// (exec, the loader) is too little time to judge.
+const OFF_CPU_MIN_SECS: f64 = 1.0;
 
 /// One hint as the profile carries it.
 pub(crate) fn sentence(hint: &Hint) -> String {
@@ -65,6 +77,28 @@ pub(crate) fn sentence(hint: &Hint) -> String {
     }
 }
 
+/// The hint for a target sampled on the CPU that spent most of the recording off it, where a
+/// profile of time would show where it waited; `None` for one that did not, or a profile that
+/// does not count CPU time.
+pub(crate) fn off_cpu(profile: &Profile) -> Option<String> {
+    let meta = &profile.meta;
+    if meta.count_unit != CountUnit::Samples || meta.event != "cpu-clock" {
+        return None;
+    }
+    let nanos = meta.sample_nanos()?;
+    let recorded = meta.duration_secs;
+    if recorded < OFF_CPU_MIN_SECS {
+        return None;
+    }
+    let on_cpu = profile.total_samples() as f64 * nanos as f64 / 1e9;
+    (on_cpu < MOSTLY_OFF_CPU * recorded).then(|| {
+        format!(
+            "the target was on a CPU for {on_cpu:.2} s of the {recorded:.1} s recorded ({:.0}%); the rest of the time it slept, blocked on I/O or a lock, or waited for a CPU, which samples of CPU time do not see: `--off-cpu` counts where it was off the CPU, `--wall` both",
+            on_cpu * 100.0 / recorded
+        )
+    })
+}
+
 /// Words the recording's hints into its profile, where the summary and every output format
 /// find them.
 pub(crate) fn word_hints(recording: &mut Recording) {
@@ -75,6 +109,42 @@ pub(crate) fn word_hints(recording: &mut Recording) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stackscope_profile::{Metadata, ProfileBuilder, Thread};
+
+    /// A profile of `samples` cpu-clock samples at 1000 Hz over `secs`.
+    fn sampled(samples: u64, secs: f64) -> Profile {
+        let mut b = ProfileBuilder::new(Metadata {
+            event: "cpu-clock".into(),
+            frequency_hz: Some(1000),
+            duration_secs: secs,
+            ..Metadata::default()
+        });
+        let t = b.thread(Thread::default());
+        let s = b.stack(&[]);
+        b.add(t, s, None, samples);
+        b.finish()
+    }
+
+    #[test]
+    fn a_target_mostly_off_the_cpu_is_pointed_to_time_profiles() {
+        let hint = off_cpu(&sampled(40, 2.0)).expect("a hint for 2% on the CPU");
+        assert!(hint.contains("0.04 s of the 2.0 s recorded (2%)"), "{hint}");
+        assert!(
+            hint.contains("--off-cpu") && hint.contains("--wall"),
+            "{hint}"
+        );
+        // A busy target on a loaded machine, on a CPU a third of the time.
+        assert_eq!(off_cpu(&sampled(700, 2.0)), None);
+        // Too short a recording to judge.
+        assert_eq!(off_cpu(&sampled(0, 0.5)), None);
+        // A profile of time, or of probe hits, is no matter for it.
+        let mut probes = sampled(10, 2.0);
+        probes.meta.event = "uprobe:libc:malloc".into();
+        assert_eq!(off_cpu(&probes), None);
+        let mut time = sampled(10, 2.0);
+        time.meta.count_unit = CountUnit::Microseconds;
+        assert_eq!(off_cpu(&time), None);
+    }
 
     #[test]
     fn naming_hints_name_the_binaries_and_the_fix_for_each_kind() {

@@ -19,6 +19,10 @@ pub(crate) struct Ending<'a> {
     pub command: &'a [String],
     /// Said after "no samples were collected" when the profile is empty.
     pub why_empty: &'a str,
+    /// The target is threads sampled on the CPU (a launched command, processes or threads,
+    /// not the whole system), which `--off-cpu` and `--wall` could follow off it: a hint says
+    /// so when it spent most of the recording there.
+    pub off_cpu_hint: bool,
 }
 
 /// Reports how the recording ended, prints the summary, writes the profile with `write` and
@@ -31,6 +35,10 @@ pub(crate) fn finish(
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     crate::hint::word_hints(&mut recording);
+    if ending.off_cpu_hint {
+        let off_cpu = crate::hint::off_cpu(&recording.profile);
+        recording.profile.meta.hints.extend(off_cpu);
+    }
     say_failure(&recording);
     say_figures(&recording);
     let exit_code = recording.exit_status.map(|status| match status.code() {

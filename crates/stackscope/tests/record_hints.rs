@@ -1,7 +1,8 @@
 //! What limits a first recording, said after its summary with the fix, and only when it
 //! applies: a program of one's own built without debug info (named, with how to build it
 //! with), a stripped program (its functions shown as module+address: debug packages or
-//! debuginfod); a program built with `-g` gets none of them.
+//! debuginfod), and a target that slept most of the time (`--off-cpu`, `--wall`); a program
+//! built with `-g` that keeps a CPU busy gets none of them.
 
 #![cfg(target_os = "linux")]
 
@@ -30,6 +31,10 @@ fn symbols_hint<'r>(hints: &[&'r str]) -> Option<&'r str> {
         .iter()
         .copied()
         .find(|h| h.contains("no symbol names"))
+}
+
+fn off_cpu_hint<'r>(hints: &[&'r str]) -> Option<&'r str> {
+    hints.iter().copied().find(|h| h.contains("--off-cpu"))
 }
 
 /// The split workload built without debug info, copied to `dir` (a temporary directory, where
@@ -100,7 +105,21 @@ fn a_stripped_program_is_pointed_to_debug_packages_and_debuginfod() {
 }
 
 #[test]
-fn a_program_with_debug_info_gets_none_of_these_hints() {
+fn a_command_that_sleeps_is_pointed_to_off_cpu_and_wall() {
+    let _serial = serial();
+    let dir = tempdir();
+    for backend in BACKENDS {
+        let command = [os("sh"), os("-c"), os("sleep 2")];
+        let run = record_alone(dir.path(), &["--backend", backend], &command);
+        let hints = hints(&run);
+        let hint = off_cpu_hint(&hints)
+            .unwrap_or_else(|| panic!("no hint with {backend}:\n{}", run.stderr));
+        assert!(hint.contains("--wall"), "{hint}");
+    }
+}
+
+#[test]
+fn a_busy_program_with_debug_info_gets_none_of_these_hints() {
     let _serial = serial();
     let dir = tempdir();
     let split = Measured::new(dir.path(), "split_nofp", ROUNDS);
@@ -110,4 +129,15 @@ fn a_program_with_debug_info_gets_none_of_these_hints() {
     let hints = hints(&run);
     assert_eq!(debug_info_hint(&hints), None, "{}", run.stderr);
     assert_eq!(symbols_hint(&hints), None, "{}", run.stderr);
+    // The program measured its own CPU time: when it had a CPU half the time recorded or
+    // more, it did not spend most of it off the CPU. (A machine loaded past that leaves it
+    // waiting for a CPU, which the hint rightly counts off it.)
+    let profile = read_json(&out);
+    let on_cpu = split.truth().cpu_ns as f64 / 1e9;
+    let recorded = profile.meta.duration_secs;
+    if on_cpu >= 0.5 * recorded {
+        assert_eq!(off_cpu_hint(&hints), None, "{}", run.stderr);
+    } else {
+        eprintln!("on a CPU {on_cpu:.2} s of {recorded:.2} s: the machine is too busy to say");
+    }
 }
