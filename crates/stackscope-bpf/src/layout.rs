@@ -3,8 +3,12 @@
 
 /// `-EFAULT` as a stack id: no stack of that kind in the sample (not a failure).
 pub(crate) const NO_STACK: i64 = -(libc::EFAULT as i64);
-/// `-EEXIST` from bpf_get_stackid: a different stack already holds the hash bucket.
+/// `-EEXIST` from bpf_get_stackid: a different stack already holds the hash bucket (the
+/// kernel's stack map keeps one stack per bucket and, without `BPF_F_REUSE_STACKID`, does not
+/// replace it).
 pub(crate) const STACK_COLLISION: i64 = -(libc::EEXIST as i64);
+/// `-ENOMEM` from bpf_get_stackid: every entry of the kernel's stack map is taken.
+pub(crate) const KERNEL_STACKS_FULL: i64 = -(libc::ENOMEM as i64);
 /// `-E2BIG` from the user-stack map: full.
 pub(crate) const STACK_STORAGE_FULL: i64 = -(libc::E2BIG as i64);
 

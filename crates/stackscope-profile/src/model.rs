@@ -232,6 +232,24 @@ pub struct Metadata {
 }
 
 impl Metadata {
+    /// The time one sample stands for, in nanoseconds, when the profile says: one period of a
+    /// frequency, or the period of a clock event (counted in nanoseconds); a microsecond in a
+    /// profile of time.
+    pub fn sample_nanos(&self) -> Option<u64> {
+        if self.count_unit == CountUnit::Microseconds {
+            return Some(1000);
+        }
+        match (self.frequency_hz, self.period) {
+            (Some(hz), _) if hz > 0 => Some(1_000_000_000 / hz).filter(|&n| n > 0),
+            (_, Some(period))
+                if period > 0 && matches!(self.event.as_str(), "cpu-clock" | "task-clock") =>
+            {
+                Some(period)
+            }
+            _ => None,
+        }
+    }
+
     /// What formats that name a profile call it when not given a title: the profiled command
     /// line, else `stackscope`.
     pub fn title(&self) -> String {

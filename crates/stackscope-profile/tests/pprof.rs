@@ -215,7 +215,6 @@ fn go_tool_pprof_reads_the_fixture() {
     assert!(has_label("thread:", "worker-io"), "{traces}");
     assert!(has_label("pid:", "4242"), "{traces}");
     assert!(has_label("tid:", "4243"), "{traces}");
-    assert!(has_label("cpu:", "1"), "{traces}");
     assert!(
         traces
             .lines()
@@ -224,6 +223,103 @@ fn go_tool_pprof_reads_the_fixture() {
     );
     // The default value is CPU time: duration and period show in the header.
     assert!(traces.contains("Type: cpu"), "{traces}");
+}
+
+/// The blocks `go tool pprof -traces` prints, one per sample it holds, each between two
+/// separator lines.
+fn trace_blocks(traces: &str) -> Vec<&str> {
+    traces
+        .split("-----------+-------------------------------------------------------")
+        .skip(1)
+        .filter(|block| !block.trim().is_empty())
+        .collect()
+}
+
+#[test]
+fn traces_show_a_stack_once_per_thread_whatever_cpus_it_ran_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(&fixture::profile(), dir.path(), "profile.pb.gz");
+    let traces = go_pprof(&["-traces", "-sample_index=samples"], &file);
+    // The worker thread's hot stack was sampled 7 times on CPU 0 and 5 times on CPU 1.
+    let hot: Vec<&str> = trace_blocks(&traces)
+        .into_iter()
+        .filter(|b| b.contains("thread:  worker\n") && b.contains("square"))
+        .collect();
+    assert_eq!(hot.len(), 1, "{traces}");
+    let leaf = hot[0].lines().find(|l| l.contains("square")).unwrap();
+    assert_eq!(leaf.split_whitespace().next(), Some("12"), "{traces}");
+    assert!(!traces.contains("cpu:"), "{traces}");
+    // Every stack and thread of the profile is one trace.
+    let profile = fixture::profile();
+    let pairs: std::collections::HashSet<(u32, u32)> = profile
+        .samples
+        .iter()
+        .map(|s| (s.stack, s.thread))
+        .collect();
+    assert_eq!(trace_blocks(&traces).len(), pairs.len(), "{traces}");
+}
+
+#[test]
+fn go_tool_pprof_shows_whole_generic_and_closure_names() {
+    let names = [
+        "std::rt::lang_start::{{closure}}",
+        "<alloc::vec::Vec<T,A> as core::ops::drop::Drop>::drop",
+        "hashbrown::raw::RawTableInner::probe_seq",
+        "core::num::<impl u64>::wrapping_add",
+        "std::vector<int, std::allocator<int> >::push_back(int const&)",
+    ];
+    let mut b = ProfileBuilder::new(Metadata {
+        frequency_hz: Some(100),
+        event: "cpu-clock".to_string(),
+        ..Metadata::default()
+    });
+    let frames: Vec<u32> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            b.frame(Frame {
+                name: name.to_string(),
+                module: Some("app".to_string()),
+                // wrapping_add inlined into probe_seq, as rustc does.
+                inlined: name.ends_with("wrapping_add"),
+                line: Some(10 + i as u32),
+                ..Frame::default()
+            })
+        })
+        .collect();
+    let t = b.thread(Thread::default());
+    for depth in 1..=frames.len() {
+        let stack = b.stack(&frames[..depth]);
+        b.add(t, stack, Some(0), depth as u64);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_file(&b.finish(), dir.path(), "names.pb.gz");
+
+    let top = go_pprof(&["-top", "-sample_index=samples", "-nodecount=100"], &file);
+    let shown: Vec<String> = top
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(
+                f.get(5..)?
+                    .join(" ")
+                    .trim_end_matches(" (inline)")
+                    .to_string(),
+            )
+        })
+        .collect();
+    for name in names {
+        assert!(
+            shown.iter().any(|s| s == name),
+            "{name} not shown whole:\n{top}"
+        );
+    }
+    let traces = go_pprof(&["-traces"], &file);
+    for name in names {
+        assert!(traces.contains(name), "{name} not shown whole:\n{traces}");
+    }
 }
 
 #[test]

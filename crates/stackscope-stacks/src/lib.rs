@@ -16,7 +16,7 @@ pub mod table;
 mod target;
 pub mod walk;
 
-pub use hint::Hint;
+pub use hint::{naming_hints, Hint};
 pub use mapping::Mapping;
 pub use recording::{ProgramCost, Recording, Rounds, Storage};
 pub use target::Target;

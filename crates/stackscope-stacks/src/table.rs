@@ -14,7 +14,8 @@ mod fold;
 mod names;
 mod rust_names;
 
-pub use fold::{BackgroundFold, Folded, Tally, ENTRY_POINTS, UNREADABLE};
+pub use fold::{BackgroundFold, Folded, ModuleUse, Tally, ENTRY_POINTS, UNREADABLE};
+pub(crate) use names::original_path;
 pub use rust_names::rust_clean;
 
 /// Index into [`StackTable::modules`].
@@ -262,6 +263,17 @@ impl StackTable {
         self.names.push(name.clone());
         self.name_ids.insert(name, id);
         id
+    }
+
+    /// Whether `module` is a file of user code (not the vDSO, not a guest's kernel).
+    fn is_user_file(&self, module: ModuleId) -> bool {
+        matches!(
+            self.modules.get(module as usize),
+            Some(ModuleKey::File {
+                kind: FrameKind::User,
+                ..
+            })
+        )
     }
 
     /// Unique frames held (one per new frame of any stack): what the table's memory grows

@@ -115,6 +115,11 @@ pub enum Command {
     /// Over the GDB remote protocol: QEMU's `-gdb`, gdbserver, or any stub that speaks it.
     Gdb(GdbArgs),
     /// A differential flamegraph of two profiles.
+    ///
+    /// Drawn from AFTER's stacks, red where they grew and blue where they shrank: a stack of
+    /// BEFORE that AFTER lacks has no width there, so what vanished does not show (the line
+    /// printed at the end counts it). --negate draws from BEFORE's stacks instead, where it
+    /// shows in blue.
     Diff(DiffArgs),
     /// Check what recording needs on this machine (Linux-only).
     ///

@@ -13,6 +13,7 @@ use stackscope_linux::target::{own_capabilities, privileged_exec, resolve_comman
 use stackscope_symbols::{unwind_sources, FramePointers, UnwindSources};
 
 use crate::cli::DoctorArgs;
+use crate::hint::{BUILD_WITH_DEBUG_INFO, INSTALL_DEBUG_INFO};
 
 /// Said after errors about permissions or the machine.
 pub(crate) const HINT: &str = "run `stackscope doctor` to check what this machine allows";
@@ -352,7 +353,9 @@ fn debug_info(name: &str, sources: &UnwindSources) -> Check {
         check(
             Verdict::Warn,
             format!("{name}: no debug info: frames are named from the symbol table, without inlined functions or lines (a separate debug file under /usr/lib/debug is used when present)"),
-            Some("build with -g (Rust: debug = 1 or \"line-tables-only\" in the profile), or install the -dbgsym package"),
+            Some(&format!(
+                "for a program of your own, {BUILD_WITH_DEBUG_INFO}; for a distribution's, {INSTALL_DEBUG_INFO}"
+            )),
         )
     }
 }

@@ -75,6 +75,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     let ending = Ending {
         command: &[],
         why_empty: "",
+        off_cpu_hint: false,
     };
     summary::finish(recording, &output, ending, |output, profile| {
         output.write(profile)

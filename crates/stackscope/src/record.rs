@@ -31,6 +31,8 @@ pub(crate) fn run_with(
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     let target = target(&args)?;
+    // Threads sampled on the CPU that --off-cpu and --wall could follow off it.
+    let threads = !matches!(target, Target::System);
     let time = time_profile(&args)?;
     let backend = backend(&args, time.as_ref())?;
     let config = sampler_config(&args, backend)?;
@@ -99,7 +101,7 @@ pub(crate) fn run_with(
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
-    summary::finish(recording, &output, ending(&command), write)
+    summary::finish(recording, &output, ending(&command, threads), write)
 }
 
 /// `record` where neither perf_event nor eBPF exists: the same target, output and ending,
@@ -124,7 +126,8 @@ pub(crate) fn run_with(
     );
     let announce = || eprintln!("{announcement}");
     let recording = sample(&args, target, &stop, announce)?;
-    summary::finish(recording, &output, ending(&command), write)
+    // No time profile to point to here.
+    summary::finish(recording, &output, ending(&command, false), write)
 }
 
 /// The sampling source of a system without perf_event and eBPF: ETW on Windows.
@@ -157,11 +160,13 @@ fn command_line(args: &RecordArgs) -> Vec<String> {
         .collect()
 }
 
-/// How `record`'s summary speaks of the launched command and of an empty profile.
-fn ending(command: &[String]) -> Ending<'_> {
+/// How `record`'s summary speaks of the launched command and of an empty profile, and whether
+/// it points a target mostly off the CPU to `--off-cpu` (`threads`: not the whole system).
+fn ending(command: &[String], threads: bool) -> Ending<'_> {
     Ending {
         command,
         why_empty: " (the target ran for less than one sampling period, or slept the whole time)",
+        off_cpu_hint: threads,
     }
 }
 

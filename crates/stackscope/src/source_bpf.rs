@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
-use stackscope_stacks::Recording;
+use stackscope_stacks::{Hint, Recording};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
 /// sampling runs.
@@ -18,7 +18,9 @@ pub(crate) fn sample(
     Ok(stackscope_bpf::record(config, stop, on_start)?)
 }
 
-/// bcc profile's warnings, in its words.
+/// bcc profile's warnings, in its words: its advice to raise --stack-storage-size when the
+/// storage was full or stacks collided in it (bcc gives it for collisions alone), then why
+/// stacks collided when they did, which a storage far from full makes a puzzle.
 pub(crate) fn bcc_warnings(recording: &Recording) -> Vec<String> {
     let mut warnings = Vec::new();
     let storage = recording.storage.unwrap_or_default();
@@ -32,10 +34,74 @@ pub(crate) fn bcc_warnings(recording: &Recording) -> Vec<String> {
         warnings.push(format!(
             "WARNING: {missed} stack traces could not be displayed.{hint}"
         ));
+        let collisions = recording
+            .hints
+            .iter()
+            .filter(|h| matches!(h, Hint::StackCollisions { .. }));
+        warnings.extend(collisions.map(|h| format!("hint: {}", crate::hint::sentence(h))));
     }
     if storage.counts_full {
         warnings
             .push("WARNING: hash table full. Consider increasing --hash-storage-size.".to_string());
     }
     warnings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stackscope_stacks::Storage;
+
+    fn lost(stacks_full: bool, hints: Vec<Hint>) -> Recording {
+        Recording {
+            storage: Some(Storage {
+                stacks_full,
+                missed_stacks: 1,
+                ..Storage::default()
+            }),
+            hints,
+            ..Recording::default()
+        }
+    }
+
+    #[test]
+    fn bccs_storage_advice_comes_only_with_a_full_or_colliding_storage() {
+        // A stack the kernel could not take is no matter of room.
+        let unread = lost(
+            false,
+            vec![Hint::Said("1 stack traces could not be taken".into())],
+        );
+        assert_eq!(
+            bcc_warnings(&unread),
+            ["WARNING: 1 stack traces could not be displayed."]
+        );
+        let full = lost(
+            true,
+            vec![Hint::StackStorageFull {
+                missed: 1,
+                entries: 16,
+            }],
+        );
+        assert_eq!(
+            bcc_warnings(&full),
+            ["WARNING: 1 stack traces could not be displayed. Consider increasing --stack-storage-size."]
+        );
+        // A collision in a storage far from full is said to be one.
+        let collided = lost(
+            true,
+            vec![Hint::StackCollisions {
+                missed: 1,
+                stored: 150,
+                buckets: 16384,
+            }],
+        );
+        let warnings = bcc_warnings(&collided);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].ends_with("Consider increasing --stack-storage-size."));
+        assert!(
+            warnings[1].contains("another stack held their hash bucket")
+                && warnings[1].contains("150 stacks in 16384 buckets"),
+            "{warnings:?}"
+        );
+    }
 }

@@ -6,7 +6,7 @@ use std::process::ExitStatus;
 
 use anyhow::Result;
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{DEFAULT_HASH_STORAGE, DEFAULT_STACK_STORAGE};
+use stackscope_bpf::DEFAULT_HASH_STORAGE;
 use stackscope_profile::format;
 use stackscope_profile::Profile;
 use stackscope_stacks::{ProgramCost, Recording, Rounds};
@@ -19,6 +19,10 @@ pub(crate) struct Ending<'a> {
     pub command: &'a [String],
     /// Said after "no samples were collected" when the profile is empty.
     pub why_empty: &'a str,
+    /// The target is threads sampled on the CPU (a launched command, processes or threads,
+    /// not the whole system), which `--off-cpu` and `--wall` could follow off it: a hint says
+    /// so when it spent most of the recording there.
+    pub off_cpu_hint: bool,
 }
 
 /// Reports how the recording ended, prints the summary, writes the profile with `write` and
@@ -31,6 +35,10 @@ pub(crate) fn finish(
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
     crate::hint::word_hints(&mut recording);
+    if ending.off_cpu_hint {
+        let off_cpu = crate::hint::off_cpu(&recording.profile);
+        recording.profile.meta.hints.extend(off_cpu);
+    }
     say_failure(&recording);
     say_figures(&recording);
     let exit_code = recording.exit_status.map(|status| match status.code() {
@@ -89,18 +97,11 @@ fn say_figures(recording: &Recording) {
     if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
         eprintln!("{}", describe_cost(cost));
     }
-    // Only the eBPF source (Linux) stores stacks in the kernel.
+    // Only the eBPF source (Linux) stores stacks in the kernel; the hints say why stacks were
+    // lost there.
     #[cfg(target_os = "linux")]
     if let Some(storage) = &recording.storage {
         // record has no storage flags: say what was lost in its own words.
-        let missed = storage.missed_stacks;
-        if missed > 0 {
-            eprintln!(
-                "stackscope: {missed} stacks could not be stored in the kernel's stack storage \
-                 ({DEFAULT_STACK_STORAGE} unique stacks) and show as [Missed User Stack] or \
-                 [Missed Kernel Stack]; `stackscope profile --stack-storage-size` can keep more"
-            );
-        }
         if storage.counts_full {
             eprintln!(
                 "stackscope: the kernel's count table filled up ({DEFAULT_HASH_STORAGE} entries), \

@@ -220,8 +220,15 @@ fn report_round_trips_json_and_folded() {
         sorted_lines(&d.join("again.folded"))
     );
 
-    // And it renders.
+    // And it renders, titled with the recorded command as `record` titles it, not the file.
     report(d, &json, &d.join("from_json.svg")).assert_ok();
     let svg = std::fs::read_to_string(d.join("from_json.svg")).unwrap();
     assert!(svg.contains("func_b"), "report SVG lacks func_b");
+    let title = format!(">stackscope: {}<", split.command_line().join(" "));
+    assert!(svg.contains(&title), "no title {title:?} in the SVG");
+    // Folded stacks record no command: the file names the flamegraph.
+    report(d, &recorded, &d.join("from_folded.svg")).assert_ok();
+    let svg = std::fs::read_to_string(d.join("from_folded.svg")).unwrap();
+    let title = format!(">stackscope: {}<", recorded.display());
+    assert!(svg.contains(&title), "no title {title:?} in the SVG");
 }

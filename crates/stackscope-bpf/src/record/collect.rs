@@ -36,11 +36,8 @@ pub(super) fn collect(
     }
     let (dropped, user_full) = program::drops(skel);
     let markers = event_markers(plan);
-    let Counted {
-        table,
-        comms,
-        collisions,
-    } = count_stacks(skel, config, processes, &counts, &markers, plan);
+    let Counted { table, comms, lost } =
+        count_stacks(skel, config, processes, &counts, &markers, plan);
 
     meta.lost_samples = dropped;
     let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
@@ -51,7 +48,7 @@ pub(super) fn collect(
         sample.cpu = None;
     }
     let missed = missed_stacks(&profile);
-    let mut hints = hints(config, processes, &tally, dropped, missed, user_full);
+    let mut hints = hints(config, processes, &tally, dropped, &lost);
     let skipped = program::switch_misses(skel);
     if skipped > 0 {
         hints.push(Hint::Said(format!(
@@ -59,7 +56,7 @@ pub(super) fn collect(
         )));
     }
     let storage = Storage {
-        stacks_full: collisions,
+        stacks_full: lost.collided + lost.full > 0 || user_full > 0,
         counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
@@ -98,8 +95,54 @@ struct Counted {
     table: StackTable,
     /// Each (pid, tid)'s command name as the kernel saw it.
     comms: HashMap<(u32, u32), String>,
-    /// Some stack id was lost to a full stack storage or a taken hash bucket.
-    collisions: bool,
+    /// The stacks shown as missing, by why.
+    lost: Lost,
+}
+
+/// Why the stack of one side (user or kernel) of a counted key is missing, from the stack id
+/// the program stored in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// Another stack held its hash bucket in the kernel's stack map, which keeps one stack
+    /// per bucket: collisions come long before the map is full.
+    Collided,
+    /// The stack storage was full.
+    Full,
+    /// Not for lack of room: the kernel refused the stack for another reason, or a stored
+    /// stack could not be read back.
+    Unread,
+}
+
+impl Loss {
+    /// The loss an error id (any id below 0 but [`layout::NO_STACK`], which is no stack at
+    /// all) stands for.
+    fn of(id: i64) -> Loss {
+        match id {
+            layout::STACK_COLLISION => Loss::Collided,
+            layout::KERNEL_STACKS_FULL | layout::STACK_STORAGE_FULL => Loss::Full,
+            _ => Loss::Unread,
+        }
+    }
+}
+
+/// Stacks shown as missing (one per side of a counted key), by [`Loss`], and the kernel
+/// stacks stored in all.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Lost {
+    collided: u64,
+    full: u64,
+    unread: u64,
+    kernel_stored: u64,
+}
+
+impl Lost {
+    fn count(&mut self, loss: Loss) {
+        match loss {
+            Loss::Collided => self.collided += 1,
+            Loss::Full => self.full += 1,
+            Loss::Unread => self.unread += 1,
+        }
+    }
 }
 
 /// Each event's root frame by its index, with several events (none with one). Leaked: the
@@ -128,7 +171,7 @@ fn count_stacks(
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
     let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
     let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
-    let mut collisions = false;
+    let mut lost = Lost::default();
     let mut frames = Vec::new();
     for (key, count) in counts {
         frames.clear();
@@ -143,12 +186,15 @@ fn count_stacks(
                         .or_insert_with(|| program::kernel_stack(skel, id));
                     match stack {
                         Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
-                        None => frames.push(RawFrame::Marker(MISSED_KERNEL)),
+                        None => {
+                            lost.count(Loss::Unread);
+                            frames.push(RawFrame::Marker(MISSED_KERNEL));
+                        }
                     }
                 }
                 id if i64::from(id) == layout::NO_STACK => {}
                 id => {
-                    collisions |= i64::from(id) == layout::STACK_COLLISION;
+                    lost.count(Loss::of(id.into()));
                     frames.push(RawFrame::Marker(MISSED_KERNEL));
                 }
             }
@@ -164,12 +210,15 @@ fn count_stacks(
                         Some(stack) => {
                             end = user_frames(&mut table, processes, key, stack, &mut frames)
                         }
-                        None => frames.push(RawFrame::Marker(MISSED_USER)),
+                        None => {
+                            lost.count(Loss::Unread);
+                            frames.push(RawFrame::Marker(MISSED_USER));
+                        }
                     }
                 }
                 layout::NO_STACK => {}
                 id => {
-                    collisions |= id == layout::STACK_COLLISION || id == layout::STACK_STORAGE_FULL;
+                    lost.count(Loss::of(id));
                     frames.push(RawFrame::Marker(MISSED_USER));
                 }
             }
@@ -183,11 +232,8 @@ fn count_stacks(
         }
     }
 
-    Counted {
-        table,
-        comms,
-        collisions,
-    }
+    lost.kernel_stored = kernel_stacks.values().filter(|s| s.is_some()).count() as u64;
+    Counted { table, comms, lost }
 }
 
 /// A sampled thread, named by the command names the kernel recorded (for the process, its main
@@ -217,8 +263,7 @@ fn hints(
     processes: &Processes,
     tally: &Tally,
     dropped: u64,
-    missed: u64,
-    user_full: u64,
+    lost: &Lost,
 ) -> Vec<Hint> {
     let mut hints = Vec::new();
     if dropped > 0 {
@@ -227,12 +272,7 @@ fn hints(
             entries: config.hash_storage_size,
         });
     }
-    if missed > 0 || user_full > 0 {
-        hints.push(Hint::StackStorageFull {
-            missed,
-            entries: config.stack_storage_size,
-        });
-    }
+    hints.extend(storage_hints(lost, config.stack_storage_size));
     let broken: u64 = tally.broken_in.values().sum();
     let stats = &tally.stats;
     if stats.user_stacks > 0 && broken * 100 >= stats.user_stacks {
@@ -244,6 +284,7 @@ fn hints(
             worst[0].0
         )));
     }
+    hints.extend(stackscope_stacks::naming_hints(tally));
     if let Some(not_loaded) = processes.tables_not_loaded() {
         hints.push(Hint::Said(tables_not_loaded(not_loaded)));
     }
@@ -252,6 +293,34 @@ fn hints(
     }
     if let Some(e) = &processes.loader_error {
         hints.push(Hint::Said(format!("library loads could not be watched ({e}): libraries opened during the run were walked by frame pointers until their first samples")));
+    }
+    hints
+}
+
+/// What `lost` says about the stack storage of `entries` stacks: a full storage or hash
+/// collisions, which more room helps, apart from stacks lost for another reason, which it
+/// does not.
+fn storage_hints(lost: &Lost, entries: u32) -> Vec<Hint> {
+    let mut hints = Vec::new();
+    if lost.full > 0 {
+        hints.push(Hint::StackStorageFull {
+            missed: lost.full,
+            entries,
+        });
+    }
+    if lost.collided > 0 {
+        hints.push(Hint::StackCollisions {
+            missed: lost.collided,
+            stored: lost.kernel_stored,
+            // The kernel rounds the stack map's buckets up to a power of two.
+            buckets: u64::from(entries.max(1)).next_power_of_two(),
+        });
+    }
+    if lost.unread > 0 {
+        hints.push(Hint::Said(format!(
+            "{} stack traces could not be taken or read back from the kernel, not for lack of room in its stack storage: they show as [Missed User Stack] or [Missed Kernel Stack]",
+            lost.unread
+        )));
     }
     hints
 }
@@ -305,5 +374,61 @@ fn user_frames(
             UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
         }
         layout::UserEnd::FramePointer => UserEnd::Unjudged,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_stack_id_error_is_lost_for_its_own_reason() {
+        assert_eq!(Loss::of(layout::STACK_COLLISION), Loss::Collided);
+        assert_eq!(Loss::of(layout::KERNEL_STACKS_FULL), Loss::Full);
+        assert_eq!(Loss::of(layout::STACK_STORAGE_FULL), Loss::Full);
+        assert_eq!(Loss::of(-i64::from(libc::EINVAL)), Loss::Unread);
+    }
+
+    #[test]
+    fn only_a_full_or_colliding_storage_hints_at_its_size() {
+        let storage_hint = |h: &Hint| {
+            matches!(
+                h,
+                Hint::StackStorageFull { .. } | Hint::StackCollisions { .. }
+            )
+        };
+        let unread = Lost {
+            unread: 3,
+            ..Lost::default()
+        };
+        let hints = storage_hints(&unread, 16384);
+        assert_eq!(hints.len(), 1, "{hints:?}");
+        assert!(!storage_hint(&hints[0]), "{hints:?}");
+
+        let collided = Lost {
+            collided: 1,
+            kernel_stored: 150,
+            ..Lost::default()
+        };
+        assert_eq!(
+            storage_hints(&collided, 10000),
+            [Hint::StackCollisions {
+                missed: 1,
+                stored: 150,
+                buckets: 16384
+            }]
+        );
+        let full = Lost {
+            full: 2,
+            ..Lost::default()
+        };
+        assert_eq!(
+            storage_hints(&full, 16),
+            [Hint::StackStorageFull {
+                missed: 2,
+                entries: 16
+            }]
+        );
+        assert!(storage_hints(&Lost::default(), 16).is_empty());
     }
 }

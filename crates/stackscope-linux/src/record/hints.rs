@@ -1,7 +1,7 @@
-//! The hints a recording carries: what made its stacks less than whole or its samples fewer,
-//! each with what to do about it. Hints about a saved file speak of perf record's options,
-//! which are perf's; the ones about a live recording carry their figures, for the caller to
-//! word with its own options.
+//! The hints a recording carries: what made its stacks less than whole, its frames less named
+//! or its samples fewer, each with what to do about it. Hints about a saved file speak of perf
+//! record's options, which are perf's; the ones about a live recording carry their figures,
+//! for the caller to word with its own options.
 
 use std::sync::Arc;
 
@@ -31,6 +31,7 @@ pub(super) struct Outcome<'a> {
 pub(super) fn hints(o: &Outcome<'_>) -> Vec<Hint> {
     let mut hints = Vec::new();
     stack_hints(o, &mut hints);
+    hints.extend(stackscope_stacks::naming_hints(o.tally));
     sample_hints(o, &mut hints);
     hints
 }

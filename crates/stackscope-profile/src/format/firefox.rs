@@ -14,7 +14,6 @@ use fxprof_processed_profile::{
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::pprof::sample_nanos;
 use super::WriteOptions;
 
 /// The interval shown when the profile does not say how often it sampled.
@@ -29,7 +28,10 @@ pub fn to_fxprof(profile: &Profile, opts: &WriteOptions) -> io::Result<FxProfile
     check_counts(profile)?;
     let title = opts.title.clone().unwrap_or_else(|| profile.meta.title());
     let product = printable(&title);
-    let interval = sample_nanos(profile).unwrap_or(DEFAULT_INTERVAL_NANOS);
+    let interval = profile
+        .meta
+        .sample_nanos()
+        .unwrap_or(DEFAULT_INTERVAL_NANOS);
     // The model has no start time; a fixed one keeps the output reproducible.
     let mut fx = FxProfile::new(
         &product,

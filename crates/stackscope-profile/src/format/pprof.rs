@@ -1,7 +1,10 @@
 //! pprof: a gzipped `perftools.profiles.Profile` protocol buffer, as `go tool pprof` reads it.
 //!
 //! Each sample carries two values, `samples/count` and `cpu/nanoseconds` (count × sampling
-//! period; the latter only when the period is known as a time). A profile of time (counts in
+//! period; the latter only when the period is known as a time), and its thread as labels
+//! (`thread`, `pid`, `tid`). Samples of one stack on one thread are one pprof sample whatever
+//! CPU they were taken on: pprof keeps apart samples whose labels differ, so a `cpu` label
+//! would print one stack once per CPU in `-traces`. A profile of time (counts in
 //! microseconds: off-CPU, or on- and off-CPU) carries one, `off-cpu/nanoseconds` or
 //! `wall/nanoseconds`. When stacks are rooted in the event that counted them (several events),
 //! each sample also has an `event` label naming it, for `-tagfocus`. A location is one machine
@@ -10,6 +13,11 @@
 //! innermost first. Every module becomes a mapping, with its build-id where the profile has
 //! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
 //! no address range; pprof then goes by the function names, files and lines.
+//!
+//! A function's `name` is the whole demangled name, generics and closures included
+//! (`core::num::<impl u64>::wrapping_add`); its `system_name` is left empty, because pprof takes
+//! a name equal to its system name for one still to demangle, and shortens one that merely
+//! looks demangled by cutting out everything between `<>` and `()`.
 
 use crate::{printable, CountUnit, Frame, FrameKind, Profile};
 use flate2::write::GzEncoder;
@@ -146,24 +154,6 @@ pub mod proto {
     }
 }
 
-/// The time one sample stands for, in nanoseconds, when the profile says: one period of a
-/// frequency, or the period of a clock event (counted in nanoseconds).
-pub(crate) fn sample_nanos(profile: &Profile) -> Option<u64> {
-    let meta = &profile.meta;
-    if meta.count_unit == CountUnit::Microseconds {
-        return Some(1000);
-    }
-    match (meta.frequency_hz, meta.period) {
-        (Some(hz), _) if hz > 0 => Some(1_000_000_000 / hz).filter(|&n| n > 0),
-        (_, Some(period))
-            if period > 0 && matches!(meta.event.as_str(), "cpu-clock" | "task-clock") =>
-        {
-            Some(period)
-        }
-        _ => None,
-    }
-}
-
 /// Builds the protocol buffer message (not yet encoded) for `profile`.
 pub fn to_message(profile: &Profile) -> proto::Profile {
     Encoder::new(profile).encode()
@@ -172,17 +162,17 @@ pub fn to_message(profile: &Profile) -> proto::Profile {
 /// Writes `profile` as a gzipped pprof protocol buffer.
 pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io::Result<()> {
     // Values are int64: a larger one would be written clamped, that is wrong.
-    let nanos = sample_nanos(profile).unwrap_or(1);
-    if let Some((i, s)) = profile.samples.iter().enumerate().find(|(_, s)| {
-        s.count
+    let nanos = profile.meta.sample_nanos().unwrap_or(1);
+    let too_large = |count: u64| {
+        count
             .checked_mul(nanos)
             .is_none_or(|v| i64::try_from(v).is_err())
-    }) {
+    };
+    if let Some((stack, _, count)) = per_thread(profile).into_iter().find(|s| too_large(s.2)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "sample {i} counts {} samples of {nanos} ns, more than pprof's 64-bit signed values hold",
-                s.count
+                "stack {stack} counts {count} samples of {nanos} ns on one thread, more than pprof's 64-bit signed values hold"
             ),
         ));
     }
@@ -239,7 +229,7 @@ impl<'a> Encoder<'a> {
 
     fn encode(mut self) -> proto::Profile {
         let meta = &self.profile.meta;
-        let nanos = sample_nanos(self.profile);
+        let nanos = self.profile.meta.sample_nanos();
         let timed = meta.count_unit == CountUnit::Microseconds;
         if timed {
             // Counts are time already: one value, the time.
@@ -278,28 +268,27 @@ impl<'a> Encoder<'a> {
             self.string("thread"),
             self.string("pid"),
             self.string("tid"),
-            self.string("cpu"),
             self.string("event"),
         ];
         let events = rooted_events(self.profile);
         let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
-        for sample in &self.profile.samples {
-            let location_id = match stack_locations.get(&sample.stack) {
+        for (stack, thread, count) in per_thread(self.profile) {
+            let location_id = match stack_locations.get(&stack) {
                 Some(ids) => ids.clone(),
                 None => {
-                    let ids = self.stack(sample.stack);
-                    stack_locations.insert(sample.stack, ids.clone());
+                    let ids = self.stack(stack);
+                    stack_locations.insert(stack, ids.clone());
                     ids
                 }
             };
             let mut value = Vec::with_capacity(2);
             if !timed {
-                value.push(clamp(sample.count));
+                value.push(clamp(count));
             }
             if let Some(nanos) = nanos {
-                value.push(clamp(sample.count.saturating_mul(nanos)));
+                value.push(clamp(count.saturating_mul(nanos)));
             }
-            let thread = self.profile.thread(sample.thread);
+            let thread = self.profile.thread(thread);
             let mut label = vec![
                 proto::Label {
                     key: keys[0],
@@ -317,17 +306,10 @@ impl<'a> Encoder<'a> {
                     ..Default::default()
                 },
             ];
-            if let Some(cpu) = sample.cpu {
-                label.push(proto::Label {
-                    key: keys[3],
-                    num: cpu.into(),
-                    ..Default::default()
-                });
-            }
-            let root = self.profile.stack(sample.stack).frames.first();
+            let root = self.profile.stack(stack).frames.first();
             if let Some(event) = root.and_then(|&f| event_root(self.profile, &events, f)) {
                 label.push(proto::Label {
-                    key: keys[4],
+                    key: keys[3],
                     str: self.string(event),
                     ..Default::default()
                 });
@@ -407,8 +389,9 @@ impl<'a> Encoder<'a> {
         self.message.function.push(proto::Function {
             id,
             name,
-            // The model keeps demangled names only.
-            system_name: name,
+            // The model keeps demangled names only; a system name equal to the name would
+            // have pprof shorten it (see the module's documentation).
+            system_name: 0,
             filename,
             start_line: 0,
         });
@@ -446,6 +429,24 @@ impl<'a> Encoder<'a> {
         self.mappings.insert(module.to_string(), id);
         id
     }
+}
+
+/// The samples as pprof gets them: (stack, thread, count), the counts of one stack on one
+/// thread added up over the CPUs, in the order each first appears. A sum past `u64::MAX` stays
+/// there, which [`write`] refuses as it refuses any count too large.
+fn per_thread(profile: &Profile) -> Vec<(u32, u32, u64)> {
+    let mut at: HashMap<(u32, u32), usize> = HashMap::new();
+    let mut merged: Vec<(u32, u32, u64)> = Vec::new();
+    for sample in &profile.samples {
+        match at.get(&(sample.stack, sample.thread)) {
+            Some(&i) => merged[i].2 = merged[i].2.saturating_add(sample.count),
+            None => {
+                at.insert((sample.stack, sample.thread), merged.len());
+                merged.push((sample.stack, sample.thread, sample.count));
+            }
+        }
+    }
+    merged
 }
 
 /// The events stacks are rooted in: those `meta.event` lists, when it lists several.

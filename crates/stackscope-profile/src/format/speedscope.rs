@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::pprof::sample_nanos;
 use super::WriteOptions;
 
 const SCHEMA: &str = "https://www.speedscope.app/file-format-schema.json";
@@ -103,7 +102,7 @@ fn shared_frames(profile: &Profile) -> (Vec<SharedFrame<'_>>, Vec<usize>) {
 /// One sampled profile per thread, in the profile's thread order, each sample weighted by its
 /// count (times the sampling period in nanoseconds, when known).
 fn thread_profiles(profile: &Profile, shared_of: &[usize]) -> io::Result<Vec<SampledProfile>> {
-    let nanos = sample_nanos(profile);
+    let nanos = profile.meta.sample_nanos();
     let mut profiles: Vec<SampledProfile> = profile
         .threads
         .iter()

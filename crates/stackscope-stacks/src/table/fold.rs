@@ -13,7 +13,7 @@ use stackscope_symbols::elf::build_id_hex;
 use stackscope_symbols::Symbolizer;
 
 use super::names::{file_name, Names};
-use super::{ModuleKey, NameId, RawFrame, StackTable, UserEnd};
+use super::{ModuleId, ModuleKey, NameId, RawFrame, StackTable, UserEnd};
 use crate::walk::Stop;
 
 impl StackTable {
@@ -58,6 +58,8 @@ impl StackTable {
             let mut unknown_user = false;
             let mut unnamed_user = false;
             let mut in_exec = false;
+            // The innermost frame of user code in a file, and whether a symbol names it.
+            let mut leaf: Option<(ModuleId, bool)> = None;
             // Root first; one address may expand to several frames (inlined functions),
             // already outermost first.
             let mut rooted = None;
@@ -65,6 +67,16 @@ impl StackTable {
                 // An event's root frame says what counted the stack, not where it began.
                 let judged = !matches!(raw, RawFrame::Event(_));
                 unnamed_user |= names.is_unnamed(raw);
+                match *raw {
+                    RawFrame::User { module, .. } if self.is_user_file(module) => {
+                        leaf = Some((module, names.is_unnamed(raw)));
+                    }
+                    // User code in no file (the vDSO, JIT code, unmapped) is no file's time.
+                    RawFrame::User { .. } | RawFrame::Jit { .. } | RawFrame::Unmapped(_) => {
+                        leaf = None
+                    }
+                    _ => {}
+                }
                 for &id in names.frames(raw) {
                     let frame = builder.frame_at(id);
                     match frame.kind {
@@ -87,6 +99,15 @@ impl StackTable {
             if key.end == UserEnd::Unreadable && in_exec {
                 tally.unreadable_in_exec += count;
             }
+            if let (Some((module, unnamed)), false) = (leaf, key.end == UserEnd::NoStack) {
+                if let ModuleKey::File { path, .. } = &self.modules[module as usize] {
+                    let used = tally.modules.entry(path.clone()).or_default();
+                    used.leaf += count;
+                    if unnamed {
+                        used.unnamed_leaf += count;
+                    }
+                }
+            }
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid, key.comm, key.process))
@@ -106,6 +127,11 @@ impl StackTable {
                     builder.thread(named)
                 });
             builder.add(tid, stack, Some(key.cpu), *count);
+        }
+        for (id, key) in self.modules.iter().enumerate() {
+            if let (ModuleKey::File { path, .. }, true) = (key, names.has_lines(id as ModuleId)) {
+                tally.modules.entry(path.clone()).or_default().lines = true;
+            }
         }
         // Build-ids let a consumer (pprof's mappings) match each module to its exact file.
         for key in &self.modules {
@@ -199,6 +225,20 @@ pub struct Tally {
     pub short_chains: u64,
     /// Of `stats.unreadable`, the samples taken inside execve.
     pub unreadable_in_exec: u64,
+    /// How the user code of each file (by path) was sampled and named.
+    pub modules: HashMap<Arc<str>, ModuleUse>,
+}
+
+/// How the user code of one file was sampled and named.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ModuleUse {
+    /// Samples whose innermost frame of user code in a file is in this one: the time spent in
+    /// its code.
+    pub leaf: u64,
+    /// Of those, the ones in a function no symbol names (shown as module+address).
+    pub unnamed_leaf: u64,
+    /// Some of its addresses were named with a source line: debug info was found for it.
+    pub lines: bool,
 }
 
 impl Tally {

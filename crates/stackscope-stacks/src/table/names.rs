@@ -21,6 +21,9 @@ pub(super) struct Names {
     /// Of those, the ones in the function at the entry point their file states: a stripped
     /// program's `_start`.
     unnamed_entries: HashSet<RawFrame>,
+    /// The modules some of whose addresses were named with a source line: debug info was
+    /// found for them, in the file or a separate one.
+    with_lines: HashSet<ModuleId>,
 }
 
 /// Addresses waiting for their symbolizer.
@@ -42,6 +45,7 @@ impl Names {
             ids: Vec::new(),
             unnamed: HashSet::new(),
             unnamed_entries: HashSet::new(),
+            with_lines: HashSet::new(),
         };
         let queued = names.queue(table, builder);
         names.name_kernel(&queued.kernel, symbolizer, builder);
@@ -155,6 +159,9 @@ impl Names {
             if syms.is_empty() {
                 unnamed.push(*offset);
             } else {
+                if syms.iter().any(|s| s.line.is_some()) {
+                    self.with_lines.insert(module);
+                }
                 let frames = syms.into_iter().map(|mut s| {
                     if naming.short_rust_names {
                         s.name = rust_clean(&s.name);
@@ -266,6 +273,11 @@ impl Names {
         self.unnamed.contains(raw)
     }
 
+    /// Whether some address of `module` was named with a source line.
+    pub(super) fn has_lines(&self, module: ModuleId) -> bool {
+        self.with_lines.contains(&module)
+    }
+
     /// Whether `raw` is user code no symbol names in the function at its file's entry point.
     pub(super) fn is_unnamed_entry(&self, raw: &RawFrame) -> bool {
         self.unnamed_entries.contains(raw)
@@ -309,17 +321,31 @@ fn address_name(module: &str, address: u64) -> String {
 /// for `C:\Windows\System32\ntdll.dll`; for a copy
 /// in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`), the original file's name.
 pub(super) fn file_name(path: &str) -> String {
-    let mut parts = path.rsplit(['/', '\\']);
-    let last = parts.next().unwrap_or(path);
-    if last == "elf" && path.contains("/.debug/") {
-        let id = parts.next().unwrap_or("");
-        if id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            if let Some(name) = parts.next() {
-                return name.to_string();
-            }
-        }
+    let original = original_path(path);
+    original
+        .rsplit(['/', '\\'])
+        .next()
+        .unwrap_or(original)
+        .to_string()
+}
+
+/// The path of the file a copy in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`)
+/// was taken from: `/usr/bin/xz` for `/root/.debug/usr/bin/xz/6fab...ce9/elf`; any other
+/// path as it is.
+pub(crate) fn original_path(path: &str) -> &str {
+    let cached = path
+        .find("/.debug/")
+        // The cache keeps the original's whole path, its leading slash included.
+        .map(|at| &path[at + "/.debug".len()..])
+        .and_then(|rest| rest.strip_suffix("/elf"))
+        .and_then(|rest| rest.rsplit_once('/'))
+        .filter(|(original, id)| {
+            original.len() > 1 && id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+    match cached {
+        Some((original, _)) => original,
+        None => path,
     }
-    last.to_string()
 }
 
 #[cfg(test)]
@@ -337,6 +363,14 @@ mod tests {
             "prog"
         );
         assert_eq!(file_name("/opt/tools/elf"), "elf");
+        assert_eq!(
+            original_path("/root/.debug/usr/bin/xz/6fab166e78b0a2a73797d7e2c63a5a0fa27d0ce9/elf"),
+            "/usr/bin/xz"
+        );
+        assert_eq!(
+            original_path("/home/me/.debug/notes/elf"),
+            "/home/me/.debug/notes/elf"
+        );
         assert_eq!(file_name(r"C:\Windows\System32\ntdll.dll"), "ntdll.dll");
     }
 

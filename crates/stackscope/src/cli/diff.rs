@@ -45,8 +45,10 @@ pub struct DiffArgs {
     #[arg(long)]
     pub strip_hex: bool,
 
-    /// Colour by the change from the second profile to the first (blue where the second grew),
-    /// as inferno-flamegraph's --negate does.
+    /// Draw the first profile's stacks at their widths instead of the second's, so that what
+    /// the second lacks shows (in blue); colours keep their meaning, red grew and blue shrank.
+    /// The folded output is then `stack AFTER BEFORE`, as inferno-flamegraph --negate draws
+    /// it.
     #[arg(long)]
     pub negate: bool,
 }

@@ -36,6 +36,8 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
     match name {
         "split_fp" => c("split.c", &["-fno-omit-frame-pointer"]),
         "split_nofp" => c("split.c", &["-fomit-frame-pointer"]),
+        // As a release build without debug info: named from its symbol table only.
+        "split_nodebug" => ("gcc", vec!["-O2", "-fomit-frame-pointer", "split.c"]),
         "threads" => c("threads.c", &["-pthread"]),
         "libhot.so" => c("hot_lib.c", &["-shared", "-fPIC", "-fomit-frame-pointer"]),
         "dlopen_main" => {
