@@ -104,6 +104,8 @@ pub struct Run {
     pub stdout: String,
     pub stderr: String,
     pub wall: Duration,
+    /// The process's peak resident memory, in KiB (its own, as `wait4` reports it).
+    pub peak_kib: u64,
 }
 
 impl Run {
@@ -259,13 +261,13 @@ pub fn wait_output(mut child: Child, start: Instant) -> Run {
         let _ = err_pipe.read_to_end(&mut s);
         s
     });
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for stackscope") {
-            break status;
+    let (status, peak_kib) = loop {
+        if let Some(ended) = reap(&child, false) {
+            break ended;
         }
         if start.elapsed() > DEADLINE {
             let _ = child.kill();
-            let _ = child.wait();
+            let _ = reap(&child, true);
             panic!("stackscope did not finish within {DEADLINE:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -278,7 +280,25 @@ pub fn wait_output(mut child: Child, start: Instant) -> Run {
         stdout,
         stderr,
         wall,
+        peak_kib,
     }
+}
+
+/// The exit status and peak resident memory (KiB) of `child` once it has ended; waits for the
+/// end when `block`. `wait4` gives the child's own peak, which `Child::wait` does not.
+fn reap(child: &Child, block: bool) -> Option<(ExitStatus, u64)> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: rusage is plain data that wait4 fills in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let flags = if block { 0 } else { libc::WNOHANG };
+    // SAFETY: waits for our own child with valid pointers to locals.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, flags, &mut usage) };
+    assert!(pid >= 0, "wait4: {}", std::io::Error::last_os_error());
+    (pid != 0).then(|| {
+        let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0);
+        (ExitStatus::from_raw(status), peak)
+    })
 }
 
 /// Reads a stackscope JSON profile, checking the envelope the contract fixes.
