@@ -280,3 +280,38 @@ fn compressed_recording_gives_the_split() {
         &split.truth(),
     );
 }
+
+#[test]
+fn recording_written_to_a_pipe_gives_the_split() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let (data, truth) = until_testable(|| {
+        let split = Measured::new(d, "split_fp", "4000");
+        let data = d.join("pipe.data");
+        let out = std::fs::File::create(&data).expect("create pipe.data");
+        // What `perf record -o - ... | ...` writes: the pipe layout, whose records describe
+        // the events.
+        let status = Command::new("perf")
+            .current_dir(d)
+            .args(["record", "-N", "-F", "999", "-g", "-o", "-", "--"])
+            .args(split.command())
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run perf record");
+        assert!(status.success(), "perf record -o - failed: {status:?}");
+        (data, split.truth())
+    });
+    let bytes = std::fs::read(&data).expect("read pipe.data");
+    assert_eq!(bytes[8..16], 16u64.to_le_bytes(), "not the pipe layout");
+    assert_split(&report_folded(d, &data), "split_fp", &truth);
+    let profile = report_json(d, &data);
+    assert_eq!(profile.meta.event, "cpu-clock");
+    assert_eq!(profile.meta.frequency_hz, Some(999), "meta.frequency_hz");
+    assert!(
+        profile.meta.command.iter().any(|a| a == "-"),
+        "command from the stream: {:?}",
+        profile.meta.command
+    );
+}
