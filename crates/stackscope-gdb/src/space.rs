@@ -62,11 +62,17 @@ impl Space {
     }
 
     /// Adds the libraries of `list` (path, load bias) not known yet; files that cannot be read
-    /// (the vDSO, a path of another machine) are skipped. True when any was added.
-    pub fn add_libraries(&mut self, list: &[(PathBuf, u64)]) -> bool {
+    /// (the vDSO, a path of another machine) are skipped, and so is a file listed again at
+    /// other addresses (a stale entry, or a stub listing one file thousands of times: each
+    /// image holds the file's unwind tables). Stops adding when `stopped()` says so (Ctrl-C).
+    /// True when any was added.
+    pub fn add_libraries(&mut self, list: &[(PathBuf, u64)], stopped: impl Fn() -> bool) -> bool {
         let mut added = false;
         for (path, bias) in list {
-            if self.has(path, *bias) {
+            if stopped() {
+                break;
+            }
+            if self.has(path) {
                 continue;
             }
             let Ok(mut image) = Image::open(path) else {
@@ -93,10 +99,8 @@ impl Space {
         added
     }
 
-    fn has(&self, path: &Path, bias: u64) -> bool {
-        self.images
-            .iter()
-            .any(|i| i.path() == path && i.bias() == bias)
+    fn has(&self, path: &Path) -> bool {
+        self.images.iter().any(|i| i.path() == path)
     }
 
     fn rebuild(&mut self) {
