@@ -258,7 +258,11 @@ fn compressed_records_unpacking_to_gigabytes_end_the_reading_with_the_profile_be
     let (bomb, at) = with_records_appended(&bytes, &frame.repeat(4));
     let bomb_path = d.join("bomb.data");
     std::fs::write(&bomb_path, &bomb).unwrap();
-    assert!(bomb.len() < bytes.len() + 256 << 10, "{} bytes", bomb.len());
+    assert!(
+        bomb.len() < bytes.len() + (256 << 10),
+        "{} bytes",
+        bomb.len()
+    );
     // The first record unpacked crosses the bounds.
     read_up_to(
         d,
