@@ -234,15 +234,24 @@ fn a_packet_without_end_is_refused_at_the_packet_size() {
     assert_ended_within(&run, 5);
 }
 
-/// A library that is on this machine, listed by the stubs below.
-const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+/// The C library this test runs with: a library that is there to open, listed by the stubs
+/// below.
+fn libc() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/libc.so"))
+        .expect("the test runs with a C library")
+        .to_string()
+}
 
-/// The `library-list-svr4` document of `n` libraries, each `LIBC` at its own address.
+/// The `library-list-svr4` document of `n` libraries, each the C library at its own address.
 fn library_list(n: usize) -> String {
+    let libc = libc();
     let mut list = String::from("<library-list-svr4 version=\"1.0\">");
     for i in 0..n {
         let addr = 0x7f00_0000_0000u64 + (i as u64) * 0x40_0000;
-        list += &format!("<library name=\"{LIBC}\" l_addr=\"{addr:#x}\"/>");
+        list += &format!("<library name=\"{libc}\" l_addr=\"{addr:#x}\"/>");
     }
     list + "</library-list-svr4>"
 }
