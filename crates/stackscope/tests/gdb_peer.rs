@@ -297,6 +297,24 @@ fn a_library_list_of_50000_entries_is_refused_in_bounded_memory() {
     assert!(run.peak_kib < 100 << 10, "peak memory {} KiB", run.peak_kib);
 }
 
+#[test]
+fn a_library_listed_4000_times_is_loaded_once() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let list = LIST.get_or_init(|| library_list(4000));
+        serve_library_list(list, request, interrupts, out)
+    }
+    let Against { run, .. } = against(script, &["--timeout", "20", "--samples", "3"]);
+    assert!(
+        run.stderr.contains("sampling 1 of 1 vCPU"),
+        "sampling did not begin:\n{}",
+        run.stderr
+    );
+    eprintln!("peak memory {} KiB", run.peak_kib);
+    // Each copy held the library's unwind tables: 790 MB for this list.
+    assert!(run.peak_kib < 100 << 10, "peak memory {} KiB", run.peak_kib);
+}
+
 /// Answers like [`serve_library_list`] with 4000 libraries, well within the bounds, but a
 /// piece of the list every half second: the list takes half a minute.
 fn trickled_library_list(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
