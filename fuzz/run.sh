@@ -19,7 +19,7 @@ fi
 rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly
 cargo +nightly fuzz --version >/dev/null 2>&1 || cargo install cargo-fuzz
 
-# Seeds: a perf.data of a real workload (without build-ids or perf's build-id cache, which
+# Seeds: perf.data files of a real workload (without build-ids or perf's build-id cache, which
 # another recording writing the cache at once can make perf abort on), the same run recorded
 # by stackscope as JSON and folded stacks, and OSDK JSON written from that.
 seeds=$(mktemp -d)
@@ -30,6 +30,11 @@ stackscope="$root/target/release/stackscope"
 mkdir -p corpus/perf_data corpus/stackscope_json corpus/folded corpus/osdk_json corpus/profile_input
 perf record -q -N -B -F 99 -g -o corpus/perf_data/split-fp.data -- "$seeds/split" 200 >/dev/null
 perf record -q -N -B -F 99 --call-graph dwarf,1024 -o corpus/perf_data/split-dwarf.data -- "$seeds/split" 200 >/dev/null
+# Compressed records (zstd), and the layout perf writes to a pipe (split prints nothing to
+# stdout, which holds the recording there).
+perf record -q -N -B -z -F 99 -g -o corpus/perf_data/split-fp-z.data -- "$seeds/split" 200 >/dev/null
+perf record -q -N -B -F 99 -g -o - -- "$seeds/split" 200 > corpus/perf_data/split-fp-pipe.data
+perf record -q -N -B -z -F 99 -g -o - -- "$seeds/split" 200 > corpus/perf_data/split-fp-pipe-z.data
 "$stackscope" record -F 99 -o corpus/stackscope_json/split.json -- "$seeds/split" 200 >/dev/null
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/folded/split.folded
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk

@@ -14,6 +14,8 @@ use std::net::TcpStream;
 #[cfg(unix)]
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::arch::{Arch, Layout};
@@ -92,6 +94,8 @@ pub struct Client<S> {
     /// True once an interrupt has stopped the target: a stub that never stops it ignores
     /// interrupts.
     interrupt_stops: bool,
+    /// Set (by Ctrl-C) to end what is being read: a long reply is given up between packets.
+    stop: Option<Arc<AtomicBool>>,
 }
 
 /// Reply timeout used when the caller does not choose one.
@@ -100,8 +104,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_THREADS: usize = 1 << 16;
 /// Most console output (`O` packets) skipped while waiting for one stop reply.
 pub const MAX_CONSOLE: usize = 1 << 20;
-/// Largest `qXfer` object read (auxiliary vector, library list).
+/// Largest `qXfer` object read (auxiliary vector, target description).
 pub const MAX_OBJECT: usize = 16 << 20;
+/// Largest library list read: some hundred bytes per library, for [`MAX_LIBRARIES`].
+pub const MAX_LIBRARY_LIST: usize = 4 << 20;
+/// Most libraries a stub may list: a large program maps a few hundred. Each one listed is a
+/// file opened and its unwind tables held.
+pub const MAX_LIBRARIES: usize = 4096;
 /// Shortest wait for the first stop after an interrupt that is taken as the stub ignoring
 /// interrupts when the recording's end cuts it (a longer one is due within a reply timeout).
 const LEAST_STOP_WAIT: Duration = Duration::from_millis(500);
@@ -188,6 +197,7 @@ impl<S: Stream> Client<S> {
             selected: None,
             layout: Arch::X86_64.default_layout(),
             interrupt_stops: false,
+            stop: None,
         })
     }
 
@@ -199,6 +209,19 @@ impl<S: Stream> Client<S> {
     /// whatever the reply timeout; `None` leaves the reply timeout alone.
     pub fn set_end(&mut self, end: Option<Instant>) {
         self.conn.set_end(end);
+    }
+
+    /// `stop` (set by Ctrl-C) ends a reply of many packets between two of them, and the
+    /// loading of the files the stub lists.
+    pub fn set_stop(&mut self, stop: Arc<AtomicBool>) {
+        self.stop = Some(stop);
+    }
+
+    /// Whether the flag given to [`Client::set_stop`] is set.
+    pub fn stopped(&self) -> bool {
+        self.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
     }
 
     /// The reply timeout.

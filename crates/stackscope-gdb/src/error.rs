@@ -60,6 +60,9 @@ pub enum Error {
         sent: String,
         what: String,
     },
+    /// Ctrl-C while a reply of many packets was coming.
+    #[error("stopped while reading the {what} from {peer}")]
+    Stopped { peer: String, what: String },
     /// A reply that is not what the packet calls for.
     #[error("unexpected reply from {peer} to {sent}: {got} ({why})")]
     Malformed {

@@ -115,7 +115,7 @@ pub fn prepare<S: Stream>(
     }
     let mut space = Space::new(image);
     if let Some(libraries) = client.libraries()? {
-        space.add_libraries(&libraries);
+        space.add_libraries(&libraries, || client.stopped());
     }
     // After `?`: gdbserver describes the thread it last reported, and without one it aborts.
     client.describe(space.main().arch(), space.main().path())?;

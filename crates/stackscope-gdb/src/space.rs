@@ -2,9 +2,11 @@
 //! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
 //! unwinder over all of them, for the main file's architecture.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use crate::arch::Unwinder;
+use crate::client::MAX_LIBRARIES;
 use crate::image::Image;
 use stackscope_stacks::Mapping;
 
@@ -62,11 +64,19 @@ impl Space {
     }
 
     /// Adds the libraries of `list` (path, load bias) not known yet; files that cannot be read
-    /// (the vDSO, a path of another machine) are skipped. True when any was added.
-    pub fn add_libraries(&mut self, list: &[(PathBuf, u64)]) -> bool {
+    /// (the vDSO, a path of another machine) are skipped, and so is a file the list names again
+    /// at other addresses (a stale entry, or a stub listing one file thousands of times: each
+    /// image holds the file's unwind tables). A later list may place a file again elsewhere (a
+    /// library unloaded and loaded again), up to [`MAX_LIBRARIES`] files held in all. Stops
+    /// adding when `stopped()` says so (Ctrl-C). True when any was added.
+    pub fn add_libraries(&mut self, list: &[(PathBuf, u64)], stopped: impl Fn() -> bool) -> bool {
         let mut added = false;
+        let mut listed = HashSet::new();
         for (path, bias) in list {
-            if self.has(path, *bias) {
+            if stopped() || self.images.len() > MAX_LIBRARIES {
+                break;
+            }
+            if !listed.insert(path) || self.has(path, *bias) {
                 continue;
             }
             let Ok(mut image) = Image::open(path) else {

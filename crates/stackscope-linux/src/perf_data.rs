@@ -8,12 +8,10 @@
 //! from this machine. The build-ids in the file's header tell whether a binary on disk is still
 //! the one that ran; one that is not is looked up in perf's build-id cache.
 
-use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::Arc;
 
 use linux_perf_data::{DsoKey, PerfFile, PerfFileReader, PerfFileRecord};
@@ -25,10 +23,12 @@ use crate::maps::Mapping;
 use crate::record::Collector;
 use crate::sampler::SamplerConfig;
 
+mod bounds;
 mod check;
 mod replay;
 
-use check::{check_layout, Counting, RecordCheck};
+pub use bounds::{MAX_HELD, MAX_UNPACKED};
+use check::{check_layout, Checked, Watch};
 use replay::Replay;
 
 /// The first bytes of a perf.data file (`2ELIFREP` when written big-endian).
@@ -82,8 +82,11 @@ pub fn read_perf_data(
 }
 
 /// Reads a perf.data file from `input`, already open (the format is read out of order, so it
-/// must seek); `path` names it in messages. Every record is checked against the data section
+/// must seek); `path` names it in messages. Both layouts perf writes are read: a file's, and a
+/// pipe's (`perf record -o -`), whose records describe its events. Every record is checked
 /// before the parser sees it, so a damaged file is an error naming the record's byte offset.
+/// A record past what the parser may hold ([`MAX_UNPACKED`], [`MAX_HELD`]) ends the reading:
+/// the recording holds what came before, and its `failure` says where and why.
 pub fn read_perf_data_from<R: Read + Seek>(
     mut input: R,
     path: &Path,
@@ -92,28 +95,28 @@ pub fn read_perf_data_from<R: Read + Seek>(
     let total = input
         .seek(SeekFrom::End(0))
         .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?;
-    let data = check_layout(&mut input, total)
+    let layout = check_layout(&mut input, total)
         .map_err(|(at, what)| PerfDataError::damaged(path, at, total, what))?;
     input
         .seek(SeekFrom::Start(0))
         .map_err(|e| PerfDataError::new(format!("cannot read {}: {e}", path.display())))?;
-    let position = Rc::new(Cell::new(0));
-    let bad_record = Rc::new(RefCell::new(None));
-    let reader = Counting {
-        inner: input,
-        position: position.clone(),
-        records: data.map(RecordCheck::new),
-        bad_record: bad_record.clone(),
-    };
+    let watch = Watch::default();
+    let position = watch.position.clone();
+    let pipe = layout.pipe;
+    let reader = Checked::new(input, layout, &watch);
     // A record the check refused is the error, whatever the parser made of the failed read.
-    let damaged = |e: &dyn std::fmt::Display| match bad_record.borrow_mut().take() {
+    let damaged = |e: &dyn std::fmt::Display| match watch.bad_record.borrow_mut().take() {
         Some((at, what)) => PerfDataError::damaged(path, at, total, what),
         None => PerfDataError::damaged(path, position.get(), total, e),
+    };
+    let parsed = match pipe {
+        true => PerfFileReader::parse_pipe(reader),
+        false => PerfFileReader::parse_file(reader),
     };
     let PerfFileReader {
         mut perf_file,
         mut record_iter,
-    } = PerfFileReader::parse_file(reader).map_err(|e| damaged(&e))?;
+    } = parsed.map_err(|e| damaged(&e))?;
 
     let (chosen, event) = chosen_event(&perf_file)
         .ok_or_else(|| PerfDataError::damaged(path, 0, total, "no event is described"))?;
@@ -152,7 +155,14 @@ pub fn read_perf_data_from<R: Read + Seek>(
             .map_err(|what| PerfDataError::damaged(path, position.get(), total, what))?;
     }
     progress(Progress { done: total, total });
-    Ok(into_recording(collector, &replay, &config, event, command))
+    let mut recording = into_recording(collector, &replay, &config, event, command);
+    if let Some((at, what)) = watch.stopped.borrow_mut().take() {
+        recording.failure = Some(format!(
+            "{} was read only up to byte {at} of {total}: {what}, more than stackscope reads; the profile holds the records before it",
+            path.display()
+        ));
+    }
+    Ok(recording)
 }
 
 /// The profile of what was replayed, with the file's metadata, and its hints.

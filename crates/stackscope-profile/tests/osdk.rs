@@ -61,6 +61,21 @@ fn reads_one_thread_per_cpu() {
 }
 
 #[test]
+fn a_cpu_named_twice_in_one_round_keeps_both_stacks() {
+    let p = read(br#"{"stack_traces":[{"0":["a","main"],"1":["c","main"],"0":["b","main"]}]}"#)
+        .unwrap();
+    let s = |comm: &str, stack: &str, cpu: u32| (comm.to_string(), stack.to_string(), Some(cpu), 1);
+    assert_eq!(
+        folded(&p),
+        [
+            s("cpu0", "main;a", 0),
+            s("cpu0", "main;b", 0),
+            s("cpu1", "main;c", 1)
+        ]
+    );
+}
+
+#[test]
 fn osdk_golden() {
     check_golden("profile.osdk.json", &render(&fixture::profile()));
     check_golden("osdk-rounds.out.json", &render(&rounds()));

@@ -98,6 +98,13 @@ impl Truth {
         1.0 - inside as f64 / self.cpu_ns as f64
     }
 
+    /// Whether the split can be tested against at all: the time measured outside both
+    /// functions is at most [`MAX_OUTSIDE`]. A loaded machine can push it past that, which says
+    /// nothing of the profiler.
+    pub fn testable(&self) -> bool {
+        self.cpu_ns > 0 && self.outside() <= MAX_OUTSIDE
+    }
+
     /// How far a share sampled `n` times may sit from the measured share `p`: [`SIGMAS`]
     /// binomial standard errors, sqrt(p(1-p)/n), plus [`Truth::outside`].
     pub fn tolerance(&self, p: f64, n: u64) -> f64 {
@@ -116,7 +123,7 @@ impl Truth {
             return (false, text);
         }
         let outside = self.outside();
-        let mut ok = outside <= MAX_OUTSIDE;
+        let mut ok = self.testable();
         let mut text = format!(
             "{n} samples; {:.3} s of CPU measured by the program, {:.1}% outside both functions{}\n",
             self.cpu_ns as f64 / 1e9,

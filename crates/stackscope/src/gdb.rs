@@ -2,7 +2,7 @@
 //! remote protocol, then write the profile and how long the guest was held per round.
 
 use std::io::IsTerminal;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -27,9 +27,17 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     output.check_writable()?;
 
     let mut client = Client::connect(&remote, args.timeout)?;
-    let target = stackscope_gdb::prepare(&mut client, image, args.cpu_mask)?;
-
+    // Before sampling, the stub lists the program's libraries, which can take a while: Ctrl-C
+    // and the duration end that too.
     let stop = stop_on_signals()?;
+    client.set_stop(stop.clone());
+    client.set_end(duration.map(|d| Instant::now() + d));
+    let prepared = stackscope_gdb::prepare(&mut client, image, args.cpu_mask);
+    if client.stopped() {
+        eprintln!("stackscope: stopped before sampling began; nothing was sampled");
+        return Ok(130);
+    }
+    let target = prepared?;
 
     let rate = match frequency_hz {
         Some(hz) => format!("{hz} Hz"),

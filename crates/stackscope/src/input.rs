@@ -97,6 +97,10 @@ fn read_perf_data(mut file: File, head: &[u8], path: &Path) -> Result<Profile> {
         bar.finish_and_clear();
     }
     let mut recording = result?;
+    // A file read only in part still gives its profile; the line says what was left.
+    if let Some(failure) = &recording.failure {
+        eprintln!("stackscope: {failure}");
+    }
     crate::hint::word_hints(&mut recording);
     Ok(recording.profile)
 }

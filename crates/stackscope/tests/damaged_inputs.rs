@@ -119,6 +119,205 @@ fn a_record_turned_into_auxtrace_is_refused_at_its_offset() {
     refused_everywhere(d, &damaged, &[&format!("byte {}", sample.at), "AUXTRACE"]);
 }
 
+/// An 8-byte record (its header alone) of a type no reader knows: the smallest record there is,
+/// and the one a parser spends the most bookkeeping on per byte.
+const TINY_RECORD: [u8; 8] = [0x00, 0x70, 0, 0, 0, 0, 8, 0];
+
+/// The peak memory of reading a short recording however its records unpack: a few tens of
+/// MiB for the profile, and room.
+const READING_PEAK_KIB: u64 = 256 << 10;
+
+/// `mib` MiB of `pattern` repeated, as one zstd frame, compressed as it streams.
+fn zstd_frame(pattern: &[u8], mib: usize) -> Vec<u8> {
+    use zstd_safe::{CCtx, InBuffer, OutBuffer};
+    let chunk = pattern.repeat((1 << 20) / pattern.len());
+    let mut cctx = CCtx::create();
+    let mut frame = Vec::new();
+    let mut buf = vec![0u8; 1 << 20];
+    for _ in 0..mib {
+        let mut input = InBuffer::around(&chunk);
+        while input.pos() < chunk.len() {
+            let mut output = OutBuffer::around(&mut buf[..]);
+            cctx.compress_stream(&mut output, &mut input)
+                .expect("zstd compresses");
+            let n = output.pos();
+            frame.extend_from_slice(&buf[..n]);
+        }
+    }
+    loop {
+        let mut output = OutBuffer::around(&mut buf[..]);
+        let left = cctx.end_stream(&mut output).expect("zstd ends the frame");
+        let n = output.pos();
+        frame.extend_from_slice(&buf[..n]);
+        if left == 0 {
+            return frame;
+        }
+    }
+}
+
+/// PERF_RECORD_COMPRESSED records holding `data`, as perf cuts its stream into records.
+fn compressed_records(data: &[u8]) -> Vec<u8> {
+    let mut records = Vec::new();
+    for piece in data.chunks(64000) {
+        records.extend_from_slice(&81u32.to_le_bytes());
+        records.extend_from_slice(&0u16.to_le_bytes());
+        records.extend_from_slice(&(8 + piece.len() as u16).to_le_bytes());
+        records.extend_from_slice(piece);
+    }
+    records
+}
+
+/// A (little-endian) perf.data file with `records` added at the end of its data section, and
+/// where they start; the header's feature sections, after it, move along.
+fn with_records_appended(bytes: &[u8], records: &[u8]) -> (Vec<u8>, usize) {
+    let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (start, size) = (word(bytes, 40), word(bytes, 48));
+    let end = (start + size) as usize;
+    let added = records.len() as u64;
+    let mut out = bytes[..end].to_vec();
+    out.extend_from_slice(records);
+    out.extend_from_slice(&bytes[end..]);
+    out[48..56].copy_from_slice(&(size + added).to_le_bytes());
+    let features: u32 = (0..4).map(|i| word(bytes, 72 + i * 8).count_ones()).sum();
+    for i in 0..features as usize {
+        let at = end + records.len() + i * 16;
+        let moved = word(&out, at) + added;
+        out[at..at + 8].copy_from_slice(&moved.to_le_bytes());
+    }
+    (out, end)
+}
+
+/// Asserts that `report` and `stackscope-perf script -i` read `partial` only as far as a
+/// record in `added` (the bytes added to `whole`, the recording it was made from), each saying
+/// so in one line naming the file and where, in bounded memory, and give the profile of `whole`.
+fn read_up_to(
+    dir: &Path,
+    partial: &Path,
+    whole: &Path,
+    added: std::ops::Range<usize>,
+    peak_kib: u64,
+) {
+    let name = partial.file_name().unwrap().to_str().unwrap();
+    let said = |run: &Run| {
+        let lines = run.stderr_lines();
+        let stop: Vec<_> = lines.iter().filter(|l| l.contains(name)).collect();
+        assert_eq!(stop.len(), 1, "one line naming {name}:\n{}", run.stderr);
+        assert!(
+            stop[0].contains("more than stackscope reads"),
+            "no bound in {}",
+            stop[0]
+        );
+        let at: usize = stop[0]
+            .split("up to byte ")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no byte offset in {}", stop[0]));
+        assert!(
+            added.contains(&at),
+            "stopped at byte {at}, not in {added:?}"
+        );
+        assert!(
+            run.peak_kib < peak_kib,
+            "peak memory {} KiB reading {name}",
+            run.peak_kib
+        );
+    };
+    let before = report_stdout(dir, whole);
+    before.assert_ok();
+    let run = report_stdout(dir, partial);
+    run.assert_ok();
+    said(&run);
+    eprintln!(
+        "{name}: peak {} KiB, against {} KiB for the file it was made from",
+        run.peak_kib, before.peak_kib
+    );
+    assert_eq!(parse_folded(&run.stdout), parse_folded(&before.stdout));
+
+    let mut cmd = Command::new(perf_bin());
+    cmd.current_dir(dir)
+        .args([os("script"), os("-i"), partial.as_os_str()]);
+    let run = run_with_deadline(cmd);
+    run.assert_ok();
+    said(&run);
+    assert!(
+        run.stdout.contains("func_b"),
+        "script printed:\n{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn compressed_records_unpacking_to_gigabytes_end_the_reading_with_the_profile_before_them() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let bytes = recording(d);
+    // Four frames, each 512 MiB of the smallest records, about 50 KB compressed. (A recording
+    // perf compressed itself leaves its zstd frame open: a new frame could not follow it.)
+    let frame = compressed_records(&zstd_frame(&TINY_RECORD, 512));
+    let (bomb, at) = with_records_appended(&bytes, &frame.repeat(4));
+    let bomb_path = d.join("bomb.data");
+    std::fs::write(&bomb_path, &bomb).unwrap();
+    assert!(
+        bomb.len() < bytes.len() + (256 << 10),
+        "{} bytes",
+        bomb.len()
+    );
+    // The first record unpacked crosses the bounds.
+    read_up_to(
+        d,
+        &bomb_path,
+        &d.join("perf.data"),
+        at..at + 1,
+        READING_PEAK_KIB,
+    );
+}
+
+#[test]
+fn records_without_rounds_past_what_the_sorter_may_hold_end_the_reading() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let bytes = recording(d);
+    // 64 MiB of the smallest records and no FINISHED_ROUND: the parser would hold them all,
+    // 1.3 GB. It may hold what the bound allows, with the reading's own beside it.
+    let (flood, at) = with_records_appended(&bytes, &TINY_RECORD.repeat(8 << 20));
+    let flood_path = d.join("flood.data");
+    std::fs::write(&flood_path, &flood).unwrap();
+    let peak_kib = (stackscope_linux::perf_data::MAX_HELD >> 10) + READING_PEAK_KIB;
+    read_up_to(
+        d,
+        &flood_path,
+        &d.join("perf.data"),
+        at..flood.len(),
+        peak_kib,
+    );
+}
+
+#[test]
+fn a_compressed_record_of_zeros_is_refused_before_it_is_unpacked() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let bytes = recording(d);
+    // 1 GiB of zeros: records that say they are 0 bytes long.
+    let zeros = compressed_records(&zstd_frame(&[0], 1024));
+    let (damaged, at) = with_records_appended(&bytes, &zeros);
+    let damaged_path = d.join("zeros.data");
+    std::fs::write(&damaged_path, &damaged).unwrap();
+    let run = report(d, &damaged_path, &d.join("zeros.folded"));
+    assert!(
+        run.peak_kib < READING_PEAK_KIB,
+        "peak memory {} KiB",
+        run.peak_kib
+    );
+    refused_everywhere(
+        d,
+        &damaged_path,
+        &[&format!("byte {at}"), "compressed record"],
+    );
+}
+
 const FOLDED: &str = "prog;main;work 7\nprog;main;rest 3\n";
 
 /// The folded text `report` writes for `input` on standard output, within the deadline.

@@ -233,3 +233,133 @@ fn a_packet_without_end_is_refused_at_the_packet_size() {
     run.assert_one_line_error(&[&remote, "longer than 16384 bytes", "qSupported"]);
     assert_ended_within(&run, 5);
 }
+
+/// The C library this test runs with: a library that is there to open, listed by the stubs
+/// below.
+fn libc() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/libc.so"))
+        .expect("the test runs with a C library")
+        .to_string()
+}
+
+/// The `library-list-svr4` document of `n` libraries, each the C library at its own address.
+fn library_list(n: usize) -> String {
+    let libc = libc();
+    let mut list = String::from("<library-list-svr4 version=\"1.0\">");
+    for i in 0..n {
+        let addr = 0x7f00_0000_0000u64 + (i as u64) * 0x40_0000;
+        list += &format!("<library name=\"{libc}\" l_addr=\"{addr:#x}\"/>");
+    }
+    list + "</library-list-svr4>"
+}
+
+/// Answers a `qXfer:libraries-svr4:read::OFFSET,LENGTH` request from `list`, else as [`plain`]
+/// with the library list announced.
+fn serve_library_list(
+    list: &str,
+    request: &[u8],
+    interrupts: u32,
+    out: &mut TcpStream,
+) -> io::Result<()> {
+    if request.starts_with(b"qSupported") {
+        return send(
+            out,
+            "PacketSize=4000;QStartNoAckMode+;qXfer:libraries-svr4:read+",
+        );
+    }
+    let Some(range) = request.strip_prefix(b"qXfer:libraries-svr4:read::") else {
+        return plain(request, interrupts, out);
+    };
+    let range = String::from_utf8_lossy(range);
+    let (offset, length) = range.split_once(',').unwrap();
+    let offset = usize::from_str_radix(offset, 16).unwrap().min(list.len());
+    let length = usize::from_str_radix(length, 16).unwrap();
+    let piece = &list[offset..(offset + length).min(list.len())];
+    let more = offset + piece.len() < list.len();
+    send(out, &format!("{}{piece}", if more { 'm' } else { 'l' }))
+}
+
+#[test]
+fn a_library_list_of_50000_entries_is_refused_in_bounded_memory() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let list = LIST.get_or_init(|| library_list(50_000));
+        serve_library_list(list, request, interrupts, out)
+    }
+    let Against { run, remote, .. } = against(script, &["--timeout", "20"]);
+    run.assert_one_line_error(&[&remote, "more than 4096 libraries"]);
+    assert_ended_within(&run, 20);
+    // Each library listed held its file's unwind tables: 6 GB for this list.
+    eprintln!("peak memory {} KiB", run.peak_kib);
+    assert!(run.peak_kib < 100 << 10, "peak memory {} KiB", run.peak_kib);
+}
+
+#[test]
+fn a_library_listed_4000_times_is_loaded_once() {
+    fn script(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+        static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let list = LIST.get_or_init(|| library_list(4000));
+        serve_library_list(list, request, interrupts, out)
+    }
+    let Against { run, .. } = against(script, &["--timeout", "20", "--samples", "3"]);
+    assert!(
+        run.stderr.contains("sampling 1 of 1 vCPU"),
+        "sampling did not begin:\n{}",
+        run.stderr
+    );
+    eprintln!("peak memory {} KiB", run.peak_kib);
+    // Each copy held the library's unwind tables: 790 MB for this list.
+    assert!(run.peak_kib < 100 << 10, "peak memory {} KiB", run.peak_kib);
+}
+
+/// Answers like [`serve_library_list`] with 4000 libraries, well within the bounds, but a
+/// piece of the list every half second: the list takes half a minute.
+fn trickled_library_list(request: &[u8], interrupts: u32, out: &mut TcpStream) -> io::Result<()> {
+    static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let list = LIST.get_or_init(|| library_list(4000));
+    if request.starts_with(b"qXfer:libraries-svr4:read") {
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    serve_library_list(list, request, interrupts, out)
+}
+
+#[test]
+fn the_duration_ends_a_library_list_still_loading() {
+    let Against { run, remote, .. } =
+        against(trickled_library_list, &["--timeout", "60", "-d", "2"]);
+    run.assert_one_line_error(&[&remote, "duration ended", "libraries-svr4"]);
+    assert_ended_within(&run, 2);
+}
+
+#[test]
+fn ctrl_c_ends_a_library_list_still_loading() {
+    let dir = tempdir();
+    let (remote, stub) = fake_stub(trickled_library_list);
+    let out = dir.path().join("out.folded");
+    let mut cmd = std::process::Command::new(stackscope_bin());
+    cmd.current_dir(dir.path()).args([
+        "gdb",
+        "--remote",
+        &remote,
+        "--kernel",
+        "/bin/true",
+        "--timeout",
+        "60",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let start = std::time::Instant::now();
+    let child = spawn_piped(&mut cmd);
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: signals our own child, still running (it waits for the list).
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let run = wait_output(child, start);
+    stub.join().unwrap();
+    run.assert_exit(130, "Ctrl-C before sampling began");
+    assert!(run.stderr.contains("nothing was sampled"), "{}", run.stderr);
+    assert_ended_within(&run, 2);
+    assert!(!out.exists(), "a profile written without samples");
+}

@@ -30,8 +30,8 @@ fn report_json(dir: &Path, data: &Path) -> Profile {
     read_json(&report_ok(dir, data, "x.json"))
 }
 
-/// Asserts the split the program measured and main under every split sample, among the
-/// lines of `comm`.
+/// Asserts the split the program measured (when it is testable: see [`until_testable`]) and
+/// main under every split sample, among the lines of `comm`.
 fn assert_split(lines: &[(Vec<String>, u64)], comm: &str, truth: &Truth) {
     let own: Vec<(Vec<String>, u64)> = lines.iter().filter(|l| l.0[0] == comm).cloned().collect();
     let total: u64 = own.iter().map(|l| l.1).sum();
@@ -40,7 +40,9 @@ fn assert_split(lines: &[(Vec<String>, u64)], comm: &str, truth: &Truth) {
         "only {total} samples of {comm}\n{}",
         top_folded(lines, 8)
     );
-    assert_split_folded(&own, truth);
+    if truth.testable() {
+        assert_split_folded(&own, truth);
+    }
     let main = folded_share_of(&own, "main");
     let detail = top_folded(&own, 8);
     assert!(main >= 0.99, "main in only {main:.3} of samples\n{detail}");
@@ -187,33 +189,39 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
     let _serial = serial();
     let dir = tempdir();
     let d = dir.path();
-    // A build of its own, with a build-id no other binary in perf's cache has.
     let prog = d.join("split_rebuilt");
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    stackscope_testkit::run(
-        Command::new("gcc")
-            .current_dir(workloads_src())
-            .args(["-O2", "-g", "-fomit-frame-pointer", "split.c"])
-            .arg(format!(
-                "-Wl,--build-id=0x{:08x}{nanos:032x}",
-                std::process::id()
-            ))
-            .arg("-o")
-            .arg(&prog),
-    );
-    let split = Measured::of(prog.clone(), d, "4000");
-    let data = perf_record_caching(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
-    // Rebuilt differently: other code at other addresses, another build-id.
-    stackscope_testkit::run(
-        Command::new("gcc")
-            .current_dir(workloads_src())
-            .args(["-O0", "-g", "split.c", "-o"])
-            .arg(&prog),
-    );
-    assert_split(&report_folded(d, &data), "split_rebuilt", &split.truth());
+    // The workload runs again when the machine's load left its truth too loose to test
+    // against; each run is a build of its own, recorded, then rebuilt.
+    let (data, truth) = until_testable(|| {
+        // A build-id no other binary in perf's cache has.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        stackscope_testkit::run(
+            Command::new("gcc")
+                .current_dir(workloads_src())
+                .args(["-O2", "-g", "-fomit-frame-pointer", "split.c"])
+                .arg(format!(
+                    "-Wl,--build-id=0x{:08x}{nanos:032x}",
+                    std::process::id()
+                ))
+                .arg("-o")
+                .arg(&prog),
+        );
+        let split = Measured::of(prog.clone(), d, "4000");
+        let data =
+            perf_record_caching(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
+        // Rebuilt differently: other code at other addresses, another build-id.
+        stackscope_testkit::run(
+            Command::new("gcc")
+                .current_dir(workloads_src())
+                .args(["-O0", "-g", "split.c", "-o"])
+                .arg(&prog),
+        );
+        (data, split.truth())
+    });
+    assert_split(&report_folded(d, &data), "split_rebuilt", &truth);
     let profile = report_json(d, &data);
     let func_b = frame_named(&profile, "func_b");
     assert_eq!(
@@ -270,5 +278,40 @@ fn compressed_recording_gives_the_split() {
         &report_folded(dir.path(), &data),
         "split_fp",
         &split.truth(),
+    );
+}
+
+#[test]
+fn recording_written_to_a_pipe_gives_the_split() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let (data, truth) = until_testable(|| {
+        let split = Measured::new(d, "split_fp", "4000");
+        let data = d.join("pipe.data");
+        let out = std::fs::File::create(&data).expect("create pipe.data");
+        // What `perf record -o - ... | ...` writes: the pipe layout, whose records describe
+        // the events.
+        let status = Command::new("perf")
+            .current_dir(d)
+            .args(["record", "-N", "-F", "999", "-g", "-o", "-", "--"])
+            .args(split.command())
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run perf record");
+        assert!(status.success(), "perf record -o - failed: {status:?}");
+        (data, split.truth())
+    });
+    let bytes = std::fs::read(&data).expect("read pipe.data");
+    assert_eq!(bytes[8..16], 16u64.to_le_bytes(), "not the pipe layout");
+    assert_split(&report_folded(d, &data), "split_fp", &truth);
+    let profile = report_json(d, &data);
+    assert_eq!(profile.meta.event, "cpu-clock");
+    assert_eq!(profile.meta.frequency_hz, Some(999), "meta.frequency_hz");
+    assert!(
+        profile.meta.command.iter().any(|a| a == "-"),
+        "command from the stream: {:?}",
+        profile.meta.command
     );
 }

@@ -329,6 +329,19 @@ fn perf_rejects_what_it_does_not_do() {
         &["record", "--call-graph", "lbr", "true"],
     )
     .assert_one_line_error(&["lbr"]);
+    // What perf itself refuses, in perf's words where it has them.
+    for (value, words) in [
+        ("dwarf,999999999999", &["dwarf,999999999999", "65528"][..]),
+        ("fp,dwarf,lbr", &["fp,dwarf,lbr", "refused"][..]),
+        ("dwarf,0", &["dwarf,0", "65528"][..]),
+    ] {
+        run_in(
+            perf_bin(),
+            dir.path(),
+            &["record", "--call-graph", value, "true"],
+        )
+        .assert_one_line_error(words);
+    }
     run_in(perf_bin(), dir.path(), &["stat", "true"]).assert_one_line_error(&["stat"]);
     run_in(perf_bin(), dir.path(), &["script", "-F", "ip"]).assert_one_line_error(&["-F"]);
     run_in(perf_bin(), dir.path(), &["script", "-i", "missing.data"])

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::loaded::attribute;
-use super::Client;
+use super::{Client, MAX_OBJECT};
 use crate::arch::{Arch, Layout};
 use crate::error::Error;
 use crate::packet::Stream;
@@ -77,7 +77,7 @@ impl<S: Stream> Client<S> {
                 "described the target in more than {MAX_FILES} files"
             )));
         }
-        let xml = self.read_object("features", annex)?;
+        let xml = self.read_object("features", annex, MAX_OBJECT)?;
         for element in parse_elements(&String::from_utf8_lossy(&xml)) {
             match element {
                 Element::Architecture(name) => description.architecture = Some(name),

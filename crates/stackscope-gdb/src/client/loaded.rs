@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::{Client, MAX_OBJECT};
+use super::{Client, MAX_LIBRARIES, MAX_LIBRARY_LIST, MAX_OBJECT};
 use crate::error::Error;
 use crate::packet::{unescape, Stream};
 
@@ -13,7 +13,7 @@ impl<S: Stream> Client<S> {
         if !self.features.auxv {
             return Ok(None);
         }
-        let data = self.read_object("auxv", "")?;
+        let data = self.read_object("auxv", "", MAX_OBJECT)?;
         Ok(Some(
             data.chunks_exact(16)
                 .map(|p| {
@@ -46,22 +46,41 @@ impl<S: Stream> Client<S> {
     }
 
     /// The shared libraries the target has loaded, as (path, load bias), from the svr4 list;
-    /// `None` when the stub does not give one (QEMU).
+    /// `None` when the stub does not give one (QEMU). A list of more than [`MAX_LIBRARY_LIST`]
+    /// bytes or [`MAX_LIBRARIES`] libraries is an error.
     pub fn libraries(&mut self) -> Result<Option<Vec<(PathBuf, u64)>>, Error> {
         if !self.features.libraries_svr4 {
             return Ok(None);
         }
-        let data = self.read_object("libraries-svr4", "")?;
-        Ok(Some(parse_svr4(&String::from_utf8_lossy(&data))))
+        let data = self.read_object("libraries-svr4", "", MAX_LIBRARY_LIST)?;
+        let list = String::from_utf8_lossy(&data);
+        if list.matches("<library ").count() > MAX_LIBRARIES {
+            return Err(self
+                .conn
+                .excess(format!("listed more than {MAX_LIBRARIES} libraries")));
+        }
+        Ok(Some(parse_svr4(&list)))
     }
 
     /// Reads a whole `qXfer` object (`annex`: which one of its kind, as a file name) in
-    /// packet-sized pieces, all due within one reply timeout; at most [`MAX_OBJECT`] bytes.
-    pub(super) fn read_object(&mut self, object: &str, annex: &str) -> Result<Vec<u8>, Error> {
+    /// packet-sized pieces, all due within one reply timeout; at most `max` bytes. Ctrl-C
+    /// ([`Client::set_stop`]) ends it between two pieces.
+    pub(super) fn read_object(
+        &mut self,
+        object: &str,
+        annex: &str,
+        max: usize,
+    ) -> Result<Vec<u8>, Error> {
         let piece = self.features.packet_size.unwrap_or(4096).clamp(64, 65536) - 8;
         let deadline = self.conn.deadline();
         let mut data = Vec::new();
         loop {
+            if self.stopped() {
+                return Err(Error::Stopped {
+                    peer: self.conn.peer().to_string(),
+                    what: format!("{object} object"),
+                });
+            }
             let request = format!("qXfer:{object}:read:{annex}:{:x},{piece:x}", data.len());
             let reply = self.conn.request_by(request.as_bytes(), deadline)?;
             let (last, body) = match reply.split_first() {
@@ -76,10 +95,10 @@ impl<S: Stream> Client<S> {
             let bytes = unescape(body).ok_or_else(|| self.conn.malformed(&reply, "bad escape"))?;
             let empty = bytes.is_empty();
             data.extend_from_slice(&bytes);
-            if data.len() > MAX_OBJECT {
+            if data.len() > max {
                 return Err(self.conn.excess(format!(
                     "sent a {object} object of more than {} MiB",
-                    MAX_OBJECT >> 20
+                    max >> 20
                 )));
             }
             // An empty `m` would loop forever.

@@ -310,7 +310,7 @@ impl Sampling {
             self.last_refresh = Some(Instant::now());
             self.unplaced = false;
             if let Some(list) = client.libraries()? {
-                space.add_libraries(&list);
+                space.add_libraries(&list, || client.stopped());
             }
         }
         Ok(())

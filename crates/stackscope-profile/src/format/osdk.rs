@@ -5,21 +5,48 @@
 //! Read, each CPU becomes a thread as `stackscope gdb` makes them: pid 1 (process `guest`),
 //! tid the CPU number, comm `cpuN`, and its samples carry that CPU. Written, a sample of count
 //! n fills n rounds of its CPU, taken in sample order, so every CPU's rounds start at the first
-//! one; samples with no CPU count as CPU 0.
+//! one; samples with no CPU count as CPU 0. A round that names one CPU twice (`{"0":[...],
+//! "0":[...]}`) gives that CPU both stacks: neither is dropped.
 
 use super::ReadError;
 use crate::{Frame, Metadata, Profile, ProfileBuilder, Thread};
+use serde::de::{Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::fmt;
 use std::io::{self, Write};
 
 const KEY: &str = "stack_traces";
 
 #[derive(Deserialize)]
 struct File {
-    stack_traces: Vec<HashMap<String, Vec<String>>>,
+    stack_traces: Vec<Round>,
+}
+
+/// One round's stacks by CPU key, in the file's order, every key kept: a map would keep only
+/// the last stack of a CPU named twice.
+struct Round(Vec<(String, Vec<String>)>);
+
+impl<'de> Deserialize<'de> for Round {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Stacks;
+        impl<'de> Visitor<'de> for Stacks {
+            type Value = Round;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of CPU numbers to stacks")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Round, A::Error> {
+                let mut stacks = Vec::new();
+                while let Some(entry) = map.next_entry()? {
+                    stacks.push(entry);
+                }
+                Ok(Round(stacks))
+            }
+        }
+        deserializer.deserialize_map(Stacks)
+    }
 }
 
 /// Whether `text` (already known to start as a JSON object) is OSDK JSON: its first key is
@@ -41,8 +68,8 @@ pub(super) fn read(text: &str) -> Result<Profile, ReadError> {
     let mut rounds: Vec<Vec<(u32, &Vec<String>)>> = Vec::with_capacity(file.stack_traces.len());
     let mut cpus: Vec<u32> = Vec::new();
     for (i, round) in file.stack_traces.iter().enumerate() {
-        let mut stacks = Vec::with_capacity(round.len());
-        for (key, frames) in round {
+        let mut stacks = Vec::with_capacity(round.0.len());
+        for (key, frames) in &round.0 {
             let cpu: u32 = key.trim().parse().map_err(|_| ReadError::Osdk {
                 place: format!("{KEY}[{i}]"),
                 problem: format!("CPU key {key:?} is not a CPU number"),

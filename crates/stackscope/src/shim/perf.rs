@@ -132,20 +132,12 @@ impl Translation {
                 bail!("stackscope-perf record samples the cpu-clock event only, not -e {event}");
             }
         } else if let Some(v) = option_value(arg, None, Some("call-graph"), args) {
-            let v = v?;
-            let mut parts = v.splitn(2, ',');
-            match parts.next() {
-                Some("dwarf") => {
+            match call_graph(&v?)? {
+                CallGraph::Dwarf(size) => {
                     self.frame_pointers = false;
-                    self.stack_size = match parts.next() {
-                        Some(size) => Some(dwarf_stack_size(size)?),
-                        None => None,
-                    };
+                    self.stack_size = size;
                 }
-                Some("fp") => self.frame_pointers = true,
-                _ => bail!(
-                    "stackscope-perf record: --call-graph {v} is not supported; use dwarf[,SIZE] or fp"
-                ),
+                CallGraph::FramePointers => self.frame_pointers = true,
             }
         } else if arg == "-z" || arg.starts_with("-z=") || arg.starts_with("--compression-level") {
             // The output is stackscope JSON, which is not compressed.
@@ -200,14 +192,56 @@ fn pair(out: &mut Vec<OsString>, flag: &str, value: String) {
     out.push(value.into());
 }
 
-/// The stack bytes of `--call-graph dwarf,SIZE`: rounded up to a multiple of 8 as perf does,
-/// and kept within what stackscope can copy.
+/// How `--call-graph` asks for stacks.
+#[derive(Debug, PartialEq)]
+enum CallGraph {
+    FramePointers,
+    /// With the stack bytes to copy, when given.
+    Dwarf(Option<u32>),
+}
+
+/// `--call-graph VALUE` by perf's rules: `fp`, `dwarf[,SIZE]` or `lbr`, nothing after. What perf
+/// refuses is refused here too, rather than profiled some other way; `lbr` perf takes, but
+/// stackscope does not do.
+fn call_graph(value: &str) -> Result<CallGraph> {
+    let mut parts = value.split(',');
+    let mode = parts.next().unwrap_or_default();
+    let size = parts.next();
+    let extra = parts.next().is_some() || (size.is_some() && mode != "dwarf");
+    match mode {
+        _ if extra => bail!(
+            "stackscope-perf record: --call-graph {value} is refused, as perf refuses it: it takes fp, dwarf[,SIZE] or lbr, and nothing after"
+        ),
+        "fp" => Ok(CallGraph::FramePointers),
+        "dwarf" => Ok(CallGraph::Dwarf(size.map(dwarf_stack_size).transpose()?)),
+        "lbr" => bail!(
+            "stackscope-perf record: --call-graph lbr is not supported; use dwarf[,SIZE] or fp"
+        ),
+        _ => bail!(
+            "stackscope-perf record: --call-graph {value} is refused, as perf refuses it: it takes fp, dwarf[,SIZE] or lbr"
+        ),
+    }
+}
+
+/// The largest stack dump perf takes: the most a u16 record size holds, in whole words.
+const PERF_MAX_STACK_DUMP: u64 = 65528;
+
+/// The stack bytes of `--call-graph dwarf,SIZE` as perf reads them (decimal, or hex after
+/// `0x`): rounded up to a multiple of 8, then refused when 0 or more than 65528. A size perf
+/// takes but a sample cannot carry whole is kept within what stackscope can copy.
 fn dwarf_stack_size(size: &str) -> Result<u32> {
-    let n: u64 = size
-        .parse()
-        .with_context(|| format!("--call-graph dwarf,{size}: the size is not a number"))?;
-    let rounded = n.div_ceil(8) * 8;
-    Ok(rounded.clamp(8, u64::from(MAX_STACK_COPY)) as u32)
+    let parsed = match size.strip_prefix("0x").or_else(|| size.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => size.parse(),
+    };
+    match parsed.ok().and_then(|n| n.checked_next_multiple_of(8)) {
+        Some(n) if n > 0 && n <= PERF_MAX_STACK_DUMP => {
+            Ok(n.min(u64::from(MAX_STACK_COPY)) as u32)
+        }
+        _ => bail!(
+            "stackscope-perf record: --call-graph dwarf,{size} is refused, as perf refuses it: the stack dump size must be from 1 to {PERF_MAX_STACK_DUMP} bytes"
+        ),
+    }
 }
 
 /// `perf script`: the profile in FILE as perf-script text on standard output.
@@ -253,11 +287,47 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dwarf_sizes() {
+    fn dwarf_sizes_are_read_and_rounded_as_perf_does() {
         assert_eq!(dwarf_stack_size("64000").unwrap(), 64000);
         assert_eq!(dwarf_stack_size("1").unwrap(), 8);
-        assert_eq!(dwarf_stack_size("0").unwrap(), 8);
-        assert_eq!(dwarf_stack_size("1000000").unwrap(), MAX_STACK_COPY);
-        assert!(dwarf_stack_size("big").is_err());
+        assert_eq!(dwarf_stack_size("0x1000").unwrap(), 4096);
+        assert_eq!(
+            dwarf_stack_size("65528").unwrap(),
+            MAX_STACK_COPY.min(65528)
+        );
+        for refused in [
+            "0",
+            "65529",
+            "999999999999",
+            "99999999999999999999",
+            "big",
+            "",
+        ] {
+            assert!(dwarf_stack_size(refused).is_err(), "{refused}");
+        }
+    }
+
+    #[test]
+    fn call_graph_values_perf_refuses_are_refused() {
+        assert_eq!(call_graph("fp").unwrap(), CallGraph::FramePointers);
+        assert_eq!(call_graph("dwarf").unwrap(), CallGraph::Dwarf(None));
+        assert_eq!(
+            call_graph("dwarf,16384").unwrap(),
+            CallGraph::Dwarf(Some(16384))
+        );
+        for refused in [
+            "fp,dwarf,lbr",
+            "fp,8",
+            "dwarf,8,fp",
+            "dwarf,999999999999",
+            "lbr",
+            "lbr,fp",
+            "",
+            "dwarf,",
+            "frame",
+        ] {
+            let err = call_graph(refused).expect_err(refused).to_string();
+            assert!(err.contains("--call-graph"), "{refused}: {err}");
+        }
     }
 }
