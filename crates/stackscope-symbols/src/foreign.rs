@@ -253,11 +253,15 @@ fn open_nonblocking(path: &Path) -> io::Result<File> {
     File::open(path)
 }
 
+/// What kind of file `meta` describes, with its article, as messages name it: `a FIFO`, `a
+/// regular file`.
 #[cfg(unix)]
-fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
+pub fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
     use std::os::unix::fs::FileTypeExt;
     let kind = meta.file_type();
-    if kind.is_fifo() {
+    if kind.is_file() {
+        "a regular file"
+    } else if kind.is_fifo() {
         "a FIFO"
     } else if kind.is_char_device() {
         "a character device"
@@ -273,8 +277,10 @@ fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
 }
 
 #[cfg(not(unix))]
-fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
-    if meta.is_dir() {
+pub fn file_type_name(meta: &std::fs::Metadata) -> &'static str {
+    if meta.is_file() {
+        "a regular file"
+    } else if meta.is_dir() {
         "a directory"
     } else {
         "not a file"

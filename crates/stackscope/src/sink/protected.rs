@@ -107,12 +107,12 @@ impl Protections {
             return Ok(());
         }
         bail!(
-            "cannot write {}: {} a {} owned by uid {} in the sticky {writable_by_others} \
+            "cannot write {}: {} {} owned by uid {} in the sticky {writable_by_others} \
              directory {} (owned by uid {}), which {rule} forbids uid {} to open for writing: \
              Permission denied",
             path.display(),
             subject(path, file),
-            kind_name(meta),
+            stackscope_symbols::foreign::file_type_name(meta),
             meta.uid(),
             dir.display(),
             dir_meta.uid(),
@@ -127,23 +127,6 @@ fn subject(path: &Path, what: &Path) -> String {
         "it is".to_string()
     } else {
         format!("{} is", what.display())
-    }
-}
-
-fn kind_name(meta: &Metadata) -> &'static str {
-    let kind = meta.file_type();
-    if kind.is_file() {
-        "regular file"
-    } else if kind.is_fifo() {
-        "FIFO"
-    } else if kind.is_char_device() {
-        "character device"
-    } else if kind.is_block_device() {
-        "block device"
-    } else if kind.is_socket() {
-        "socket"
-    } else {
-        "file"
     }
 }
 
