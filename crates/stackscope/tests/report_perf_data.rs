@@ -266,7 +266,7 @@ fn lost_samples_are_counted_as_perf_counts_them() {
         .lines()
         .filter(|l| l.trim_start().starts_with("LOST_SAMPLES events:"))
         .filter_map(|l| l.split_whitespace().nth(2)?.parse().ok())
-        .last()
+        .next_back()
         .unwrap_or(0);
     let profile = report_json(dir.path(), &data);
     assert_eq!(
