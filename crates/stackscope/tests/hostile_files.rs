@@ -24,23 +24,13 @@ const IN_TIME: Duration = Duration::from_secs(30);
 /// the hostile files whole would.
 const MEMORY: u64 = 512 << 20;
 
-/// The largest peak resident size of any child this test binary has waited for, in bytes.
-fn children_peak_rss() -> u64 {
-    // SAFETY: getrusage fills the struct it is given.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    assert_eq!(
-        unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) },
-        0
-    );
-    usage.ru_maxrss as u64 * 1024
-}
-
 /// Asserts the run ended well and in time, within [`MEMORY`], and that one warning line names
 /// `path` as left unread.
 fn assert_left_unread(run: &Run, path: &Path) {
     run.assert_ok();
     assert!(run.wall < IN_TIME, "took {:?}\n{}", run.wall, run.stderr);
-    let peak = children_peak_rss();
+    assert!(run.peak_kib > 0, "no peak memory measured");
+    let peak = run.peak_kib * 1024;
     assert!(peak < MEMORY, "peak RSS {peak} bytes\n{}", run.stderr);
     let name = path.to_string_lossy();
     let warnings: Vec<&str> = run

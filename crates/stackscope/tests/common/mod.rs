@@ -265,12 +265,12 @@ pub fn wait_output(mut child: Child, start: Instant) -> Run {
         s
     });
     let (status, peak_kib) = loop {
-        if let Some(ended) = reap(&child, false) {
+        if let Some(ended) = reap(&mut child, false) {
             break ended;
         }
         if start.elapsed() > DEADLINE {
             let _ = child.kill();
-            let _ = reap(&child, true);
+            let _ = reap(&mut child, true);
             panic!("stackscope did not finish within {DEADLINE:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -289,7 +289,8 @@ pub fn wait_output(mut child: Child, start: Instant) -> Run {
 
 /// The exit status and peak resident memory (KiB) of `child` once it has ended; waits for the
 /// end when `block`. `wait4` gives the child's own peak, which `Child::wait` does not.
-fn reap(child: &Child, block: bool) -> Option<(ExitStatus, u64)> {
+#[cfg(unix)]
+fn reap(child: &mut Child, block: bool) -> Option<(ExitStatus, u64)> {
     use std::os::unix::process::ExitStatusExt;
     let mut status = 0;
     // SAFETY: rusage is plain data that wait4 fills in.
@@ -302,6 +303,17 @@ fn reap(child: &Child, block: bool) -> Option<(ExitStatus, u64)> {
         let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0);
         (ExitStatus::from_raw(status), peak)
     })
+}
+
+/// Off Unix no peak is known: 0.
+#[cfg(not(unix))]
+fn reap(child: &mut Child, block: bool) -> Option<(ExitStatus, u64)> {
+    let status = if block {
+        child.wait().ok()
+    } else {
+        child.try_wait().ok().flatten()
+    };
+    status.map(|status| (status, 0))
 }
 
 /// Reads a stackscope JSON profile, checking the envelope the contract fixes.
