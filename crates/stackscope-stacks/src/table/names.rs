@@ -178,15 +178,8 @@ impl Names {
             ),
             None => (unnamed.clone(), None),
         };
-        self.name_unnamed(
-            module,
-            &module_name,
-            kind,
-            &unnamed,
-            &starts,
-            entry,
-            builder,
-        );
+        let shown = (module_name.as_str(), kind);
+        self.name_unnamed(module, shown, &unnamed, &starts, entry, builder);
     }
 
     /// Names `offsets` of `module` by the module and the offset alone, reading no file: what
@@ -202,18 +195,23 @@ impl Names {
             ModuleKey::Vdso => ("[vdso]".to_string(), FrameKind::User),
             ModuleKey::File { path, kind, .. } => (file_name(path), *kind),
         };
-        self.name_unnamed(module, &module_name, kind, offsets, offsets, None, builder);
+        self.name_unnamed(
+            module,
+            (&module_name, kind),
+            offsets,
+            offsets,
+            None,
+            builder,
+        );
     }
 
-    /// Names each of `offsets` of `module`, which no symbol names, by the module and the
-    /// start of its function (`starts`, one for each), noting the ones in its file's `entry`
-    /// function.
-    #[allow(clippy::too_many_arguments)]
+    /// Names each of `offsets` of `module` (shown as `module_name`, its frames of `kind`),
+    /// which no symbol names, by the module and the start of its function (`starts`, one for
+    /// each), noting the ones in its file's `entry` function.
     fn name_unnamed(
         &mut self,
         module: ModuleId,
-        module_name: &str,
-        kind: FrameKind,
+        (module_name, kind): (&str, FrameKind),
         offsets: &[u64],
         starts: &[u64],
         entry: Option<u64>,
