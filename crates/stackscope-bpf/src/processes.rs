@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use libbpf_rs::{Link, UprobeOpts};
 
-use stackscope_linux::maps::ProcessMaps;
+use stackscope_process::maps::ProcessMaps;
 
 use crate::program::ProfileSkel;
 use crate::tables::{NotLoaded, TableLoader, TableMaps};

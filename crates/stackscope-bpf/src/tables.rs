@@ -19,9 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::unwind_table::{Row, TableCache, TableId};
 use libbpf_rs::{MapCore, MapFlags, MapType};
-use stackscope_linux::maps::ProcessMaps;
-use stackscope_linux::unwind_table::{Row, TableCache, TableId};
+use stackscope_process::maps::ProcessMaps;
 use std::os::fd::{AsFd, AsRawFd};
 
 use entries::{check, mapping_entry, MAPPING_SIZE, PROC_SIZE, TABLE_SLOT_SIZE};

@@ -2,8 +2,8 @@ use std::process::{Child, Command};
 
 use std::os::fd::{AsFd, AsRawFd};
 
+use crate::unwind_table::TableCache;
 use libbpf_rs::{MapHandle, MapType};
-use stackscope_linux::unwind_table::TableCache;
 
 use super::entries::row_bytes;
 use super::*;

@@ -2,8 +2,8 @@
 //! processes read from `/proc`, handed out as events before any ring record.
 
 use super::{Kind, Sampler};
-use crate::maps::{Mapping, ProcessMaps};
-use crate::target;
+use stackscope_process::maps::{Mapping, ProcessMaps};
+use stackscope_process::target;
 
 /// Pre-existing state read from `/proc`, delivered before any ring record.
 pub(super) enum Synthetic {

@@ -1,10 +1,17 @@
 //! What each profiled process has mapped where: the executable mappings that turn a code
 //! address into (file, file offset), kept up to date from the kernel's mmap records and
-//! seeded from `/proc/PID/maps` for processes that were running before sampling began.
+//! seeded from `/proc/PID/maps` for processes that were running before sampling began; and
+//! the file behind a mapping, opened as the process sees it.
 
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
+use stackscope_stacks::module::ModuleFile;
 pub use stackscope_stacks::Mapping;
+use stackscope_symbols::foreign::{self, Kind};
 
 /// The executable mappings of one process, sorted by address and never overlapping.
 #[derive(Debug, Clone, Default)]
@@ -114,6 +121,37 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         path: if path.is_empty() { "//anon" } else { path }.into(),
         build_id: None,
     })
+}
+
+/// Opens the file behind a mapping as the process sees it: through its root (it may live in
+/// another mount namespace), or through `map_files` when the file was deleted or replaced;
+/// as a file the process named ([`foreign`]: a FIFO or device put in its place is refused).
+pub fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
+    let open = |path: &str| foreign::open(Path::new(path), Kind::Binary);
+    if let Some(path) = m.path.strip_suffix(" (deleted)") {
+        return open(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+            .or_else(|_| open(path))
+            .ok();
+    }
+    open(&format!("/proc/{pid}/root{}", m.path))
+        .or_else(|_| open(&m.path))
+        .ok()
+}
+
+/// The vDSO is the same image in every process on this kernel, so ours stands in for theirs.
+pub fn own_vdso() -> Option<Arc<ModuleFile>> {
+    static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
+    VDSO.get_or_init(|| {
+        let maps = ProcessMaps::from_proc(std::process::id()).ok()?;
+        let m = maps.iter().find(|m| &*m.path == "[vdso]")?;
+        let mut image = vec![0; usize::try_from(m.end - m.start).ok()?];
+        File::open("/proc/self/mem")
+            .ok()?
+            .read_exact_at(&mut image, m.start)
+            .ok()?;
+        ModuleFile::from_bytes(&image).ok().map(Arc::new)
+    })
+    .clone()
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::UnwindTable;
-use crate::maps::{Mapping, ProcessMaps};
-use crate::unwind::{open_mapped_file, own_vdso};
+use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping, ProcessMaps};
 use stackscope_stacks::module::ModuleFile;
 use stackscope_symbols::FileId;
 

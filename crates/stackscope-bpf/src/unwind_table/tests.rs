@@ -11,7 +11,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use stackscope_testkit::compile;
 
 use super::*;
-use crate::maps::ProcessMaps;
+use stackscope_process::maps::ProcessMaps;
 
 const PROGRAM_C: &str = r#"
 #include <stdio.h>

@@ -5,7 +5,7 @@
 //! matches the thread's memory; the read is used only then.
 
 use super::{UnwindEnd, Unwinder, UserRegs};
-use crate::maps::ProcessMaps;
+use stackscope_process::maps::ProcessMaps;
 use stackscope_stacks::walk::Trail;
 
 /// Bytes at the end of the copy that must still match the thread's memory, at least: all of

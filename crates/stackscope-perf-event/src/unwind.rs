@@ -15,20 +15,20 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
-use std::fs::File;
+
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{Module, Unwinder as _};
 
-use crate::maps::{Mapping, ProcessMaps};
+use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping, ProcessMaps};
 use stackscope_stacks::module::{ModuleFile, SectionData};
 pub use stackscope_stacks::walk::MAX_FRAMES;
 use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
-use stackscope_symbols::foreign::{self, Kind};
+
 use stackscope_symbols::FileId;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
@@ -264,37 +264,6 @@ impl Unwinder {
         entry.last_used = self.clock;
         entry.file.clone()
     }
-}
-
-/// Opens the file behind a mapping as the process sees it: through its root (it may live in
-/// another mount namespace), or through `map_files` when the file was deleted or replaced;
-/// as a file the process named ([`foreign`]: a FIFO or device put in its place is refused).
-pub(crate) fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
-    let open = |path: &str| foreign::open(Path::new(path), Kind::Binary);
-    if let Some(path) = m.path.strip_suffix(" (deleted)") {
-        return open(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
-            .or_else(|_| open(path))
-            .ok();
-    }
-    open(&format!("/proc/{pid}/root{}", m.path))
-        .or_else(|_| open(&m.path))
-        .ok()
-}
-
-/// The vDSO is the same image in every process on this kernel, so ours stands in for theirs.
-pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
-    static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
-    VDSO.get_or_init(|| {
-        let maps = ProcessMaps::from_proc(std::process::id()).ok()?;
-        let m = maps.iter().find(|m| &*m.path == "[vdso]")?;
-        let mut image = vec![0; usize::try_from(m.end - m.start).ok()?];
-        File::open("/proc/self/mem")
-            .ok()?
-            .read_exact_at(&mut image, m.start)
-            .ok()?;
-        ModuleFile::from_bytes(&image).ok().map(Arc::new)
-    })
-    .clone()
 }
 
 /// Walks the frames of one sample whose pc lies in a mapped file, reading words from the

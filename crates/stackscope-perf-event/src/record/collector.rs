@@ -12,10 +12,10 @@ use stackscope_symbols::Symbolizer;
 
 use super::hints;
 use crate::event::{Event, SampleEvent};
-use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::roots::{Copy, Room, Roots, Spot};
 use crate::unwind::{UnwindEnd, Unwinder};
+use stackscope_process::maps::ProcessMaps;
 use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, MAX_FRAMES};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
