@@ -1,5 +1,6 @@
 //! stackscope's middle, which every source feeds: the files a target maps ([`Mapping`],
-//! [`module::ModuleFile`]: file, load bias, build-id, unwind sections), the one stack walk over
+//! [`module::ModuleFile`]: file, load bias, build-id, unwind sections) and the one address
+//! space they are kept in for a process or a guest ([`AddressSpace`]), the one stack walk over
 //! a register set and a memory-read closure ([`walk::walk`]), a table of raw stacks
 //! counted as they arrive ([`table::StackTable`]), and the one step that names every unique
 //! address once and builds the [`stackscope_profile::Profile`]; and what every source hands
@@ -12,6 +13,7 @@ mod hint;
 mod mapping;
 pub mod module;
 mod recording;
+mod space;
 pub mod table;
 mod target;
 pub mod walk;
@@ -19,4 +21,5 @@ pub mod walk;
 pub use hint::{naming_hints, Hint};
 pub use mapping::Mapping;
 pub use recording::{ProgramCost, Recording, Rounds, Storage};
+pub use space::AddressSpace;
 pub use target::Target;
