@@ -24,10 +24,11 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{Module, Unwinder as _};
 
-use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping, ProcessMaps};
+use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping};
 use stackscope_stacks::module::{ModuleFile, SectionData};
 pub use stackscope_stacks::walk::MAX_FRAMES;
 use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
+use stackscope_stacks::AddressSpace;
 
 use stackscope_symbols::FileId;
 
@@ -54,7 +55,7 @@ pub enum UnwindEnd {
 }
 
 /// What a process's unwinder was built from; `generation` alone could repeat for a
-/// `ProcessMaps` re-read from scratch.
+/// process's maps re-read from scratch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MapsKey {
     generation: u64,
@@ -64,7 +65,7 @@ struct MapsKey {
 }
 
 impl MapsKey {
-    fn of(maps: &ProcessMaps) -> Self {
+    fn of(maps: &AddressSpace) -> Self {
         MapsKey {
             generation: maps.generation(),
             len: maps.iter().count(),
@@ -139,7 +140,7 @@ impl Unwinder {
     pub fn unwind(
         &mut self,
         pid: u32,
-        maps: &ProcessMaps,
+        maps: &AddressSpace,
         regs: UserRegs,
         stack: &[u8],
         out: &mut Trail,
@@ -206,7 +207,7 @@ impl Unwinder {
     /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
     /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
     /// so framehop falls back to frame pointers there.
-    fn build(&mut self, pid: u32, maps: &ProcessMaps, built_from: MapsKey) -> ProcessUnwinder {
+    fn build(&mut self, pid: u32, maps: &AddressSpace, built_from: MapsKey) -> ProcessUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         let mut tabled = Vec::new();
@@ -271,7 +272,7 @@ impl Unwinder {
 fn walk(
     process: &ProcessUnwinder,
     cache: &mut CacheX86_64,
-    maps: &ProcessMaps,
+    maps: &AddressSpace,
     regs: UserRegs,
     stack: &[u8],
     out: &mut Trail,
@@ -326,7 +327,7 @@ fn walk(
 
 impl ProcessUnwinder {
     /// What the process has at `addr`, for the walk.
-    fn code(&self, maps: &ProcessMaps, addr: u64) -> Code {
+    fn code(&self, maps: &AddressSpace, addr: u64) -> Code {
         let i = self.tabled.partition_point(|r| r.start <= addr);
         if i > 0 && self.tabled[i - 1].contains(&addr) {
             Code::Tabled

@@ -1,7 +1,7 @@
-//! What each profiled process has mapped where: the executable mappings that turn a code
-//! address into (file, file offset), kept up to date from the kernel's mmap records and
-//! seeded from `/proc/PID/maps` for processes that were running before sampling began; and
-//! the file behind a mapping, opened as the process sees it.
+//! What a profiled process has mapped where, as the kernel tells it: its executable mappings
+//! read from `/proc/PID/maps` into an [`AddressSpace`] (for processes that were running before
+//! sampling began; the sources keep it up to date from mmap records); and the file behind a
+//! mapping, opened as the process sees it.
 
 use std::fs::File;
 use std::io;
@@ -10,90 +10,19 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use stackscope_stacks::module::ModuleFile;
+use stackscope_stacks::AddressSpace;
 pub use stackscope_stacks::Mapping;
 use stackscope_symbols::foreign::{self, Kind};
 
-/// The executable mappings of one process, sorted by address and never overlapping.
-#[derive(Debug, Clone, Default)]
-pub struct ProcessMaps {
-    maps: Vec<Mapping>,
-    /// Bumped on every change, so caches built from the maps know when to rebuild.
-    generation: u64,
+/// Reads the executable mappings of a live process from `/proc/PID/maps`.
+pub fn read_proc_maps(pid: u32) -> io::Result<AddressSpace> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(parse_proc_maps(&text))
 }
 
-impl ProcessMaps {
-    /// Reads the executable mappings of a live process from `/proc/PID/maps`.
-    pub fn from_proc(pid: u32) -> io::Result<Self> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        Ok(Self::parse_proc_maps(&text))
-    }
-
-    /// Parses the text of a `/proc/PID/maps` file, keeping executable mappings.
-    pub fn parse_proc_maps(text: &str) -> Self {
-        let mut maps = ProcessMaps::default();
-        for line in text.lines() {
-            if let Some(m) = parse_maps_line(line) {
-                maps.insert(m);
-            }
-        }
-        maps
-    }
-
-    /// Adds a mapping; whatever it overlaps is unmapped first, as mmap does.
-    pub fn insert(&mut self, m: Mapping) {
-        if m.start >= m.end {
-            return;
-        }
-        let mut kept = Vec::with_capacity(self.maps.len() + 2);
-        for old in self.maps.drain(..) {
-            if old.end <= m.start || old.start >= m.end {
-                kept.push(old);
-                continue;
-            }
-            if old.start < m.start {
-                kept.push(Mapping {
-                    end: m.start,
-                    ..old.clone()
-                });
-            }
-            if old.end > m.end {
-                kept.push(Mapping {
-                    start: m.end,
-                    offset: old.offset + (m.end - old.start),
-                    ..old
-                });
-            }
-        }
-        let at = kept.partition_point(|x| x.start < m.start);
-        kept.insert(at, m);
-        self.maps = kept;
-        self.generation += 1;
-    }
-
-    /// Forgets every mapping (the process called exec).
-    pub fn clear(&mut self) {
-        self.maps.clear();
-        self.generation += 1;
-    }
-
-    /// The mapping holding `addr`.
-    pub fn find(&self, addr: u64) -> Option<&Mapping> {
-        let i = self.maps.partition_point(|m| m.start <= addr);
-        let m = self.maps.get(i.checked_sub(1)?)?;
-        m.contains(addr).then_some(m)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &Mapping> {
-        self.maps.iter()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.maps.is_empty()
-    }
-
-    pub fn generation(&self) -> u64 {
-        self.generation
-    }
+/// Parses the text of a `/proc/PID/maps` file, keeping executable mappings.
+pub fn parse_proc_maps(text: &str) -> AddressSpace {
+    text.lines().filter_map(parse_maps_line).collect()
 }
 
 /// `start-end perms offset dev inode path`; only executable mappings.
@@ -142,7 +71,7 @@ pub fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
 pub fn own_vdso() -> Option<Arc<ModuleFile>> {
     static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
     VDSO.get_or_init(|| {
-        let maps = ProcessMaps::from_proc(std::process::id()).ok()?;
+        let maps = read_proc_maps(std::process::id()).ok()?;
         let m = maps.iter().find(|m| &*m.path == "[vdso]")?;
         let mut image = vec![0; usize::try_from(m.end - m.start).ok()?];
         File::open("/proc/self/mem")
@@ -168,7 +97,7 @@ mod tests {
 
     #[test]
     fn parses_executable_mappings_with_spaces_in_paths() {
-        let maps = ProcessMaps::parse_proc_maps(MAPS);
+        let maps = parse_proc_maps(MAPS);
         let paths: Vec<&str> = maps.iter().map(|m| &*m.path).collect();
         assert_eq!(
             paths,
@@ -183,34 +112,5 @@ mod tests {
         assert_eq!(libc.file_offset(0x7f1e3c028010), 0x28010);
         assert!(maps.find(0x55d0c7a00010).is_none(), "not executable");
         assert!(maps.find(0x7f1e3c1bd000).is_none(), "end is exclusive");
-    }
-
-    #[test]
-    fn insert_splits_overlapped_mappings() {
-        let mut maps = ProcessMaps::default();
-        let m = |start, end, offset, path: &str| Mapping {
-            start,
-            end,
-            offset,
-            path: path.into(),
-            build_id: None,
-        };
-        maps.insert(m(0x1000, 0x5000, 0, "/a"));
-        maps.insert(m(0x2000, 0x3000, 0, "/b"));
-        let got: Vec<(u64, u64, u64, &str)> = maps
-            .iter()
-            .map(|m| (m.start, m.end, m.offset, &*m.path))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                (0x1000, 0x2000, 0, "/a"),
-                (0x2000, 0x3000, 0, "/b"),
-                (0x3000, 0x5000, 0x2000, "/a")
-            ]
-        );
-        assert_eq!(&*maps.find(0x3500).unwrap().path, "/a");
-        maps.clear();
-        assert!(maps.find(0x3500).is_none());
     }
 }
