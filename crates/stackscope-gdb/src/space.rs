@@ -1,14 +1,15 @@
 //! The code the target runs: its ELF file and, for a Linux program under gdbserver, the shared
 //! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
-//! unwinder over all of them, for the main file's architecture.
+//! unwinder over all of them, for the architecture the main file's header names.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crate::arch::Unwinder;
+use stackscope_stacks::arch::Unwinder;
+use stackscope_stacks::Mapping;
+
 use crate::client::MAX_LIBRARIES;
 use crate::image::Image;
-use stackscope_stacks::Mapping;
 
 /// The target's files, the main one first.
 pub struct Space {
@@ -21,7 +22,7 @@ pub struct Space {
 impl Space {
     pub fn new(main: Image) -> Space {
         let mut space = Space {
-            unwinder: Unwinder::of(main.arch(), &[]),
+            unwinder: Unwinder::new(main.arch()),
             images: vec![main],
             mappings: Vec::new(),
         };
@@ -110,7 +111,14 @@ impl Space {
     }
 
     fn rebuild(&mut self) {
-        self.unwinder = Unwinder::of(self.main().arch(), &self.images);
+        self.unwinder = Unwinder::new(self.main().arch());
+        for image in &self.images {
+            if let Some(sections) = image.unwind_sections() {
+                let name = image.path().display().to_string();
+                let (avma, bias) = (image.address_range(), image.bias());
+                self.unwinder.add_module(&name, avma, bias, sections);
+            }
+        }
         self.mappings = self.images.iter().flat_map(Image::mappings).collect();
         self.mappings.sort_by_key(|m| m.start);
     }
