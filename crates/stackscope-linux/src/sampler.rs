@@ -18,7 +18,7 @@ use std::process::ExitStatus;
 use std::time::Duration;
 
 pub use crate::error::SampleError;
-pub use crate::event::{Event, SampleEvent, UserRegs};
+pub use crate::event::{Event, SampleEvent};
 use crate::perf::{self, EventSpec, Ring, SampleFormat};
 use crate::target::{self, HeldChild};
 
@@ -71,7 +71,7 @@ pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
         enable_on_exec: false,
         kernel_callchain: kernel,
         user_callchain: false,
-        user_regs: true,
+        user_regs: perf::running_arch(),
         stack_bytes: 8,
         exclude_kernel: !kernel,
         build_id: false,

@@ -4,18 +4,17 @@
 
 use std::sync::Arc;
 
-use linux_perf_data::linux_perf_event_reader::constants::{
-    PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
-};
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, CpuMode, Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawEventRecord,
     RecordType, SampleFormat, SampleRecord, SamplingPolicy,
 };
 
+use stackscope_stacks::arch::Arch;
+
 use super::check::check_mmap2;
 use super::BuildIds;
-use crate::event::{Event, SampleEvent, UserRegs};
-use crate::perf::split_callchain;
+use crate::event::{Event, SampleEvent};
+use crate::perf::{arch_of_mask, by_number, split_callchain};
 use crate::record::Collector;
 use crate::sampler::{SamplerConfig, StackMode};
 
@@ -59,6 +58,8 @@ pub(super) struct Replay {
     /// Where the recorded kernel's text began (perf's `[kernel.kallsyms]_text` mapping).
     kernel_text: Option<u64>,
     endian: Endianness,
+    /// The architecture of the recording machine, whose registers the samples carry.
+    arch: Option<Arch>,
     /// Samples the ring buffer lost (LOST records).
     lost_in_ring: u64,
     /// Samples the event lost, as counted by perf and the kernel (LOST_SAMPLES records).
@@ -66,7 +67,14 @@ pub(super) struct Replay {
 }
 
 impl Replay {
-    pub(super) fn new(build_ids: BuildIds, attr: &PerfEventAttr, endian: Endianness) -> Self {
+    /// The replay of records of `attr`, recorded on a machine of `arch` as the file's header
+    /// names it (`None`: it does not).
+    pub(super) fn new(
+        build_ids: BuildIds,
+        attr: &PerfEventAttr,
+        (endian, arch): (Endianness, Option<&str>),
+    ) -> Self {
+        let arch = arch.and_then(Arch::of_kernel_name);
         Replay {
             chain: Vec::new(),
             times: None,
@@ -74,6 +82,7 @@ impl Replay {
             has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
             kernel_text: None,
             endian,
+            arch: arch.or_else(|| arch_of_mask(attr.sample_regs_user)),
             lost_in_ring: 0,
             lost_samples: 0,
         }
@@ -152,13 +161,10 @@ impl Replay {
         } else {
             (&[], &ip_only)
         };
-        let user_regs = s.user_regs.as_ref().and_then(|r| {
-            Some(UserRegs {
-                ip: r.get(PERF_REG_X86_IP)?,
-                sp: r.get(PERF_REG_X86_SP)?,
-                bp: r.get(PERF_REG_X86_BP)?,
-            })
-        });
+        let user_regs = match (&s.user_regs, self.arch) {
+            (Some(regs), Some(arch)) => by_number(arch, |n| regs.get(u64::from(n))),
+            _ => None,
+        };
         let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
             let bytes = data.as_slice();
             let keep = usize::try_from(*dyn_size)

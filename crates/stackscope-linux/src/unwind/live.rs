@@ -4,8 +4,9 @@
 //! That holds when the end of the copy, from the outermost frame the walk reached on, still
 //! matches the thread's memory; the read is used only then.
 
-use super::{UnwindEnd, Unwinder, UserRegs};
+use super::{UnwindEnd, Unwinder};
 use crate::maps::ProcessMaps;
+use stackscope_stacks::arch::Regs;
 use stackscope_stacks::walk::Trail;
 
 /// Bytes at the end of the copy that must still match the thread's memory, at least: all of
@@ -24,7 +25,7 @@ impl Unwinder {
     pub fn unwind_reading_on(
         &mut self,
         (pid, maps): (u32, &ProcessMaps),
-        regs: UserRegs,
+        regs: Regs,
         stack: &[u8],
         out: &mut Trail,
         scratch: &mut Vec<u8>,
