@@ -46,6 +46,14 @@ pub(super) fn sampler_config(attr: &PerfEventAttr) -> SamplerConfig {
     }
 }
 
+/// The architecture a perf.data file was recorded on, whose registers its samples carry: the
+/// one its header names (`arch`, as `uname -m` says), else the one whose registers the event
+/// asked for (`regs_mask`); not this machine's, which may be another.
+fn recorded_arch(arch: Option<&str>, regs_mask: u64) -> Option<Arch> {
+    arch.and_then(Arch::of_kernel_name)
+        .or_else(|| arch_of_mask(regs_mask))
+}
+
 /// Per-file replay state.
 pub(super) struct Replay {
     /// The sample's callchain, copied out of the record (it may not be 8-aligned there).
@@ -74,7 +82,6 @@ impl Replay {
         attr: &PerfEventAttr,
         (endian, arch): (Endianness, Option<&str>),
     ) -> Self {
-        let arch = arch.and_then(Arch::of_kernel_name);
         Replay {
             chain: Vec::new(),
             times: None,
@@ -82,7 +89,7 @@ impl Replay {
             has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
             kernel_text: None,
             endian,
-            arch: arch.or_else(|| arch_of_mask(attr.sample_regs_user)),
+            arch: recorded_arch(arch, attr.sample_regs_user),
             lost_in_ring: 0,
             lost_samples: 0,
         }
@@ -261,4 +268,28 @@ fn pid(p: Option<i32>) -> u32 {
 
 fn is_user(mode: CpuMode) -> bool {
     !matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_is_walked_as_the_architecture_it_was_recorded_on() {
+        // perf record --call-graph dwarf on aarch64: its header says so, and so do the 33
+        // registers it asked for.
+        let aarch64_regs = (1 << 33) - 1;
+        assert_eq!(
+            recorded_arch(Some("aarch64"), aarch64_regs),
+            Some(Arch::Aarch64)
+        );
+        assert_eq!(recorded_arch(None, aarch64_regs), Some(Arch::Aarch64));
+        // The header wins over the registers.
+        assert_eq!(
+            recorded_arch(Some("x86_64"), aarch64_regs),
+            Some(Arch::X86_64)
+        );
+        assert_eq!(recorded_arch(Some("sparc64"), 0xff0fff), Some(Arch::X86_64));
+        assert_eq!(recorded_arch(None, 0), None);
+    }
 }
