@@ -5,6 +5,7 @@
 mod ask;
 mod description;
 mod interrupt;
+mod layout;
 mod loaded;
 mod memory;
 mod registers;
@@ -18,12 +19,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::arch::{Arch, Layout};
+use stackscope_stacks::arch::Arch;
+
 use crate::error::{shown, Error};
 use crate::packet::{decode_hex, error_code, frame, Connection, Stream};
 
 pub use ask::{Answer, Ask};
 pub use description::Description;
+pub use layout::Layout;
 pub use loaded::parse_svr4;
 pub use registers::Registers;
 
@@ -195,7 +198,7 @@ impl<S: Stream> Client<S> {
             conn,
             features,
             selected: None,
-            layout: Arch::X86_64.default_layout(),
+            layout: Layout::default_of(Arch::X86_64),
             interrupt_stops: false,
             stop: None,
         })

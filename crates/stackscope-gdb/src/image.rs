@@ -6,13 +6,12 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use framehop::{ExplicitModuleSectionInfo, Module};
+use framehop::ExplicitModuleSectionInfo;
 use object::elf;
+use stackscope_stacks::arch::Arch;
 use stackscope_stacks::module::{ModuleFile, SectionData};
 use stackscope_stacks::Mapping;
 use stackscope_symbols::elf::{ElfError, ElfFile, Segment, SymbolTable};
-
-use crate::arch::Arch;
 
 /// The target's ELF file.
 #[derive(Debug)]
@@ -140,16 +139,6 @@ impl Image {
         let svma = addr.wrapping_sub(self.bias);
         let i = self.without_cfi.partition_point(|f| f.start <= svma);
         i > 0 && self.without_cfi[i - 1].contains(&svma)
-    }
-
-    /// This file's CFI as a framehop module at its load address; `None` without CFI.
-    pub fn framehop_module(&self) -> Option<Module<SectionData>> {
-        Some(Module::new(
-            self.path.display().to_string(),
-            self.address_range(),
-            self.bias,
-            self.unwind_sections()?,
-        ))
     }
 
     /// This file's CFI sections and their stated addresses; `None` without CFI.

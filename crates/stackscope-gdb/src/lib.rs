@@ -8,13 +8,12 @@
 //! named by its naming step into a [`stackscope_profile::Profile`], each vCPU a thread.
 //!
 //! Layers: [`packet`] (framing over any byte stream, so it is tested on recorded exchanges),
-//! [`client`] (the commands), [`arch`] (x86-64, riscv64, aarch64: registers and unwinders),
-//! [`image`] (an ELF file at its load address), [`space`] (the
+//! [`client`] (the commands, and where the registers sit in the stub's replies for the
+//! target's architecture, [`stackscope_stacks::arch::Arch`]), [`image`] (an ELF file at its load address), [`space`] (the
 //! target's files), [`sample`] (the sampling loop: its rounds, the memory it reads and the
 //! pace).
 //! It does not parse arguments nor format output.
 
-pub mod arch;
 pub mod client;
 mod error;
 pub mod image;
@@ -27,4 +26,3 @@ pub use error::Error;
 pub use image::{Image, ImageError};
 pub use packet::Stream;
 pub use sample::{prepare, record, Progress, Recording, SamplerOptions};
-pub use stackscope_stacks::table::rust_clean;

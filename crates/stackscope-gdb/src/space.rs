@@ -1,15 +1,16 @@
 //! The code the target runs: its ELF file and, for a Linux program under gdbserver, the shared
 //! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
-//! unwinder over all of them, for the main file's architecture, and their loadable segments as
-//! the target's [`AddressSpace`].
+//! unwinder over all of them, for the architecture the main file's header names, and their
+//! loadable segments as the target's [`AddressSpace`].
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use crate::arch::Unwinder;
+use stackscope_stacks::arch::Unwinder;
+use stackscope_stacks::{AddressSpace, Mapping};
+
 use crate::client::MAX_LIBRARIES;
 use crate::image::Image;
-use stackscope_stacks::{AddressSpace, Mapping};
 
 /// The target's files, the main one first.
 pub struct Space {
@@ -22,7 +23,7 @@ pub struct Space {
 impl Space {
     pub fn new(main: Image) -> Space {
         let mut space = Space {
-            unwinder: Unwinder::of(main.arch(), &[]),
+            unwinder: Unwinder::new(main.arch()),
             images: vec![main],
             mappings: AddressSpace::default(),
         };
@@ -110,7 +111,14 @@ impl Space {
     }
 
     fn rebuild(&mut self) {
-        self.unwinder = Unwinder::of(self.main().arch(), &self.images);
+        self.unwinder = Unwinder::new(self.main().arch());
+        for image in &self.images {
+            if let Some(sections) = image.unwind_sections() {
+                let name = image.path().display().to_string();
+                let (avma, bias) = (image.address_range(), image.bias());
+                self.unwinder.add_module(&name, avma, bias, sections);
+            }
+        }
         self.mappings = self.images.iter().flat_map(Image::mappings).collect();
     }
 }

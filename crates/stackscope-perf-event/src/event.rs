@@ -4,14 +4,7 @@
 //! perf.data file is replayed as them.
 
 use stackscope_process::maps::Mapping;
-
-/// User registers at the time of a sample (DWARF mode). On aarch64 `bp` is x29 and `ip` is pc.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct UserRegs {
-    pub ip: u64,
-    pub sp: u64,
-    pub bp: u64,
-}
+use stackscope_stacks::arch::Regs;
 
 /// One sample.
 #[derive(Debug, Clone, Copy)]
@@ -27,8 +20,9 @@ pub struct SampleEvent<'a> {
     pub kernel_stack: &'a [u64],
     /// FramePointer mode: user frames from the kernel callchain, leaf first. Empty in Dwarf mode.
     pub user_callchain: &'a [u64],
-    /// Dwarf mode: sampled user registers, None when the sample hit a kernel thread.
-    pub user_regs: Option<UserRegs>,
+    /// Dwarf mode: the sampled user registers a walk starts from, of the architecture of the
+    /// kernel that took the sample; None when the sample hit a kernel thread.
+    pub user_regs: Option<Regs>,
     /// Dwarf mode: the copied user stack, starting at regs.sp (dyn_size bytes, may be empty).
     pub user_stack: &'a [u8],
     /// True if the sample was taken while the CPU was in user mode (PERF_RECORD_MISC_USER).

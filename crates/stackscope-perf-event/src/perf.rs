@@ -10,12 +10,15 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use perf_event_open_sys as sys;
+use stackscope_stacks::arch::Arch;
 use sys::bindings as b;
 
 mod record;
+mod regs;
 mod ring;
 
 pub(crate) use record::*;
+pub(crate) use regs::{arch_of_mask, by_number, running_arch};
 pub(crate) use ring::Ring;
 
 /// What every event we open asks the kernel for. All events of one sampler share it, so all
@@ -32,8 +35,9 @@ pub(crate) struct EventSpec {
     pub kernel_callchain: bool,
     /// Ask for the user part of the callchain (frame-pointer mode).
     pub user_callchain: bool,
-    /// Copy user registers and this many bytes of user stack (DWARF mode); 0 = no stack copy.
-    pub user_regs: bool,
+    /// Copy the user registers a walk starts from, of this architecture (the running
+    /// kernel's), and `stack_bytes` of user stack (DWARF mode); 0 = no stack copy.
+    pub user_regs: Option<Arch>,
     pub stack_bytes: u32,
     /// Do not sample while the CPU is in kernel mode (unprivileged fallback).
     pub exclude_kernel: bool,
@@ -42,17 +46,6 @@ pub(crate) struct EventSpec {
     /// Wake a poller once this many bytes are waiting in the ring.
     pub wakeup_bytes: u32,
 }
-
-/// Registers copied per sample, in the bit order the kernel writes them: frame pointer, stack
-/// pointer, instruction pointer.
-#[cfg(target_arch = "x86_64")]
-const USER_REGS_MASK: u64 =
-    (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
-/// x29 (frame pointer), sp, pc.
-#[cfg(target_arch = "aarch64")]
-const USER_REGS_MASK: u64 = (1 << 29) | (1 << 31) | (1 << 32);
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const USER_REGS_MASK: u64 = 0;
 
 /// Largest `sample_stack_user` the kernel accepts: below 64 KiB and a multiple of 8.
 pub(crate) const MAX_STACK_BYTES: u32 = 65528;
@@ -65,7 +58,7 @@ impl EventSpec {
             | b::PERF_SAMPLE_CPU
             | b::PERF_SAMPLE_PERIOD
             | b::PERF_SAMPLE_CALLCHAIN;
-        if self.user_regs && USER_REGS_MASK != 0 {
+        if self.user_regs.is_some() {
             t |= b::PERF_SAMPLE_REGS_USER;
             if self.stack_bytes > 0 {
                 t |= b::PERF_SAMPLE_STACK_USER;
@@ -78,11 +71,7 @@ impl EventSpec {
     pub fn format(&self) -> SampleFormat {
         let t = self.sample_type();
         SampleFormat {
-            regs: if t & b::PERF_SAMPLE_REGS_USER as u64 != 0 {
-                USER_REGS_MASK.count_ones() as usize
-            } else {
-                0
-            },
+            regs: self.user_regs,
             stack: t & b::PERF_SAMPLE_STACK_USER as u64 != 0,
         }
     }
@@ -122,8 +111,8 @@ impl EventSpec {
         attr.set_build_id(self.build_id as u64);
         attr.set_watermark(1);
         attr.__bindgen_anon_2.wakeup_watermark = self.wakeup_bytes.max(1);
-        if self.user_regs {
-            attr.sample_regs_user = USER_REGS_MASK;
+        if let Some(arch) = self.user_regs {
+            attr.sample_regs_user = regs::mask(arch);
             attr.sample_stack_user = self.stack_bytes;
         }
         attr

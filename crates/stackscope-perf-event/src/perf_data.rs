@@ -131,7 +131,8 @@ pub fn read_perf_data_from<R: Read + Seek>(
 
     let mut collector = Collector::new(&config).replaying();
     let build_ids = BuildIds::from_header(&perf_file);
-    let mut replay = Replay::new(build_ids, &attr, perf_file.endian());
+    let arch = perf_file.arch().ok().flatten();
+    let mut replay = Replay::new(build_ids, &attr, (perf_file.endian(), arch));
     let mut records = 0u64;
     progress(Progress { done: 0, total });
     loop {

@@ -1,4 +1,4 @@
-//! The sampler: opens software `cpu-clock` perf events for a [`Target`](crate::target::Target), one ring buffer per
+//! The sampler: opens software `cpu-clock` perf events for a [`Target`](stackscope_process::target::Target), one ring buffer per
 //! CPU, and turns what the kernel writes into [`Event`]s — samples with their kernel callchain
 //! and user registers/stack (or user callchain), plus the mmap, comm, fork and exit records
 //! needed to know what each process had mapped.
@@ -17,7 +17,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub use crate::event::{Event, SampleEvent, UserRegs};
+pub use crate::event::{Event, SampleEvent};
 use crate::perf::{self, EventSpec, Ring, SampleFormat};
 use stackscope_process::target::{self, HeldChild};
 use stackscope_process::SampleError;
@@ -70,7 +70,7 @@ pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
         enable_on_exec: false,
         kernel_callchain: kernel,
         user_callchain: false,
-        user_regs: true,
+        user_regs: perf::running_arch(),
         stack_bytes: 8,
         exclude_kernel: !kernel,
         build_id: false,

@@ -1,9 +1,10 @@
 //! User-stack unwinding: turns a sample's registers and copied stack memory into the code
 //! addresses of its call stack, leaf first, with DWARF CFI (`.eh_frame`, `.debug_frame`) from
 //! the mapped files and a frame-pointer fallback where there is none. The walk itself is
-//! `stackscope_stacks::walk`; this module reads its words from the copied stack bytes.
+//! `stackscope_stacks::walk`, for the architecture the sample's registers are of; this module
+//! reads its words from the copied stack bytes.
 //!
-//! Owns the per-process framehop unwinders (rebuilt when a process's mappings change) and the
+//! Owns the per-process unwinders (rebuilt when a process's mappings change) and the
 //! parsed unwind sections of the files they map, shared between processes. A file no live
 //! process maps is kept only while it is among the [`IDLE_FILES`] most recently used, so
 //! memory follows what runs now rather than everything that ever ran.
@@ -21,23 +22,18 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
-use framehop::{Module, Unwinder as _};
-
 use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping};
-use stackscope_stacks::module::{ModuleFile, SectionData};
+use stackscope_stacks::arch::{self, Arch, Regs, WalkCache};
+use stackscope_stacks::module::ModuleFile;
 pub use stackscope_stacks::walk::MAX_FRAMES;
-use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
+use stackscope_stacks::walk::{Code, Leaf, Stop, Trail, Unread, WalkEnd};
 use stackscope_stacks::AddressSpace;
-
 use stackscope_symbols::FileId;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
 /// started again and again (a build's compiler, a shell loop's commands) is not re-read each
 /// time, few enough that a whole-system recording does not hold every binary it ever saw.
 pub const IDLE_FILES: usize = 32;
-
-pub use crate::sampler::UserRegs;
 
 /// How one unwind ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +73,8 @@ impl MapsKey {
 
 struct ProcessUnwinder {
     built_from: MapsKey,
-    unwinder: UnwinderX86_64<SectionData>,
+    /// The rules of the process's files, for the architecture its samples' registers are of.
+    unwinder: arch::Unwinder,
     /// The address ranges the unwinder has tables for, sorted: other mapped code is walked
     /// by frame pointers alone.
     tabled: Vec<Range<u64>>,
@@ -102,9 +99,9 @@ impl CachedFile {
 
 /// Unwinds user stacks of any number of processes.
 pub struct Unwinder {
-    /// framehop's rule cache; keyed by each process unwinder's module generation, so one
+    /// The walk's rule caches; keyed by each process unwinder's module generation, so one
     /// cache serves all processes.
-    cache: CacheX86_64,
+    cache: WalkCache,
     processes: HashMap<u32, ProcessUnwinder>,
     /// Parsed files, bounded by [`Unwinder::trim`].
     files: HashMap<FileId, CachedFile>,
@@ -122,7 +119,7 @@ impl Default for Unwinder {
 impl Unwinder {
     pub fn new() -> Self {
         Unwinder {
-            cache: CacheX86_64::new(),
+            cache: WalkCache::default(),
             processes: HashMap::new(),
             files: HashMap::new(),
             clock: 0,
@@ -131,25 +128,27 @@ impl Unwinder {
     }
 
     /// Unwinds one sample. `stack` is the copied user stack memory starting at `regs.sp`.
-    /// Pushes *lookup addresses* into `out.addrs`, leaf first: the first is `regs.ip`; each
+    /// Pushes *lookup addresses* into `out.addrs`, leaf first: the first is `regs.pc`; each
     /// following one is a return address minus 1 (so it falls inside the call instruction,
     /// which is what symbolization and inlining need), with each frame's stack pointer in
     /// `out.sps`. `out` is cleared first.
-    /// Per-process state (framehop unwinder with its modules) is (re)built from `maps` when
-    /// `maps.generation()` changed since the last call for this pid.
+    /// Per-process state (the unwinder with its modules) is (re)built from `maps` when
+    /// `maps.generation()` changed since the last call for this pid, or the registers are of
+    /// another architecture than it was built for.
     pub fn unwind(
         &mut self,
         pid: u32,
         maps: &AddressSpace,
-        regs: UserRegs,
+        regs: Regs,
         stack: &[u8],
         out: &mut Trail,
     ) -> UnwindEnd {
         out.addrs.clear();
         out.sps.clear();
         let key = MapsKey::of(maps);
-        if self.processes.get(&pid).map(|p| p.built_from) != Some(key) {
-            let process = self.build(pid, maps, key);
+        let built = self.processes.get(&pid);
+        if built.map(|p| (p.built_from, p.unwinder.arch())) != Some((key, regs.arch)) {
+            let process = self.build(pid, maps, (key, regs.arch));
             self.processes.insert(pid, process);
             self.trim();
         }
@@ -160,8 +159,8 @@ impl Unwinder {
         let Some(process) = self.processes.get(&pid) else {
             return unmapped;
         };
-        if maps.find(regs.ip).is_none() {
-            out.addrs.push(regs.ip);
+        if maps.find(regs.pc).is_none() {
+            out.addrs.push(regs.pc);
             out.sps.push(regs.sp);
             return unmapped;
         }
@@ -204,11 +203,16 @@ impl Unwinder {
         self.without_unwind_info.iter().cloned().collect()
     }
 
-    /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
-    /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
-    /// so framehop falls back to frame pointers there.
-    fn build(&mut self, pid: u32, maps: &AddressSpace, built_from: MapsKey) -> ProcessUnwinder {
-        let mut unwinder = UnwinderX86_64::new();
+    /// An unwinder for `arch` holding one module per executable file mapping with CFI.
+    /// Mappings without (anonymous/JIT code, files without CFI, of another architecture or
+    /// that cannot be read) get no module, so the walk falls back to frame pointers there.
+    fn build(
+        &mut self,
+        pid: u32,
+        maps: &AddressSpace,
+        (built_from, arch): (MapsKey, Arch),
+    ) -> ProcessUnwinder {
+        let mut unwinder = arch::Unwinder::new(arch);
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         let mut tabled = Vec::new();
         for m in maps.iter() {
@@ -220,6 +224,11 @@ impl Unwinder {
                 None
             };
             let Some(file) = file else { continue };
+            // A file for another machine (this machine's vDSO under a perf.data recorded on
+            // another architecture, a same-named binary): its rules would lie.
+            if file.arch() != Some(arch) {
+                continue;
+            }
             if !file.has_unwind_info() {
                 self.without_unwind_info.insert(m.path.clone());
                 continue;
@@ -232,12 +241,7 @@ impl Unwinder {
             }
             let Some(bias) = file.bias(m) else { continue };
             tabled.push(m.start..m.end);
-            unwinder.add_module(Module::new(
-                m.path.to_string(),
-                m.start..m.end,
-                bias,
-                file.section_info(),
-            ));
+            unwinder.add_module(&m.path, m.start..m.end, bias, file.section_info());
             if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
                 files.push(file);
             }
@@ -271,9 +275,9 @@ impl Unwinder {
 /// copied stack memory.
 fn walk(
     process: &ProcessUnwinder,
-    cache: &mut CacheX86_64,
+    cache: &mut WalkCache,
     maps: &AddressSpace,
-    regs: UserRegs,
+    regs: Regs,
     stack: &[u8],
     out: &mut Trail,
 ) -> UnwindEnd {
@@ -293,20 +297,11 @@ fn walk(
             _ => Err(Unread::Unreadable),
         }
     };
-    let regs = RegsX86_64 {
-        ip: regs.ip,
-        sp: regs.sp,
-        bp: regs.bp,
-    };
     let code = |addr| process.code(maps, addr);
-    let end = walk_trail(
-        &process.unwinder,
-        cache,
-        (regs, Leaf::Rules),
-        code,
-        read_stack,
-        out,
-    );
+    let start = (regs, Leaf::Rules);
+    let end = process
+        .unwinder
+        .walk_trail(cache, start, code, read_stack, out);
     // The module of the last frame reached: the leaf's, or the caller's found last.
     let module = || {
         out.addrs

@@ -11,10 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use stackscope_perf_event::sampler::{Event, Sampler, SamplerConfig, StackMode, UserRegs};
+use stackscope_perf_event::sampler::{Event, Sampler, SamplerConfig, StackMode};
 use stackscope_process::maps::Mapping;
 use stackscope_process::target::Target;
 use stackscope_process::SampleError;
+use stackscope_stacks::arch::Regs;
 use stackscope_testkit::compile;
 
 const BUSY_C: &str = r#"
@@ -135,7 +136,7 @@ struct Sample {
     /// Index of the `poll` call that delivered it.
     batch: usize,
     in_user: bool,
-    regs: Option<UserRegs>,
+    regs: Option<Regs>,
     stack_len: usize,
     kernel_len: usize,
     user_chain: Vec<u64>,
@@ -301,7 +302,7 @@ fn launched_command_is_sampled_with_its_mappings_and_exit() {
     assert!(samples.iter().all(|s| s.user_chain.is_empty()));
     let in_binary = user
         .iter()
-        .filter(|s| binary.contains(s.regs.unwrap().ip))
+        .filter(|s| binary.contains(s.regs.unwrap().pc))
         .count();
     assert!(
         in_binary * 2 > user.len(),
@@ -655,7 +656,7 @@ fn small_ring_buffers_wrap_without_corrupting_records() {
         .samples
         .iter()
         .filter(|s| s.in_user)
-        .any(|s| binary.contains(s.regs.unwrap().ip)));
+        .any(|s| binary.contains(s.regs.unwrap().pc)));
     for pair in seen.samples.windows(2) {
         if pair[0].batch == pair[1].batch {
             assert!(pair[0].time <= pair[1].time, "{pair:?}");

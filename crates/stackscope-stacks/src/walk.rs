@@ -3,7 +3,8 @@
 //!
 //! Like framehop, which does the per-frame work, the walk is generic over how memory is read:
 //! the perf source reads words from the stack bytes the kernel copied, `gdb` from the target
-//! through the stub. It is generic over the architecture of the registers too ([`ArchRegs`]).
+//! through the stub. It is generic over the architecture of the registers too ([`ArchRegs`]);
+//! [`crate::arch::Unwinder`] picks the architecture a sample's registers say they are of.
 
 use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64, UnwinderAarch64};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};

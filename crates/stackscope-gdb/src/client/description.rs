@@ -5,8 +5,9 @@
 use std::path::Path;
 
 use super::loaded::attribute;
-use super::{Client, MAX_OBJECT};
-use crate::arch::{Arch, Layout};
+use stackscope_stacks::arch::Arch;
+
+use super::{Client, Layout, MAX_OBJECT};
 use crate::error::Error;
 use crate::packet::Stream;
 
@@ -27,7 +28,7 @@ impl<S: Stream> Client<S> {
     /// description when it has one (QEMU and gdbserver do), else in GDB's default order for
     /// `arch`.
     pub fn describe(&mut self, arch: Arch, file: &Path) -> Result<(), Error> {
-        self.layout = arch.default_layout();
+        self.layout = Layout::default_of(arch);
         if !self.features.target_description {
             return Ok(());
         }
@@ -41,7 +42,7 @@ impl<S: Stream> Client<S> {
             described,
         };
         if let Some(described) = &description.architecture {
-            if !arch.is_described_by(described) {
+            if !describes(described, arch) {
                 return Err(mismatch(described.clone()));
             }
         }
@@ -143,9 +144,28 @@ fn parse_elements(xml: &str) -> Vec<Element> {
     elements
 }
 
+/// True when a target description's `<architecture>` (GDB's BFD name) is `arch`.
+fn describes(architecture: &str, arch: Arch) -> bool {
+    let bfd = match arch {
+        Arch::X86_64 => "i386:x86-64",
+        Arch::Riscv64 => "riscv:rv64",
+        Arch::Aarch64 => "aarch64",
+    };
+    architecture == bfd || architecture.starts_with(&format!("{bfd}:"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn descriptions_name_architectures_as_gdb_does() {
+        assert!(describes("i386:x86-64", Arch::X86_64));
+        assert!(describes("riscv:rv64", Arch::Riscv64));
+        assert!(describes("aarch64", Arch::Aarch64));
+        assert!(!describes("riscv:rv64", Arch::X86_64));
+        assert!(!describes("riscv:rv32", Arch::Riscv64));
+    }
 
     #[test]
     fn elements_of_a_description_in_document_order() {

@@ -2,7 +2,8 @@
 //! needs decoded from the `g` reply where the target's [`Layout`] puts them.
 
 use super::{Answer, Ask, Client};
-use crate::arch::Arch;
+use stackscope_stacks::arch::Arch;
+
 use crate::error::Error;
 use crate::packet::{error_code, hex_digit, Stream};
 

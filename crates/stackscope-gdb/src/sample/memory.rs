@@ -1,8 +1,8 @@
 //! Target memory for one stack, read through the stub, and the walk over it.
 
+use stackscope_stacks::arch::{Regs, WalkCache};
 use stackscope_stacks::walk::{Leaf, Unread, WalkEnd};
 
-use crate::arch::{walk_stack, WalkCache};
 use crate::client::{Client, Registers};
 use crate::error::Error;
 use crate::packet::Stream;
@@ -155,6 +155,16 @@ impl Memory {
             Ok(None) => Err(Unread::Unreadable),
             Err(e) => Err(Unread::Failed(e)),
         };
-        walk_stack(space.unwinder(), cache, regs, leaf, read, out)
+        let unwinder = space.unwinder();
+        let Registers { pc, sp, fp, lr, .. } = regs;
+        let arch = unwinder.arch();
+        let regs = Regs {
+            arch,
+            pc,
+            sp,
+            fp,
+            lr,
+        };
+        unwinder.walk(cache, (regs, leaf), |_| true, read, out)
     }
 }

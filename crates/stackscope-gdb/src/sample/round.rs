@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stackscope_profile::FrameKind;
+use stackscope_stacks::arch::WalkCache;
 use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
 use stackscope_stacks::walk::WalkEnd;
 
-use crate::arch::WalkCache;
 use crate::client::{Answer, Ask, Client, Registers, Stop};
 use crate::error::Error;
 use crate::packet::Stream;

@@ -3,8 +3,10 @@
 
 use std::sync::Arc;
 
-use super::b;
-use crate::event::{Event, SampleEvent, UserRegs};
+use stackscope_stacks::arch::Arch;
+
+use super::{b, regs};
+use crate::event::{Event, SampleEvent};
 use stackscope_process::maps::Mapping;
 
 pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
@@ -15,8 +17,8 @@ pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
 /// The optional parts of our sample records.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SampleFormat {
-    /// Number of user registers per sample (0: none requested).
-    pub regs: usize,
+    /// The architecture whose user registers each sample carries (`None`: none requested).
+    pub regs: Option<Arch>,
     /// Whether a user stack copy follows the registers.
     pub stack: bool,
 }
@@ -161,16 +163,11 @@ fn sample<'a>(c: &mut Cursor<'a>, h: Header, fmt: SampleFormat) -> Option<Sample
     let nr = c.u64()? as usize;
     let (kernel_stack, user_callchain) = split_callchain(c.words(nr)?);
     let mut user_regs = None;
-    if fmt.regs > 0 {
+    if let Some(arch) = fmt.regs {
         let abi = c.u64()?;
         if abi != b::PERF_SAMPLE_REGS_ABI_NONE as u64 {
-            // In `USER_REGS_MASK` bit order: frame pointer, stack pointer, instruction pointer.
-            let r = c.words(fmt.regs)?;
-            user_regs = Some(UserRegs {
-                bp: *r.first()?,
-                sp: *r.get(1)?,
-                ip: *r.get(2)?,
-            });
+            let words = c.words(regs::mask(arch).count_ones() as usize)?;
+            user_regs = Some(regs::in_mask_order(arch, words)?);
         }
     }
     let mut user_stack: &[u8] = &[];
@@ -321,7 +318,7 @@ mod tests {
         assert_eq!(h.size, bytes.len());
         assert_eq!(record_time(bytes, h), Some(123_456));
         let fmt = SampleFormat {
-            regs: 0,
+            regs: None,
             stack: false,
         };
         match parse(&words, 0, h, fmt).unwrap() {
@@ -343,7 +340,7 @@ mod tests {
         let bytes = words_as_bytes(&words);
         let h = header(bytes, 0).unwrap();
         let fmt = SampleFormat {
-            regs: 0,
+            regs: None,
             stack: false,
         };
         assert!(parse(&words[..2], 0, h, fmt).is_none());

@@ -4,18 +4,17 @@
 
 use std::sync::Arc;
 
-use linux_perf_data::linux_perf_event_reader::constants::{
-    PERF_REG_X86_BP, PERF_REG_X86_IP, PERF_REG_X86_SP,
-};
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, CpuMode, Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawEventRecord,
     RecordType, SampleFormat, SampleRecord, SamplingPolicy,
 };
 
+use stackscope_stacks::arch::Arch;
+
 use super::check::check_mmap2;
 use super::BuildIds;
-use crate::event::{Event, SampleEvent, UserRegs};
-use crate::perf::split_callchain;
+use crate::event::{Event, SampleEvent};
+use crate::perf::{arch_of_mask, by_number, split_callchain};
 use crate::record::Collector;
 use crate::sampler::{SamplerConfig, StackMode};
 
@@ -47,6 +46,14 @@ pub(super) fn sampler_config(attr: &PerfEventAttr) -> SamplerConfig {
     }
 }
 
+/// The architecture a perf.data file was recorded on, whose registers its samples carry: the
+/// one its header names (`arch`, as `uname -m` says), else the one whose registers the event
+/// asked for (`regs_mask`); not this machine's, which may be another.
+fn recorded_arch(arch: Option<&str>, regs_mask: u64) -> Option<Arch> {
+    arch.and_then(Arch::of_kernel_name)
+        .or_else(|| arch_of_mask(regs_mask))
+}
+
 /// Per-file replay state.
 pub(super) struct Replay {
     /// The sample's callchain, copied out of the record (it may not be 8-aligned there).
@@ -59,6 +66,8 @@ pub(super) struct Replay {
     /// Where the recorded kernel's text began (perf's `[kernel.kallsyms]_text` mapping).
     kernel_text: Option<u64>,
     endian: Endianness,
+    /// The architecture of the recording machine, whose registers the samples carry.
+    arch: Option<Arch>,
     /// Samples the ring buffer lost (LOST records).
     lost_in_ring: u64,
     /// Samples the event lost, as counted by perf and the kernel (LOST_SAMPLES records).
@@ -66,7 +75,13 @@ pub(super) struct Replay {
 }
 
 impl Replay {
-    pub(super) fn new(build_ids: BuildIds, attr: &PerfEventAttr, endian: Endianness) -> Self {
+    /// The replay of records of `attr`, recorded on a machine of `arch` as the file's header
+    /// names it (`None`: it does not).
+    pub(super) fn new(
+        build_ids: BuildIds,
+        attr: &PerfEventAttr,
+        (endian, arch): (Endianness, Option<&str>),
+    ) -> Self {
         Replay {
             chain: Vec::new(),
             times: None,
@@ -74,6 +89,7 @@ impl Replay {
             has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
             kernel_text: None,
             endian,
+            arch: recorded_arch(arch, attr.sample_regs_user),
             lost_in_ring: 0,
             lost_samples: 0,
         }
@@ -152,13 +168,10 @@ impl Replay {
         } else {
             (&[], &ip_only)
         };
-        let user_regs = s.user_regs.as_ref().and_then(|r| {
-            Some(UserRegs {
-                ip: r.get(PERF_REG_X86_IP)?,
-                sp: r.get(PERF_REG_X86_SP)?,
-                bp: r.get(PERF_REG_X86_BP)?,
-            })
-        });
+        let user_regs = match (&s.user_regs, self.arch) {
+            (Some(regs), Some(arch)) => by_number(arch, |n| regs.get(u64::from(n))),
+            _ => None,
+        };
         let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
             let bytes = data.as_slice();
             let keep = usize::try_from(*dyn_size)
@@ -255,4 +268,28 @@ fn pid(p: Option<i32>) -> u32 {
 
 fn is_user(mode: CpuMode) -> bool {
     !matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_is_walked_as_the_architecture_it_was_recorded_on() {
+        // perf record --call-graph dwarf on aarch64: its header says so, and so do the 33
+        // registers it asked for.
+        let aarch64_regs = (1 << 33) - 1;
+        assert_eq!(
+            recorded_arch(Some("aarch64"), aarch64_regs),
+            Some(Arch::Aarch64)
+        );
+        assert_eq!(recorded_arch(None, aarch64_regs), Some(Arch::Aarch64));
+        // The header wins over the registers.
+        assert_eq!(
+            recorded_arch(Some("x86_64"), aarch64_regs),
+            Some(Arch::X86_64)
+        );
+        assert_eq!(recorded_arch(Some("sparc64"), 0xff0fff), Some(Arch::X86_64));
+        assert_eq!(recorded_arch(None, 0), None);
+    }
 }

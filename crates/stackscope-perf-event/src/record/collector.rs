@@ -330,10 +330,10 @@ impl Collector {
                 // Nothing to unwind; the sampled instruction is still known, in the program
                 // the thread runs or, inside execve, in the one it is leaving.
                 let maps = match &process.before_exec {
-                    Some(old) if process.maps.find(regs.ip).is_none() => old,
+                    Some(old) if process.maps.find(regs.pc).is_none() => old,
                     _ => &process.maps,
                 };
-                let frame = self.table.user_frame(pid, regs.ip, maps.find(regs.ip));
+                let frame = self.table.user_frame(pid, regs.pc, maps.find(regs.pc));
                 self.frames.push(frame);
                 self.frames.push(RawFrame::Marker(UNREADABLE));
                 return UserEnd::Unreadable;

@@ -298,14 +298,14 @@ fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, Samp
     }
     let (user_regs, stack_bytes, user_callchain) = match config.stack_mode {
         StackMode::Dwarf { stack_bytes } => (
-            config.user,
+            config.user.then(perf::running_arch).flatten(),
             stack_bytes
                 .div_ceil(8)
                 .saturating_mul(8)
                 .min(perf::MAX_STACK_BYTES),
             false,
         ),
-        StackMode::FramePointer => (false, 0, config.user),
+        StackMode::FramePointer => (None, 0, config.user),
     };
     let launching = matches!(target, Target::Command(_));
     Ok(EventSpec {

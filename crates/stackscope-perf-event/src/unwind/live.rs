@@ -4,7 +4,8 @@
 //! That holds when the end of the copy, from the outermost frame the walk reached on, still
 //! matches the thread's memory; the read is used only then.
 
-use super::{UnwindEnd, Unwinder, UserRegs};
+use super::{UnwindEnd, Unwinder};
+use stackscope_stacks::arch::Regs;
 use stackscope_stacks::walk::Trail;
 use stackscope_stacks::AddressSpace;
 
@@ -24,7 +25,7 @@ impl Unwinder {
     pub fn unwind_reading_on(
         &mut self,
         (pid, maps): (u32, &AddressSpace),
-        regs: UserRegs,
+        regs: Regs,
         stack: &[u8],
         out: &mut Trail,
         scratch: &mut Vec<u8>,

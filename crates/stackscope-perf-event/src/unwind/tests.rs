@@ -189,7 +189,7 @@ fn leaf(n: &str) -> bool {
 struct Tracee {
     _child: Running,
     pid: u32,
-    regs: UserRegs,
+    regs: Regs,
     stack: Vec<u8>,
     maps: AddressSpace,
 }
@@ -210,7 +210,13 @@ impl Tracee {
                 m.start..m.end
             }
         };
-        let mut regs = UserRegs::default();
+        let mut regs = Regs {
+            arch: Arch::X86_64,
+            pc: 0,
+            sp: 0,
+            fp: 0,
+            lr: 0,
+        };
         let mut stopped = false;
         // Bounded by time, not tries: on a loaded machine the program may not run at all
         // between two quick stops, so each try lets it run a little first.
@@ -219,12 +225,13 @@ impl Tracee {
             ptrace::interrupt(nix_pid).unwrap();
             waitpid(nix_pid, None).unwrap();
             let r = ptrace::getregs(nix_pid).unwrap();
-            regs = UserRegs {
-                ip: r.rip,
+            regs = Regs {
+                pc: r.rip,
                 sp: r.rsp,
-                bp: r.rbp,
+                fp: r.rbp,
+                ..regs
             };
-            if wanted.contains(&regs.ip) {
+            if wanted.contains(&regs.pc) {
                 stopped = true;
                 break;
             }
@@ -464,7 +471,7 @@ fn short_stack_copy_is_truncated() {
     let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
     let (out, end) = t.unwind_with(&mut Unwinder::new(), &t.stack[..64]);
     assert_eq!(end, UnwindEnd::Truncated, "stack:\n{}", describe(&t, &out));
-    assert_eq!(out[0], t.regs.ip);
+    assert_eq!(out[0], t.regs.pc);
     // Whatever was unwound before running out is still right.
     assert!(out.len() >= 2 && t.named(&exe, "middle").contains(&out[1]));
 }
@@ -476,7 +483,7 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
     let mut unwinder = Unwinder::new();
 
     let mut out = Trail::default();
-    let regs = UserRegs { ip: 0x10, ..t.regs };
+    let regs = Regs { pc: 0x10, ..t.regs };
     let end = unwinder.unwind(t.pid, &t.maps, regs, &t.stack, &mut out);
     let unmapped = UnwindEnd::Broken {
         module: None,
@@ -495,7 +502,7 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
             why: Stop::NoRule,
         }
     );
-    assert_eq!(out, [t.regs.ip]);
+    assert_eq!(out, [t.regs.pc]);
 
     // The same unwinder still unwinds the real stack afterwards.
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
