@@ -1,7 +1,8 @@
 //! stackscope's middle, which every source feeds: the files a target maps ([`Mapping`],
 //! [`module::ModuleFile`]: file, load bias, build-id, unwind sections), the one stack walk over
-//! a register set and a memory-read closure ([`walk::walk`]), a table of raw stacks
-//! counted as they arrive ([`table::StackTable`]), and the one step that names every unique
+//! a register set and a memory-read closure ([`walk::walk`]), the one word on how a walk
+//! ended ([`walk::WalkEnd`]), a table of raw stacks counted as they arrive through one entry
+//! ([`table::StackTable::count`]), and the one step that names every unique
 //! address once and builds the [`stackscope_profile::Profile`]; and what every source hands
 //! back ([`Recording`]) and what it is told to sample ([`Target`]), with its [`Hint`]s in the source's own terms.
 //!

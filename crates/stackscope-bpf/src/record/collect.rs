@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use stackscope_linux::target;
 use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
-use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
-use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
+use stackscope_stacks::walk::{lookup_addresses, WalkEnd};
 use stackscope_stacks::{Hint, Recording, Storage};
 use stackscope_symbols::Symbolizer;
 
@@ -199,7 +199,7 @@ fn count_stacks(
                 }
             }
         }
-        let mut end = UserEnd::NoStack;
+        let mut end = WalkEnd::NoStack;
         if config.user {
             match key.user_stack_id {
                 id if id >= 0 => {
@@ -228,7 +228,13 @@ fn count_stacks(
         }
         let weight = plan.weight(key.event, *count);
         if weight > 0 {
-            table.add_count(key.pid, key.tid, 0, &frames, end, weight);
+            let sampled = Sampled {
+                pid: key.pid,
+                tid: key.tid,
+                cpu: 0,
+                names: None,
+            };
+            table.count(sampled, &frames, end, weight);
         }
     }
 
@@ -352,7 +358,7 @@ fn user_frames(
     key: &CountKey,
     stack: &layout::UserStack,
     frames: &mut Vec<RawFrame>,
-) -> UserEnd {
+) -> WalkEnd {
     let maps = processes.maps(key.pid);
     let mut last_module = None;
     for addr in lookup_addresses(&stack.ips) {
@@ -360,21 +366,11 @@ fn user_frames(
         last_module = mapping.map(|m| m.path.clone());
         frames.push(table.user_frame(key.pid, addr, mapping));
     }
-    match stack.end {
-        // The program ends a walk at a zero return address or frame pointer as well as where
-        // the tables mark the end: judged by its outermost frame.
-        layout::UserEnd::Complete => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
-        }
-        layout::UserEnd::Truncated => {
-            frames.push(RawFrame::Truncated);
-            UserEnd::Truncated
-        }
-        layout::UserEnd::Broken => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
-        }
-        layout::UserEnd::FramePointer => UserEnd::Unjudged,
+    let end = stack.end.clone().in_module(|| last_module);
+    if end == WalkEnd::Truncated {
+        frames.push(RawFrame::Truncated);
     }
+    end
 }
 
 #[cfg(test)]
