@@ -4,11 +4,12 @@
 //! ended ([`walk::WalkEnd`]), a table of raw stacks counted as they arrive through one entry
 //! ([`table::StackTable::count`]), and the one step that names every unique
 //! address once and builds the [`stackscope_profile::Profile`]; and what every source hands
-//! back ([`Recording`]) and what it is told to sample ([`Target`]), with its [`Hint`]s in the source's own terms.
+//! back ([`Recording`], with its own figures in [`SourceFigures`]) and what it is told to sample ([`Target`]), with its [`Hint`]s in the source's own terms.
 //!
 //! Sources (perf_event, eBPF, GDB, perf.data) keep only how their samples arrive. This crate
 //! neither talks to a kernel nor formats output.
 
+mod figures;
 mod hint;
 mod mapping;
 pub mod module;
@@ -17,7 +18,8 @@ pub mod table;
 mod target;
 pub mod walk;
 
+pub use figures::{BpfFigures, ProgramCost, Rounds, SourceFigures, Storage};
 pub use hint::{naming_hints, Hint};
 pub use mapping::Mapping;
-pub use recording::{ProgramCost, Recording, Rounds, Storage};
+pub use recording::Recording;
 pub use target::Target;

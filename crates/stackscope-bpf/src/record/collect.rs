@@ -9,7 +9,7 @@ use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
 use stackscope_stacks::walk::{lookup_addresses, WalkEnd};
-use stackscope_stacks::{Hint, Recording, Storage};
+use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
 use super::{BpfConfig, TimeProfile};
@@ -19,9 +19,9 @@ use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 use crate::tables::NotLoaded;
 
-/// Reads the counted stacks and symbolizes them, with what the maps could not hold. Threads
-/// still off the CPU when counting stopped (`ended`, on the program's clock) are counted up to
-/// then.
+/// Reads the counted stacks and symbolizes them, with what the maps could not hold and what
+/// the program `cost`. Threads still off the CPU when counting stopped (`ended`, on the
+/// program's clock) are counted up to then.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
@@ -29,6 +29,7 @@ pub(super) fn collect(
     mut meta: Metadata,
     plan: &Plan,
     ended: u64,
+    cost: ProgramCost,
 ) -> Recording {
     let mut counts = program::counts(skel);
     if plan.off_cpu.is_some() {
@@ -60,10 +61,11 @@ pub(super) fn collect(
         counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
+        count_entries: config.hash_storage_size,
     };
     Recording {
         profile,
-        storage: Some(storage),
+        figures: Some(SourceFigures::Bpf(BpfFigures { storage, cost })),
         hints,
         ..Recording::default()
     }
