@@ -2,7 +2,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stackscope_linux::perf_data::read_perf_data_from;
+use stackscope_perf_event::perf_data::read_perf_data_from;
 use std::io::Cursor;
 use std::path::Path;
 

@@ -1,6 +1,6 @@
 //! What can go wrong loading and running the BPF program, each as one line that names the fix.
 
-use stackscope_linux::sampler::SampleError;
+use stackscope_process::SampleError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BpfError {

@@ -25,6 +25,7 @@ mod processes;
 mod program;
 mod record;
 mod tables;
+pub mod unwind_table;
 
 pub use error::BpfError;
 pub use probe::EventSpec;

@@ -11,13 +11,13 @@ mod resolve;
 use std::fmt;
 use std::str::FromStr;
 
-use stackscope_linux::target::Target;
+use stackscope_process::target::Target;
 
 use crate::error::BpfError;
 use crate::{Rate, TimeProfile};
 pub(crate) use attach::Probes;
 use resolve::{resolve, Resolved};
-use stackscope_linux::sampler::SampleError;
+use stackscope_process::SampleError;
 
 /// One event, as `--event` spells it.
 #[derive(Debug, Clone, PartialEq, Eq)]

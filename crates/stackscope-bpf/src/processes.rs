@@ -9,14 +9,15 @@ use std::path::{Path, PathBuf};
 
 use libbpf_rs::{Link, UprobeOpts};
 
-use stackscope_linux::maps::ProcessMaps;
+use stackscope_process::maps::read_proc_maps;
+use stackscope_stacks::AddressSpace;
 
 use crate::program::ProfileSkel;
 use crate::tables::{NotLoaded, TableLoader, TableMaps};
 
 #[derive(Default)]
 pub(crate) struct Processes {
-    maps: HashMap<u32, ProcessMaps>,
+    maps: HashMap<u32, AddressSpace>,
     /// Processes whose tables are in the maps.
     loaded: HashSet<u32>,
     /// Processes seen exiting: a sample taken on their way out asks for tables no more.
@@ -54,7 +55,7 @@ impl Processes {
     pub fn load(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
         // A process that has let go of its memory on the way out shows no mappings: keep
         // what we knew, or its frames could not be named at the end.
-        let maps = match ProcessMaps::from_proc(pid) {
+        let maps = match read_proc_maps(pid) {
             Ok(maps) if !maps.is_empty() => maps,
             _ => return,
         };
@@ -133,10 +134,10 @@ impl Processes {
     }
 
     /// The mappings of a process: as last loaded, else read now if it still runs.
-    pub fn maps(&mut self, pid: u32) -> Option<&ProcessMaps> {
+    pub fn maps(&mut self, pid: u32) -> Option<&AddressSpace> {
         match self.maps.entry(pid) {
             Entry::Occupied(e) => Some(e.into_mut()),
-            Entry::Vacant(e) => Some(e.insert(ProcessMaps::from_proc(pid).ok()?)),
+            Entry::Vacant(e) => Some(e.insert(read_proc_maps(pid).ok()?)),
         }
     }
 

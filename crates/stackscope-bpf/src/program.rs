@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
 use perf_event_open_sys as perf;
-use stackscope_linux::sampler::SampleError;
+use stackscope_process::SampleError;
 use stackscope_stacks::ProgramCost;
 
 use crate::error::BpfError;

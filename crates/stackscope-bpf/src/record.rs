@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
-use stackscope_linux::sampler;
-use stackscope_linux::target::{self, HeldChild, Target};
+use stackscope_process::kernel;
+use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
 use stackscope_stacks::{ProgramCost, Recording};
 
@@ -138,7 +138,7 @@ pub fn record(
 ) -> Result<Recording, BpfError> {
     sampled::check_rate(config.rate)?;
     sampled::check_max_frames(config.max_frames)?;
-    let cpus = sampler::choose_cpus(config.cpu)?;
+    let cpus = kernel::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
     let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
         .with_time(config.time.as_ref(), config.rate)?;

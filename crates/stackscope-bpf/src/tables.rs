@@ -19,9 +19,9 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
+use crate::unwind_table::{Row, TableCache, TableId};
 use libbpf_rs::{MapCore, MapFlags, MapType};
-use stackscope_linux::maps::ProcessMaps;
-use stackscope_linux::unwind_table::{Row, TableCache, TableId};
+use stackscope_stacks::AddressSpace;
 use std::os::fd::{AsFd, AsRawFd};
 
 use entries::{check, mapping_entry, MAPPING_SIZE, PROC_SIZE, TABLE_SLOT_SIZE};
@@ -188,7 +188,7 @@ impl TableLoader {
         &mut self,
         maps: &TableMaps,
         pid: u32,
-        pmaps: &ProcessMaps,
+        pmaps: &AddressSpace,
     ) -> Result<LoadStats, TableError> {
         let process = self.cache.process(pid, pmaps);
         let mut stats = LoadStats {

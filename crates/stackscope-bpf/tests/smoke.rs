@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use stackscope_bpf::{record, BpfConfig, Rate};
-use stackscope_linux::target::Target;
+use stackscope_process::target::Target;
 use stackscope_profile::{FrameKind, Profile};
 use stackscope_stacks::{Recording, SourceFigures};
 use stackscope_testkit::truth::Truth;

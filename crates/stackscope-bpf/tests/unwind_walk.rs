@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 
 use stackscope_bpf::{record, BpfConfig, Rate};
-use stackscope_linux::target::Target;
+use stackscope_process::target::Target;
 use stackscope_profile::Profile;
 use stackscope_stacks::{Recording, SourceFigures};
 

@@ -1,6 +1,7 @@
 //! The code the target runs: its ELF file and, for a Linux program under gdbserver, the shared
 //! libraries the stub lists (`qXfer:libraries-svr4:read`), each at its load address, with one
-//! unwinder over all of them, for the main file's architecture.
+//! unwinder over all of them, for the main file's architecture, and their loadable segments as
+//! the target's [`AddressSpace`].
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -8,14 +9,14 @@ use std::path::{Path, PathBuf};
 use crate::arch::Unwinder;
 use crate::client::MAX_LIBRARIES;
 use crate::image::Image;
-use stackscope_stacks::Mapping;
+use stackscope_stacks::{AddressSpace, Mapping};
 
 /// The target's files, the main one first.
 pub struct Space {
     images: Vec<Image>,
     unwinder: Unwinder,
-    /// The images' loadable segments, sorted by address.
-    mappings: Vec<Mapping>,
+    /// The images' loadable segments.
+    mappings: AddressSpace,
 }
 
 impl Space {
@@ -23,7 +24,7 @@ impl Space {
         let mut space = Space {
             unwinder: Unwinder::of(main.arch(), &[]),
             images: vec![main],
-            mappings: Vec::new(),
+            mappings: AddressSpace::default(),
         };
         space.rebuild();
         space
@@ -47,10 +48,7 @@ impl Space {
 
     /// The loadable segment that holds `addr`, for the stack table.
     pub fn mapping_of(&self, addr: u64) -> Option<&Mapping> {
-        let i = self.mappings.partition_point(|m| m.start <= addr);
-        i.checked_sub(1)
-            .map(|i| &self.mappings[i])
-            .filter(|m| m.contains(addr))
+        self.mappings.find(addr)
     }
 
     /// True when `addr` lies in a function of a file whose CFI does not describe it.
@@ -86,7 +84,9 @@ impl Space {
                 continue;
             }
             image.set_bias(*bias);
-            // A second file over the same addresses would be a stale entry; the first wins.
+            // A second file over the same addresses would be a stale entry; the first wins
+            // (unlike mmap, where the newer mapping replaces the older: the stub's list is
+            // not an order of events).
             let range = image.address_range();
             if self.images.iter().any(|i| {
                 let r = i.address_range();
@@ -112,6 +112,5 @@ impl Space {
     fn rebuild(&mut self) {
         self.unwinder = Unwinder::of(self.main().arch(), &self.images);
         self.mappings = self.images.iter().flat_map(Image::mappings).collect();
-        self.mappings.sort_by_key(|m| m.start);
     }
 }

@@ -8,8 +8,10 @@ use std::path::Path;
 
 use anyhow::Result;
 use stackscope_bpf::BpfError;
-use stackscope_linux::sampler::{probe_cpu_clock, read_sysctl, SampleError};
-use stackscope_linux::target::{own_capabilities, privileged_exec, resolve_command};
+use stackscope_perf_event::sampler::probe_cpu_clock;
+use stackscope_process::kernel::read_sysctl;
+use stackscope_process::target::{own_capabilities, privileged_exec, resolve_command};
+use stackscope_process::SampleError;
 use stackscope_symbols::{unwind_sources, FramePointers, UnwindSources};
 
 use crate::cli::DoctorArgs;

@@ -15,7 +15,7 @@ use anyhow::{bail, Context, Result};
 #[cfg(target_os = "linux")]
 use indicatif::{ProgressBar, ProgressStyle};
 #[cfg(target_os = "linux")]
-use stackscope_linux::perf_data::{self, Progress};
+use stackscope_perf_event::perf_data::{self, Progress};
 use stackscope_profile::{format, Profile};
 
 /// perf.data files at least this big get a progress bar (when stderr is a terminal).

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Result};
 use stackscope_bpf::{BpfConfig, Rate, DEFAULT_MAX_FRAMES};
-use stackscope_linux::target::Target;
+use stackscope_process::target::Target;
 use stackscope_profile::format::Format;
 use stackscope_stacks::Recording;
 

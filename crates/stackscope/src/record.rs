@@ -6,9 +6,9 @@ use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
 use stackscope_bpf::{BpfConfig, EventSpec, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
 #[cfg(target_os = "linux")]
-use stackscope_linux::record::{record, RecordOptions, MAX_STACK_COPY};
+use stackscope_perf_event::record::{record, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
-use stackscope_linux::sampler::{SamplerConfig, StackMode};
+use stackscope_perf_event::sampler::{SamplerConfig, StackMode};
 use stackscope_profile::Profile;
 use stackscope_stacks::Target;
 

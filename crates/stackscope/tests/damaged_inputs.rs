@@ -284,7 +284,7 @@ fn records_without_rounds_past_what_the_sorter_may_hold_end_the_reading() {
     let (flood, at) = with_records_appended(&bytes, &TINY_RECORD.repeat(8 << 20));
     let flood_path = d.join("flood.data");
     std::fs::write(&flood_path, &flood).unwrap();
-    let peak_kib = (stackscope_linux::perf_data::MAX_HELD >> 10) + READING_PEAK_KIB;
+    let peak_kib = (stackscope_perf_event::perf_data::MAX_HELD >> 10) + READING_PEAK_KIB;
     read_up_to(
         d,
         &flood_path,

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (MIT OR GPL-2.0) */
 /*
  * User-stack unwinding inside the kernel, from the compact unwind tables user space builds out
- * of each mapped file's .eh_frame (stackscope-linux's unwind_table module) and writes into the
+ * of each mapped file's .eh_frame (stackscope-bpf's unwind_table module) and writes into the
  * maps below (stackscope-bpf's tables.rs). Include once, after the basic types and
  * <bpf/bpf_helpers.h>; call unwind_user().
  *
@@ -49,7 +49,7 @@ enum unwind_status {
 	UNWIND_NO_TABLES = 3,
 };
 
-/* Row kinds; the same values as stackscope_linux::unwind_table::RowKind. */
+/* Row kinds; the same values as stackscope_bpf's unwind_table::RowKind. */
 enum unwind_row_kind {
 	UNWIND_ROW_END = 0,         /* no CFI: frame pointers */
 	UNWIND_ROW_CFA_RSP = 1,     /* CFA = rsp + cfa_offset */

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use stackscope_linux::target;
+use stackscope_process::target;
 use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};

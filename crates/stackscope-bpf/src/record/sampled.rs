@@ -3,8 +3,8 @@
 //! namespace the program reports pids in. (The CPUs are chosen as the perf_event source
 //! chooses them.)
 
-use stackscope_linux::sampler::SampleError;
-use stackscope_linux::target::{self, Target};
+use stackscope_process::target::{self, Target};
+use stackscope_process::SampleError;
 
 use super::Rate;
 use crate::program::Filter;

@@ -1,8 +1,8 @@
 //! The byte layout of the walker's map entries (unwind.bpf.h's structs), and the check that the
 //! loaded maps have it.
 
+use crate::unwind_table::{MappingTable, Row};
 use libbpf_rs::MapCore;
-use stackscope_linux::unwind_table::{MappingTable, Row};
 
 use super::TableError;
 

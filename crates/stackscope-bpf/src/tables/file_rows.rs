@@ -2,8 +2,8 @@
 //! `unwind_tables`, so row storage grows with what is mapped and no file is too large for a
 //! fixed array.
 
+use crate::unwind_table::Row;
 use libbpf_rs::{MapHandle, MapType};
-use stackscope_linux::unwind_table::Row;
 
 use super::entries::{row_bytes, ROW_SIZE};
 use super::mapped::MappedArray;

@@ -2,8 +2,9 @@ use std::process::{Child, Command};
 
 use std::os::fd::{AsFd, AsRawFd};
 
+use crate::unwind_table::TableCache;
 use libbpf_rs::{MapHandle, MapType};
-use stackscope_linux::unwind_table::TableCache;
+use stackscope_process::maps::read_proc_maps;
 
 use super::entries::row_bytes;
 use super::*;
@@ -104,7 +105,7 @@ impl Sleeper {
         for _ in 0..2000 {
             let execed =
                 std::fs::read_link(format!("/proc/{}/exe", child.id())).is_ok_and(|p| p != exe);
-            let maps = ProcessMaps::from_proc(child.id()).unwrap_or_default();
+            let maps = read_proc_maps(child.id()).unwrap_or_default();
             if execed && maps.iter().any(|m| m.path.contains("libc")) {
                 break;
             }
@@ -117,8 +118,8 @@ impl Sleeper {
         self.0.id()
     }
 
-    fn maps(&self) -> ProcessMaps {
-        ProcessMaps::from_proc(self.pid()).unwrap()
+    fn maps(&self) -> AddressSpace {
+        read_proc_maps(self.pid()).unwrap()
     }
 }
 

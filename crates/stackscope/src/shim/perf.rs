@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use stackscope_linux::record::MAX_STACK_COPY;
+use stackscope_perf_event::record::MAX_STACK_COPY;
 use stackscope_profile::format::{perf_script, WriteOptions};
 
 use super::{interruptible, map_stacks, option_value, record_args};

@@ -8,8 +8,9 @@ use std::time::{Duration, Instant};
 
 use stackscope_profile::Metadata;
 
-use crate::sampler::{SampleError, Sampler, SamplerConfig};
-use crate::target::Target;
+use crate::sampler::{Sampler, SamplerConfig};
+use stackscope_process::target::Target;
+use stackscope_process::SampleError;
 
 mod collector;
 mod hints;

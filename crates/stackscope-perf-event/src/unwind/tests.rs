@@ -13,6 +13,7 @@ use nix::sys::ptrace;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use object::{Object, ObjectSegment, ObjectSymbol};
+use stackscope_process::maps::{parse_proc_maps, read_proc_maps};
 use stackscope_testkit::{compile, run};
 
 use super::*;
@@ -190,7 +191,7 @@ struct Tracee {
     pid: u32,
     regs: UserRegs,
     stack: Vec<u8>,
-    maps: ProcessMaps,
+    maps: AddressSpace,
 }
 
 impl Tracee {
@@ -201,7 +202,7 @@ impl Tracee {
         let pid = child.0.id();
         let nix_pid = Pid::from_raw(pid as i32);
         ptrace::seize(nix_pid, ptrace::Options::empty()).unwrap();
-        let maps = ProcessMaps::from_proc(pid).unwrap();
+        let maps = read_proc_maps(pid).unwrap();
         let wanted = match target {
             Target::Function(path, matches) => function_range(pid, path, matches),
             Target::Vdso => {
@@ -584,9 +585,8 @@ fn files_no_live_process_maps_are_dropped_beyond_the_idle_bound() {
         let copy = dir.path().join(format!("copy{i}"));
         std::fs::copy(&exe, &copy).unwrap();
         let copy = std::fs::canonicalize(&copy).unwrap();
-        let maps = ProcessMaps::parse_proc_maps(
-            &maps_text.replace(exe.to_str().unwrap(), copy.to_str().unwrap()),
-        );
+        let maps =
+            parse_proc_maps(&maps_text.replace(exe.to_str().unwrap(), copy.to_str().unwrap()));
         // Not a live pid: the file is opened by its path.
         let pid = u32::MAX - i as u32;
         let mut out = Trail::default();

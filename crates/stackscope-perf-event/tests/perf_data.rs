@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use stackscope_linux::perf_data::{is_perf_data, read_perf_data, Progress};
+use stackscope_perf_event::perf_data::{is_perf_data, read_perf_data, Progress};
 use stackscope_profile::{FrameKind, Profile};
 use stackscope_stacks::{Hint, Recording};
 use stackscope_testkit::compile;

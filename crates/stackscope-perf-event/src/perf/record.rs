@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::b;
 use crate::event::{Event, SampleEvent, UserRegs};
-use crate::maps::Mapping;
+use stackscope_process::maps::Mapping;
 
 pub(crate) fn words_as_bytes(words: &[u64]) -> &[u8] {
     // SAFETY: u8 has no alignment or validity requirements.

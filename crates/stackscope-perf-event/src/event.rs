@@ -3,7 +3,7 @@
 //! into these, `/proc` is read into them for tasks that ran before sampling began, and a
 //! perf.data file is replayed as them.
 
-use crate::maps::Mapping;
+use stackscope_process::maps::Mapping;
 
 /// User registers at the time of a sample (DWARF mode). On aarch64 `bp` is x29 and `ip` is pc.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 //! matches the thread's memory; the read is used only then.
 
 use super::{Unwinder, UserRegs};
-use crate::maps::ProcessMaps;
 use stackscope_stacks::walk::{Trail, WalkEnd};
+use stackscope_stacks::AddressSpace;
 
 /// Bytes at the end of the copy that must still match the thread's memory, at least: all of
 /// the outermost frame the walk reached that the copy holds is checked.
@@ -23,7 +23,7 @@ impl Unwinder {
     /// is left holding the extended copy, or empty when the copy was not extended.
     pub fn unwind_reading_on(
         &mut self,
-        (pid, maps): (u32, &ProcessMaps),
+        (pid, maps): (u32, &AddressSpace),
         regs: UserRegs,
         stack: &[u8],
         out: &mut Trail,

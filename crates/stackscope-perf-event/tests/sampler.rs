@@ -11,9 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
-use stackscope_linux::maps::Mapping;
-use stackscope_linux::sampler::{Event, SampleError, Sampler, SamplerConfig, StackMode, UserRegs};
-use stackscope_linux::target::Target;
+use stackscope_perf_event::sampler::{Event, Sampler, SamplerConfig, StackMode, UserRegs};
+use stackscope_process::maps::Mapping;
+use stackscope_process::target::Target;
+use stackscope_process::SampleError;
 use stackscope_testkit::compile;
 
 const BUSY_C: &str = r#"

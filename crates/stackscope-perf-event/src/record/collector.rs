@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{BackgroundFold, RawFrame, Sampled, StackTable, UNREADABLE};
-use stackscope_stacks::Recording;
+use stackscope_stacks::{AddressSpace, Recording};
 use stackscope_symbols::Symbolizer;
 
 use super::hints;
 use crate::event::{Event, SampleEvent};
-use crate::maps::ProcessMaps;
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::roots::{Copy, Room, Roots, Spot};
 use crate::unwind::Unwinder;
+use stackscope_process::maps::read_proc_maps;
 use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, WalkEnd, MAX_FRAMES};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
@@ -25,10 +25,10 @@ const FOLD_AT_NODES: usize = 1 << 16;
 /// What is known about one process.
 #[derive(Default)]
 struct Process {
-    maps: ProcessMaps,
+    maps: AddressSpace,
     /// The maps of the program it ran before its last exec: until execve returns, its thread
     /// still holds that program's registers.
-    before_exec: Option<ProcessMaps>,
+    before_exec: Option<AddressSpace>,
     /// True once the maps were read or built from events, so an unknown pid is looked up once.
     known: bool,
 }
@@ -326,7 +326,7 @@ impl Collector {
         if !process.known {
             // A process we have no events for (it raced our start): read its maps once.
             if self.live {
-                process.maps = ProcessMaps::from_proc(pid).unwrap_or_default();
+                process.maps = read_proc_maps(pid).unwrap_or_default();
             }
             process.known = true;
         }

@@ -2,8 +2,8 @@
 //! processes read from `/proc`, handed out as events before any ring record.
 
 use super::{Kind, Sampler};
-use crate::maps::{Mapping, ProcessMaps};
-use crate::target;
+use stackscope_process::maps::{read_proc_maps, Mapping};
+use stackscope_process::target;
 
 /// Pre-existing state read from `/proc`, delivered before any ring record.
 pub(super) enum Synthetic {
@@ -47,7 +47,7 @@ impl Sampler {
                 }
             }
             // Unreadable maps (a process that just exited, or kernel threads) simply add nothing.
-            if let Ok(maps) = ProcessMaps::from_proc(pid) {
+            if let Ok(maps) = read_proc_maps(pid) {
                 for mapping in maps.iter() {
                     self.synthetic.push(Synthetic::Mmap {
                         pid,

@@ -15,20 +15,21 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
-use std::fs::File;
+
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
+
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{Module, Unwinder as _};
 
-use crate::maps::{Mapping, ProcessMaps};
+use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping};
 use stackscope_stacks::module::{ModuleFile, SectionData};
 pub use stackscope_stacks::walk::MAX_FRAMES;
 use stackscope_stacks::walk::{walk_trail, Code, Leaf, RegsX86_64, Stop, Trail, Unread, WalkEnd};
-use stackscope_symbols::foreign::{self, Kind};
+use stackscope_stacks::AddressSpace;
+
 use stackscope_symbols::FileId;
 
 /// Parsed files kept after the last process mapping them is forgotten: enough that a program
@@ -39,7 +40,7 @@ pub const IDLE_FILES: usize = 32;
 pub use crate::sampler::UserRegs;
 
 /// What a process's unwinder was built from; `generation` alone could repeat for a
-/// `ProcessMaps` re-read from scratch.
+/// process's maps re-read from scratch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct MapsKey {
     generation: u64,
@@ -49,7 +50,7 @@ struct MapsKey {
 }
 
 impl MapsKey {
-    fn of(maps: &ProcessMaps) -> Self {
+    fn of(maps: &AddressSpace) -> Self {
         MapsKey {
             generation: maps.generation(),
             len: maps.iter().count(),
@@ -124,7 +125,7 @@ impl Unwinder {
     pub fn unwind(
         &mut self,
         pid: u32,
-        maps: &ProcessMaps,
+        maps: &AddressSpace,
         regs: UserRegs,
         stack: &[u8],
         out: &mut Trail,
@@ -191,7 +192,7 @@ impl Unwinder {
     /// A framehop unwinder holding one module per executable file mapping with CFI. Mappings
     /// without (anonymous/JIT code, files without CFI or that cannot be read) get no module,
     /// so framehop falls back to frame pointers there.
-    fn build(&mut self, pid: u32, maps: &ProcessMaps, built_from: MapsKey) -> ProcessUnwinder {
+    fn build(&mut self, pid: u32, maps: &AddressSpace, built_from: MapsKey) -> ProcessUnwinder {
         let mut unwinder = UnwinderX86_64::new();
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         let mut tabled = Vec::new();
@@ -251,43 +252,12 @@ impl Unwinder {
     }
 }
 
-/// Opens the file behind a mapping as the process sees it: through its root (it may live in
-/// another mount namespace), or through `map_files` when the file was deleted or replaced;
-/// as a file the process named ([`foreign`]: a FIFO or device put in its place is refused).
-pub(crate) fn open_mapped_file(pid: u32, m: &Mapping) -> Option<File> {
-    let open = |path: &str| foreign::open(Path::new(path), Kind::Binary);
-    if let Some(path) = m.path.strip_suffix(" (deleted)") {
-        return open(&format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
-            .or_else(|_| open(path))
-            .ok();
-    }
-    open(&format!("/proc/{pid}/root{}", m.path))
-        .or_else(|_| open(&m.path))
-        .ok()
-}
-
-/// The vDSO is the same image in every process on this kernel, so ours stands in for theirs.
-pub(crate) fn own_vdso() -> Option<Arc<ModuleFile>> {
-    static VDSO: OnceLock<Option<Arc<ModuleFile>>> = OnceLock::new();
-    VDSO.get_or_init(|| {
-        let maps = ProcessMaps::from_proc(std::process::id()).ok()?;
-        let m = maps.iter().find(|m| &*m.path == "[vdso]")?;
-        let mut image = vec![0; usize::try_from(m.end - m.start).ok()?];
-        File::open("/proc/self/mem")
-            .ok()?
-            .read_exact_at(&mut image, m.start)
-            .ok()?;
-        ModuleFile::from_bytes(&image).ok().map(Arc::new)
-    })
-    .clone()
-}
-
 /// Walks the frames of one sample whose pc lies in a mapped file, reading words from the
 /// copied stack memory.
 fn walk(
     process: &ProcessUnwinder,
     cache: &mut CacheX86_64,
-    maps: &ProcessMaps,
+    maps: &AddressSpace,
     regs: UserRegs,
     stack: &[u8],
     out: &mut Trail,
@@ -336,7 +306,7 @@ fn walk(
 
 impl ProcessUnwinder {
     /// What the process has at `addr`, for the walk.
-    fn code(&self, maps: &ProcessMaps, addr: u64) -> Code {
+    fn code(&self, maps: &AddressSpace, addr: u64) -> Code {
         let i = self.tabled.partition_point(|r| r.start <= addr);
         if i > 0 && self.tabled[i - 1].contains(&addr) {
             Code::Tabled

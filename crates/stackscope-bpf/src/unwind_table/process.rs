@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::UnwindTable;
-use crate::maps::{Mapping, ProcessMaps};
-use crate::unwind::{open_mapped_file, own_vdso};
+use stackscope_process::maps::{open_mapped_file, own_vdso, Mapping};
 use stackscope_stacks::module::ModuleFile;
+use stackscope_stacks::AddressSpace;
 use stackscope_symbols::FileId;
 
 /// Identifies a table for as long as the [`TableCache`] that built it lives; a rebuilt file
@@ -60,7 +60,7 @@ impl TableCache {
 
     /// The mappings of process `pid` (whose executable mappings are `maps`) with their tables,
     /// building the tables of files not seen before.
-    pub fn process(&mut self, pid: u32, maps: &ProcessMaps) -> ProcessTables {
+    pub fn process(&mut self, pid: u32, maps: &AddressSpace) -> ProcessTables {
         let mappings = maps
             .iter()
             .map(|m| {

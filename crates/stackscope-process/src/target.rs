@@ -63,31 +63,6 @@ pub fn is_alive(id: u32) -> bool {
     !matches!(state, None | Some('Z') | Some('X') | Some('x'))
 }
 
-/// Online CPU numbers, from `/sys/devices/system/cpu/online`.
-pub fn online_cpus() -> io::Result<Vec<u32>> {
-    let text = std::fs::read_to_string("/sys/devices/system/cpu/online")?;
-    parse_cpu_list(&text)
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("bad CPU list {text:?}")))
-}
-
-/// Parses a kernel CPU list such as `0-3,6,8-9`.
-pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b {
-                    return None;
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse().ok()?),
-        }
-    }
-    Some(cpus)
-}
-
 /// Resolves argv[0] the way a shell does: as a path if it contains a slash, else through PATH.
 pub fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
     let shown = name.to_string_lossy().into_owned();
@@ -433,14 +408,6 @@ impl Drop for HeldChild {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_cpu_lists() {
-        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
-        assert_eq!(parse_cpu_list("0,2-4,7"), Some(vec![0, 2, 3, 4, 7]));
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
-    }
 
     #[test]
     fn resolves_commands_through_path() {

@@ -11,7 +11,7 @@ use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use stackscope_testkit::compile;
 
 use super::*;
-use crate::maps::ProcessMaps;
+use stackscope_process::maps::read_proc_maps;
 
 const PROGRAM_C: &str = r#"
 #include <stdio.h>
@@ -45,7 +45,7 @@ fn gcc(dir: &Path, name: &str, args: &[&str]) -> PathBuf {
 
 /// The libc this test process runs with.
 fn libc_path() -> PathBuf {
-    let maps = ProcessMaps::from_proc(std::process::id()).unwrap();
+    let maps = read_proc_maps(std::process::id()).unwrap();
     let m = maps
         .iter()
         .find(|m| m.path.contains("/libc.so") || m.path.contains("/libc-"))
@@ -510,8 +510,8 @@ fn process_tables_place_each_file_and_share_tables() {
     let a = Running::ready(&mut Command::new(&exe));
     let b = Running::ready(&mut Command::new(&exe));
     let mut cache = TableCache::new();
-    let pa = cache.process(a.0.id(), &ProcessMaps::from_proc(a.0.id()).unwrap());
-    let pb = cache.process(b.0.id(), &ProcessMaps::from_proc(b.0.id()).unwrap());
+    let pa = cache.process(a.0.id(), &read_proc_maps(a.0.id()).unwrap());
+    let pb = cache.process(b.0.id(), &read_proc_maps(b.0.id()).unwrap());
 
     let exe_str = exe.to_str().unwrap();
     let find = |p: &ProcessTables, path: &str| {

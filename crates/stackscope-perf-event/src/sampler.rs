@@ -17,14 +17,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-pub use crate::error::SampleError;
 pub use crate::event::{Event, SampleEvent, UserRegs};
 use crate::perf::{self, EventSpec, Ring, SampleFormat};
-use crate::target::{self, HeldChild};
+use stackscope_process::target::{self, HeldChild};
+use stackscope_process::SampleError;
 
 mod open;
 mod synthetic;
-pub use open::choose_cpus;
 
 use synthetic::Synthetic;
 
@@ -78,15 +77,6 @@ pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
         wakeup_bytes: 1,
     };
     perf::open(&spec.attr(), 0, -1).map(drop)
-}
-
-/// `kernel.NAME` from /proc/sys, when readable and a number.
-pub fn read_sysctl(name: &str) -> Option<i64> {
-    std::fs::read_to_string(format!("/proc/sys/kernel/{name}"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,9 +19,9 @@ use stackscope_profile::Metadata;
 use stackscope_stacks::{Hint, Recording};
 
 use crate::event::Event;
-use crate::maps::Mapping;
 use crate::record::Collector;
 use crate::sampler::SamplerConfig;
+use stackscope_process::maps::Mapping;
 
 mod bounds;
 mod check;

@@ -6,10 +6,11 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::{read_sysctl, Kind, Sampler, SamplerConfig, StackMode};
-use crate::error::SampleError;
+use super::{Kind, Sampler, SamplerConfig, StackMode};
 use crate::perf::{self, EventSpec, Ring};
-use crate::target::{self, HeldChild, Target};
+use stackscope_process::kernel::{choose_cpus, read_sysctl};
+use stackscope_process::target::{self, HeldChild, Target};
+use stackscope_process::SampleError;
 
 /// A task to open events on: the pid argument of perf_event_open (-1 = every task).
 #[derive(Debug, Clone, Copy)]
@@ -264,24 +265,6 @@ fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
         .saturating_mul(u64::from(stack_bytes) + SAMPLE_HEADER_BYTES);
     let pages = usize::try_from(per_second / 8 / 4096).unwrap_or(usize::MAX);
     pages.clamp(512, 2048).next_power_of_two()
-}
-
-/// The CPUs to sample: every online one, or `only` when it is online.
-pub fn choose_cpus(only: Option<u32>) -> Result<Vec<u32>, SampleError> {
-    let online = target::online_cpus().map_err(|source| SampleError::Io {
-        what: "cannot read the online CPUs from /sys/devices/system/cpu/online".into(),
-        source,
-    })?;
-    match only {
-        None => Ok(online),
-        Some(cpu) if online.contains(&cpu) => Ok(vec![cpu]),
-        Some(cpu) => Err(SampleError::InvalidCpu {
-            cpu,
-            online: std::fs::read_to_string("/sys/devices/system/cpu/online")
-                .map(|s| s.trim().to_string())
-                .unwrap_or_default(),
-        }),
-    }
 }
 
 fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, SampleError> {

@@ -12,8 +12,8 @@
 //! trampoline: registers come from the signal frame) and [`RowKind::Unsupported`] (CFI this
 //! format cannot express: try frame pointers, else the stack is truncated there).
 //!
-//! It does not load anything into the kernel (that is `stackscope-bpf`) and does not unwind
-//! copied stacks (that is [`crate::unwind`]).
+//! It does not load anything into the kernel (that is `tables`) and does not unwind copied
+//! stacks (that is the perf_event source's walk).
 
 mod build;
 mod process;
@@ -175,7 +175,7 @@ pub struct UnwindTable {
 
 /// Why no table could be built for a file.
 #[derive(Debug, thiserror::Error)]
-pub enum TableError {
+pub enum BuildError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -189,28 +189,17 @@ pub enum TableError {
 
 impl UnwindTable {
     /// Builds the table of the ELF file at `path`.
-    pub fn from_path(path: &Path) -> Result<Self, TableError> {
-        let file = foreign::open(path, Kind::Binary).map_err(|refusal| TableError::Read {
+    pub fn from_path(path: &Path) -> Result<Self, BuildError> {
+        let file = foreign::open(path, Kind::Binary).map_err(|refusal| BuildError::Read {
             path: path.display().to_string(),
             source: refusal.into(),
         })?;
-        let module = ModuleFile::open(file, path).map_err(|e| TableError::Elf {
+        let module = ModuleFile::open(file, path).map_err(|e| BuildError::Elf {
             path: path.display().to_string(),
             message: e.to_string(),
         })?;
-        Self::from_module(&module).ok_or_else(|| TableError::NoUnwindInfo {
+        Self::from_module(&module).ok_or_else(|| BuildError::NoUnwindInfo {
             path: path.display().to_string(),
-        })
-    }
-
-    /// Builds the table of an ELF image in memory (e.g. the vDSO).
-    pub fn from_elf_bytes(data: &[u8]) -> Result<Self, TableError> {
-        let module = ModuleFile::from_bytes(data).map_err(|e| TableError::Elf {
-            path: "ELF image".into(),
-            message: e.to_string(),
-        })?;
-        Self::from_module(&module).ok_or_else(|| TableError::NoUnwindInfo {
-            path: "ELF image".into(),
         })
     }
 
