@@ -1,6 +1,8 @@
 //! The records the BPF program shares with user space (src/bpf/profile.h), decoded from the
 //! bytes the maps and the ring buffer hand out.
 
+use stackscope_stacks::walk::WalkEnd;
+
 /// `-EFAULT` as a stack id: no stack of that kind in the sample (not a failure).
 pub(crate) const NO_STACK: i64 = -(libc::EFAULT as i64);
 /// `-EEXIST` from bpf_get_stackid: a different stack already holds the hash bucket (the
@@ -25,13 +27,23 @@ pub(crate) fn user_stack_size(frames: usize) -> usize {
     8 + frames * 8
 }
 
-/// `enum user_end`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum UserEnd {
-    Complete,
-    Truncated,
-    Broken,
-    FramePointer,
+/// `enum user_end`, as the walk's end: where it stopped is named once the frames are placed
+/// in their files ([`WalkEnd::in_module`]).
+fn walk_end(user_end: u32) -> WalkEnd {
+    match user_end {
+        // USER_END_COMPLETE: the program ends a walk at a zero return address or frame
+        // pointer as it does where the tables mark the end.
+        0 => WalkEnd::Unconfirmed { module: None },
+        // USER_END_TRUNCATED: its frame limit was reached.
+        1 => WalkEnd::Truncated,
+        // USER_END_BROKEN: no rule for a pc, or an unreadable stack word; it does not say which.
+        2 => WalkEnd::Stopped {
+            module: None,
+            why: None,
+        },
+        // USER_END_FRAME_POINTER: the kernel's walk, before the process had tables.
+        _ => WalkEnd::FramePointerChain,
+    }
 }
 
 /// `struct count_key`.
@@ -74,22 +86,16 @@ impl CountKey {
 #[derive(Debug, Clone)]
 pub(crate) struct UserStack {
     pub ips: Vec<u64>,
-    pub end: UserEnd,
+    pub end: WalkEnd,
 }
 
 impl UserStack {
     pub fn from_bytes(b: &[u8]) -> Option<UserStack> {
         let held = b.len().checked_sub(8)? / 8;
         let len = (u32_at(b, 0)? as usize).min(held);
-        let end = match u32_at(b, 4)? {
-            0 => UserEnd::Complete,
-            1 => UserEnd::Truncated,
-            2 => UserEnd::Broken,
-            _ => UserEnd::FramePointer,
-        };
         Some(UserStack {
             ips: words(&b[8..8 + len * 8]).collect(),
-            end,
+            end: walk_end(u32_at(b, 4)?),
         })
     }
 }
@@ -157,7 +163,7 @@ mod tests {
         stack[16..24].copy_from_slice(&0x2000u64.to_ne_bytes());
         let s = UserStack::from_bytes(&stack).unwrap();
         assert_eq!(s.ips, [0x1000, 0x2000]);
-        assert_eq!(s.end, UserEnd::Complete);
+        assert_eq!(s.end, WalkEnd::Unconfirmed { module: None });
         // A length beyond what the value holds reads what it holds.
         stack[..4].copy_from_slice(&1000u32.to_ne_bytes());
         assert_eq!(

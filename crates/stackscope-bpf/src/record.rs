@@ -92,8 +92,8 @@ pub struct BpfConfig {
     pub duration: Option<Duration>,
     /// The command line shown in the profile's metadata.
     pub command: Vec<String>,
-    /// Have the kernel time the sampling program ([`Recording::program_cost`]). While on,
-    /// every BPF program on the machine pays for two clock reads per run.
+    /// Have the kernel time the sampling program ([`stackscope_stacks::BpfFigures::cost`]).
+    /// While on, every BPF program on the machine pays for two clock reads per run.
     pub measure_cost: bool,
     /// What to count stacks at; none: the cpu-clock timer at `rate`. A timer event
     /// (`profile:hz:N`) runs at `rate` too: the caller sets `rate` from it.
@@ -199,17 +199,17 @@ pub fn record(
     }
 
     let meta = metadata(&config, &plan, elapsed);
-    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended);
+    let cost = ProgramCost {
+        verified_insns,
+        ..sampler_cost.unwrap_or_default()
+    };
+    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
     Ok(Recording {
         exit_status: child
             .as_ref()
             .and_then(|c| c.status)
             .map(std::process::ExitStatus::from_raw),
         interrupted,
-        program_cost: Some(ProgramCost {
-            verified_insns,
-            ..sampler_cost.unwrap_or_default()
-        }),
         ..counted
     })
 }

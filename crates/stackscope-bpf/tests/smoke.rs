@@ -10,7 +10,7 @@ use std::time::Duration;
 use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_process::target::Target;
 use stackscope_profile::{FrameKind, Profile};
-use stackscope_stacks::Recording;
+use stackscope_stacks::{Recording, SourceFigures};
 use stackscope_testkit::truth::Truth;
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
@@ -183,7 +183,11 @@ fn launched_command_without_frame_pointers_unwinds_to_main() {
         "{main} of {in_split} samples in func_a/func_b unwound to main:{}",
         top_stacks(profile)
     );
-    assert_eq!(rec.storage.map(|s| s.missed_stacks), Some(0));
+    let missed = match &rec.figures {
+        Some(SourceFigures::Bpf(figures)) => Some(figures.storage.missed_stacks),
+        _ => None,
+    };
+    assert_eq!(missed, Some(0));
     Truth::read(&truth_file).assert_matches(
         all,
         |name| samples_with(profile, |f| f.name == name) as f64 / all as f64,

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 use stackscope_bpf::{record, BpfConfig, Rate};
 use stackscope_process::target::Target;
 use stackscope_profile::Profile;
-use stackscope_stacks::Recording;
+use stackscope_stacks::{Recording, SourceFigures};
 
 /// One BPF recording at a time: they share the machine's CPUs and the tests count samples.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -115,10 +115,11 @@ fn run_with(exe: std::path::PathBuf, set: impl FnOnce(&mut BpfConfig)) -> Record
     set(&mut config);
     let stop = AtomicBool::new(false);
     let rec = record(config, &stop, || {}).expect("BPF recording failed");
-    eprintln!(
-        "instructions verified: {:?}",
-        rec.program_cost.as_ref().map(|c| &c.verified_insns)
-    );
+    let verified = match &rec.figures {
+        Some(SourceFigures::Bpf(figures)) => Some(&figures.cost.verified_insns),
+        _ => None,
+    };
+    eprintln!("instructions verified: {verified:?}");
     assert!(
         rec.exit_status.is_some(),
         "the workload did not finish: {:?}",

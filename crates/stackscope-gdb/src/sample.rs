@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use stackscope_profile::Metadata;
 use stackscope_stacks::table::{Naming, StackTable};
-use stackscope_stacks::Rounds;
+use stackscope_stacks::{Rounds, SourceFigures};
 use stackscope_symbols::Symbolizer;
 
 use crate::client::Client;
@@ -209,7 +209,7 @@ pub fn record<S: Stream>(
     Recording {
         profile,
         failure: failure.map(|e| e.to_string()),
-        rounds: Some(figures),
+        figures: Some(SourceFigures::Gdb(figures)),
         ..Recording::default()
     }
 }

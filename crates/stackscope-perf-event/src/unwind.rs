@@ -35,21 +35,6 @@ use stackscope_symbols::FileId;
 /// time, few enough that a whole-system recording does not hold every binary it ever saw.
 pub const IDLE_FILES: usize = 32;
 
-/// How one unwind ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UnwindEnd {
-    /// Reached the outermost frame (CFI says the return address is undefined, e.g. `_start` /
-    /// clone3's thread start, or frame pointer 0).
-    Complete,
-    /// Ran off the end of the copied stack memory: the stack is deeper than the copy (or than
-    /// [`MAX_FRAMES`]).
-    Truncated,
-    /// Could not go on: no mapping for the pc, no unwind info and no usable frame pointer,
-    /// a bad return address, or a cycle. `module` names the module of the last frame when
-    /// known; `why` is what the walker found there.
-    Broken { module: Option<Arc<str>>, why: Stop },
-}
-
 /// What a process's unwinder was built from; `generation` alone could repeat for a
 /// process's maps re-read from scratch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,7 +127,7 @@ impl Unwinder {
         regs: Regs,
         stack: &[u8],
         out: &mut Trail,
-    ) -> UnwindEnd {
+    ) -> WalkEnd {
         out.addrs.clear();
         out.sps.clear();
         let key = MapsKey::of(maps);
@@ -152,9 +137,9 @@ impl Unwinder {
             self.processes.insert(pid, process);
             self.trim();
         }
-        let unmapped = UnwindEnd::Broken {
+        let unmapped = WalkEnd::Stopped {
             module: None,
-            why: Stop::Unmapped,
+            why: Some(Stop::Unmapped),
         };
         let Some(process) = self.processes.get(&pid) else {
             return unmapped;
@@ -280,7 +265,7 @@ fn walk(
     regs: Regs,
     stack: &[u8],
     out: &mut Trail,
-) -> UnwindEnd {
+) -> WalkEnd {
     let stack_end = regs.sp.saturating_add(stack.len() as u64);
     let read_stack = |addr: u64| -> Result<u64, Unread<Infallible>> {
         if addr < regs.sp {
@@ -302,20 +287,14 @@ fn walk(
     let end = process
         .unwinder
         .walk_trail(cache, start, code, read_stack, out);
-    // The module of the last frame reached: the leaf's, or the caller's found last.
-    let module = || {
-        out.addrs
-            .last()
-            .and_then(|&a| maps.find(a))
-            .map(|m| m.path.clone())
-    };
     match end {
-        Ok(WalkEnd::Complete) => UnwindEnd::Complete,
-        Ok(WalkEnd::Truncated) if out.stop == Some(Stop::CopyShort) => UnwindEnd::Truncated,
-        Ok(WalkEnd::Truncated | WalkEnd::Broken) => UnwindEnd::Broken {
-            module: module(),
-            why: out.stop.unwrap_or(Stop::NoRule),
-        },
+        // The module of the last frame reached: the leaf's, or the caller's found last.
+        Ok(end) => end.in_module(|| {
+            out.addrs
+                .last()
+                .and_then(|&a| maps.find(a))
+                .map(|m| m.path.clone())
+        }),
         Err(never) => match never {},
     }
 }

@@ -1,13 +1,12 @@
 //! What a recording hands back, whichever source sampled: the profile, how the target ended,
-//! why sampling stopped early, the figures only some sources measure, and the hints. Every command
-//! prints its end-of-run summary from this one type.
+//! why sampling stopped early, the figures of the source that sampled, and the hints. Every
+//! command prints its end-of-run summary from this one type.
 
 use std::process::ExitStatus;
-use std::time::Duration;
 
 use stackscope_profile::Profile;
 
-use crate::Hint;
+use crate::{Hint, SourceFigures};
 
 /// The result of one recording by any source.
 #[derive(Debug, Default)]
@@ -20,69 +19,9 @@ pub struct Recording {
     /// Why sampling stopped before its time, when it did; the profile holds everything
     /// collected until then.
     pub failure: Option<String>,
-    /// What the kernel could not keep, for sources that count stacks in kernel maps.
-    pub storage: Option<Storage>,
-    /// What an in-kernel sampling program cost, for sources that load one.
-    pub program_cost: Option<ProgramCost>,
-    /// How a stop-the-world source (a GDB stub) went, round by round.
-    pub rounds: Option<Rounds>,
+    /// What the source that sampled measured beyond the profile, when it measures anything.
+    pub figures: Option<SourceFigures>,
     /// What made the stacks less than whole or the samples fewer, in order; the caller words
     /// them into the profile's hints.
     pub hints: Vec<Hint>,
-}
-
-/// Losses of a source that counts stacks in fixed-size kernel maps.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Storage {
-    /// Some stack was lost because the stack storage was full or its hash bucket taken.
-    pub stacks_full: bool,
-    /// The count map filled up, so samples of new keys were dropped.
-    pub counts_full: bool,
-    /// Samples not counted because the count map was full.
-    pub dropped_samples: u64,
-    /// Stacks that could not be stored, counted as bcc profile counts them for its warning:
-    /// one per missed side (user, kernel) of each entry shown.
-    pub missed_stacks: u64,
-}
-
-/// What a sampling program in the kernel cost: to load, and to run while the kernel timed it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProgramCost {
-    /// Times it ran; 0 when the kernel did not time it.
-    pub runs: u64,
-    /// Time spent in it in all, in nanoseconds.
-    pub run_time_ns: u64,
-    /// Instructions the kernel's verifier walked for each program loaded (kernel 5.16+).
-    pub verified_insns: Vec<(String, u32)>,
-}
-
-/// How fast a stop-the-world source sampled and how long it held the target per round.
-#[derive(Debug, Clone, Default)]
-pub struct Rounds {
-    pub rounds: u64,
-    pub stacks: u64,
-    pub elapsed: Duration,
-    /// From stopping the target to resuming it.
-    pub pause_median: Duration,
-    pub pause_p95: Duration,
-    /// Threads (vCPUs) the target has, and how many were sampled.
-    pub threads: usize,
-    pub sampled_threads: usize,
-    /// Where the pause goes: each step of a round with its median time, in round order.
-    pub pause_steps: Vec<(&'static str, Duration)>,
-    /// Looks at a thread that had not run since the round before (the host left it no time):
-    /// no fresh look at where its time goes, so not counted.
-    pub stale_looks: u64,
-    /// How long the target ran between two rounds (median): the time each round's looks cover.
-    pub run_median: Duration,
-}
-
-impl Rounds {
-    pub fn rounds_per_sec(&self) -> f64 {
-        self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-
-    pub fn stacks_per_sec(&self) -> f64 {
-        self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use stackscope_profile::FrameKind;
 
-use crate::walk::Stop;
+use crate::walk::WalkEnd;
 use crate::Mapping;
 
 mod fold;
@@ -56,27 +56,6 @@ enum ModuleKey {
     Vdso,
 }
 
-/// How the unwinding of a sample's user stack ended.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum UserEnd {
-    /// The sample had no user stack (a kernel thread, or user stacks not wanted).
-    NoStack,
-    /// The unwinder reached the outermost frame, as the unwind tables mark it.
-    Complete,
-    /// The copied stack memory ended first.
-    Truncated,
-    /// The unwinder could not go on past a frame in this module.
-    Broken(Arc<str>),
-    /// The unwinder stopped in this module, for this reason.
-    Stopped(Arc<str>, Stop),
-    /// The chain came from frame pointers: whether it is whole is judged by its root frame.
-    Unjudged,
-    /// The sample carried user registers but not one byte of user stack: the kernel could not
-    /// read the memory at the stack pointer. It happens inside execve, once the kernel has
-    /// replaced the old program's memory while its registers are still the thread's.
-    Unreadable,
-}
-
 /// A node of [`StackTable`]'s frame tree: one frame and the node of its caller.
 type NodeId = u32;
 
@@ -98,7 +77,7 @@ struct StackKey {
     cpu: u32,
     /// The stack's leaf node.
     stack: NodeId,
-    end: UserEnd,
+    end: WalkEnd,
 }
 
 /// Counts of unique raw stacks, with the modules they refer to.
@@ -116,6 +95,17 @@ pub struct StackTable {
     names: Vec<Arc<str>>,
     name_ids: HashMap<Arc<str>, NameId>,
     naming: Naming,
+}
+
+/// Where a stack's samples were taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sampled<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    /// The thread's and its process's names at the time of the samples, when the source
+    /// knows them: they win over the ones `into_profile`'s caller gives.
+    pub names: Option<(&'a str, &'a str)>,
 }
 
 /// How the naming step names what a source found, where sources differ.
@@ -177,50 +167,19 @@ impl StackTable {
         self.naming = naming;
     }
 
-    /// Counts one sample of `frames` (leaf first) whose user stack ended as `end`.
-    pub fn add(&mut self, pid: u32, tid: u32, cpu: u32, frames: &[RawFrame], end: UserEnd) {
-        self.add_count(pid, tid, cpu, frames, end, 1);
-    }
-
-    /// Counts `count` samples of a thread named `comm` in a process named `process` at the
-    /// time of the samples; these names win over the ones `into_profile`'s caller gives.
-    pub fn add_named(
-        &mut self,
-        (pid, tid): (u32, u32),
-        (comm, process): (&str, &str),
-        cpu: u32,
-        frames: &[RawFrame],
-        end: UserEnd,
-        count: u64,
-    ) {
-        let key = StackKey {
-            pid,
-            tid,
-            comm: self.name(comm),
-            process: self.name(process),
-            cpu,
-            stack: self.stack(frames),
-            end,
+    /// Counts `count` samples of `frames` (leaf first), taken where `sampled` says, whose
+    /// user stack's walk ended as `end`: the one way every source counts.
+    pub fn count(&mut self, sampled: Sampled<'_>, frames: &[RawFrame], end: WalkEnd, count: u64) {
+        let (comm, process) = match sampled.names {
+            Some((comm, process)) => (self.name(comm), self.name(process)),
+            None => (UNNAMED, UNNAMED),
         };
-        *self.counts.entry(key).or_insert(0) += count;
-    }
-
-    /// Counts `count` samples at once, for sources that count in the kernel.
-    pub fn add_count(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        cpu: u32,
-        frames: &[RawFrame],
-        end: UserEnd,
-        count: u64,
-    ) {
         let key = StackKey {
-            pid,
-            tid,
-            comm: UNNAMED,
-            process: UNNAMED,
-            cpu,
+            pid: sampled.pid,
+            tid: sampled.tid,
+            comm,
+            process,
+            cpu: sampled.cpu,
             stack: self.stack(frames),
             end,
         };

@@ -12,11 +12,13 @@ use framehop::{Error as FramehopError, FrameAddress, Unwinder as _};
 
 use crate::module::SectionData;
 
+mod end;
 mod riscv;
 
+pub use end::{Stop, WalkEnd};
 pub use riscv::{CacheRiscv64, RegsRiscv64, UnwinderRiscv64};
 
-/// Deepest stack followed; deeper stacks end as [`WalkEnd::Truncated`].
+/// Deepest stack followed; deeper stacks end [`WalkEnd::Stopped`] at [`Stop::FrameLimit`].
 pub const MAX_FRAMES: usize = 1024;
 
 /// The registers a walk starts from, for one architecture, with that architecture's
@@ -164,54 +166,6 @@ pub enum Unread<E> {
     Failed(E),
 }
 
-/// How a walk ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WalkEnd {
-    /// Reached the outermost frame: the unwind rules say the return address is undefined, or
-    /// the return address or frame pointer is 0.
-    Complete,
-    /// The stack is deeper than the memory copied with the sample, or than [`MAX_FRAMES`].
-    Truncated,
-    /// Could not go on past the last address found: no unwind info and no usable frame
-    /// pointer, a return address outside the code, or a frame that does not pop anything.
-    Broken,
-}
-
-/// Why a walk stopped short of the outermost frame, as far as the walker can tell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Stop {
-    /// The last frame's code has no unwind table, and its frame pointer led nowhere.
-    NoTable,
-    /// The table storage was full, so the last frame's module had no table.
-    TableFull,
-    /// [`MAX_FRAMES`] (or a source's own limit) frames were followed.
-    FrameLimit,
-    /// The rules asked for memory that could not be read.
-    UnreadableMemory,
-    /// The module has a table, but none of its rules covers the address (the frame-pointer
-    /// guess tried instead led nowhere), or the rule there led outside the code.
-    NoRule,
-    /// The copied stack memory ended.
-    CopyShort,
-    /// The address lies in no mapped code.
-    Unmapped,
-}
-
-impl Stop {
-    /// The reason in a few words, for hints.
-    pub fn words(self) -> &'static str {
-        match self {
-            Stop::NoTable => "no unwind table",
-            Stop::TableFull => "unwind table storage full",
-            Stop::FrameLimit => "frame limit reached",
-            Stop::UnreadableMemory => "unreadable stack memory",
-            Stop::NoRule => "no unwind rule for the address",
-            Stop::CopyShort => "stack copy too short",
-            Stop::Unmapped => "address in no mapping",
-        }
-    }
-}
-
 /// What an address holds, as far as the walk needs to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Code {
@@ -223,7 +177,7 @@ pub enum Code {
     Untabled,
 }
 
-/// A walk's frames, leaf first, and why it stopped when it did not reach the outermost frame.
+/// A walk's frames, leaf first.
 #[derive(Debug, Default, Clone)]
 pub struct Trail {
     /// The address to symbolize of each frame: the pc, then each return address stepped back
@@ -231,25 +185,17 @@ pub struct Trail {
     pub addrs: Vec<u64>,
     /// The stack pointer in each frame: where the frame's locals end and its callee's begin.
     pub sps: Vec<u64>,
-    /// Why a [`WalkEnd::Broken`] or [`WalkEnd::Truncated`] walk stopped.
-    pub stop: Option<Stop>,
 }
 
 impl Trail {
     fn clear(&mut self) {
         self.addrs.clear();
         self.sps.clear();
-        self.stop = None;
     }
 
     fn push(&mut self, addr: u64, sp: u64) {
         self.addrs.push(addr);
         self.sps.push(sp);
-    }
-
-    fn stopped(&mut self, end: WalkEnd, stop: Stop) -> WalkEnd {
-        self.stop = Some(stop);
-        end
     }
 }
 
@@ -290,10 +236,10 @@ pub fn walk<R: ArchRegs, E>(
     end
 }
 
-/// [`walk`], keeping each frame's stack pointer and why the walk stopped. `code` says what
-/// each address holds: a walk that finds no caller in code without unwind tables (a zero
-/// frame pointer) has not been told by any table that the chain ends, so it ends
-/// [`WalkEnd::Broken`] with [`Stop::NoTable`], to be judged by its outermost frame.
+/// [`walk`], keeping each frame's stack pointer. `code` says what each address holds: a
+/// walk that finds no caller in code without unwind tables (a zero frame pointer) has not
+/// been told by any table that the chain ends, so it ends [`WalkEnd::Stopped`] with
+/// [`Stop::NoTable`], to be judged by its outermost frame.
 pub fn walk_trail<R: ArchRegs, E>(
     unwinder: &R::Unwinder,
     cache: &mut R::Cache,
@@ -314,7 +260,7 @@ pub fn walk_trail<R: ArchRegs, E>(
     }
     loop {
         if out.addrs.len() >= MAX_FRAMES {
-            return Ok(out.stopped(WalkEnd::Truncated, Stop::FrameLimit));
+            return Ok(WalkEnd::stopped(Stop::FrameLimit));
         }
         let sp_before = R::unwind_sp(&uregs);
         // Tells "the copy was too short" apart from "the unwind info led somewhere bogus".
@@ -338,32 +284,30 @@ pub fn walk_trail<R: ArchRegs, E>(
             _ => Stop::NoRule,
         };
         match result {
-            Ok(None) | Ok(Some(0)) => return Ok(outermost(out, here)),
+            Ok(None) | Ok(Some(0)) => return Ok(outermost(here)),
             Ok(Some(return_address)) => {
                 // Every real frame pops at least its return address; anything else loops. A
                 // leaf whose return address is still in the link register (aarch64, riscv64)
                 // may have popped nothing.
                 let sp = R::unwind_sp(&uregs);
                 if sp < sp_before || (sp == sp_before && address.is_return_address()) {
-                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
+                    return Ok(WalkEnd::stopped(no_rule));
                 }
                 let lookup = lookup_address(return_address);
                 if code(lookup) == Code::Outside {
-                    return Ok(out.stopped(WalkEnd::Broken, no_rule));
+                    return Ok(WalkEnd::stopped(no_rule));
                 }
                 let Some(next) = FrameAddress::from_return_address(return_address) else {
-                    return Ok(outermost(out, here));
+                    return Ok(outermost(here));
                 };
                 out.push(lookup, R::unwind_sp(&uregs));
                 address = next;
             }
-            Err(FramehopError::CouldNotReadStack(_)) if past_copy => {
-                return Ok(out.stopped(WalkEnd::Truncated, Stop::CopyShort))
-            }
+            Err(FramehopError::CouldNotReadStack(_)) if past_copy => return Ok(WalkEnd::Truncated),
             Err(FramehopError::CouldNotReadStack(_)) => {
-                return Ok(out.stopped(WalkEnd::Broken, Stop::UnreadableMemory))
+                return Ok(WalkEnd::stopped(Stop::UnreadableMemory))
             }
-            Err(_) => return Ok(out.stopped(WalkEnd::Broken, no_rule)),
+            Err(_) => return Ok(WalkEnd::stopped(no_rule)),
         }
     }
 }
@@ -380,22 +324,22 @@ fn leaf_caller<R: ArchRegs, E>(
     let (bp, sp) = (regs.fp(), regs.sp());
     let here = code(regs.pc());
     if bp == 0 {
-        return Ok(Err(outermost(out, here)));
+        return Ok(Err(outermost(here)));
     }
     if bp < sp {
-        return Ok(Err(out.stopped(WalkEnd::Broken, Stop::NoTable)));
+        return Ok(Err(WalkEnd::stopped(Stop::NoTable)));
     }
     let record = R::frame_record(bp);
     let (caller_bp, return_address) = match frame_record(read, record)? {
         Ok(record) => record,
-        Err(end) => return Ok(Err(end_of_record(out, end))),
+        Err(end) => return Ok(Err(end)),
     };
     let Some(next) = FrameAddress::from_return_address(return_address) else {
-        return Ok(Err(outermost(out, here)));
+        return Ok(Err(outermost(here)));
     };
     let lookup = lookup_address(return_address);
     if code(lookup) == Code::Outside {
-        return Ok(Err(out.stopped(WalkEnd::Broken, Stop::NoTable)));
+        return Ok(Err(WalkEnd::stopped(Stop::NoTable)));
     }
     out.push(lookup, record.caller_sp);
     Ok(Ok((
@@ -407,18 +351,10 @@ fn leaf_caller<R: ArchRegs, E>(
 /// How a walk that found no caller ends: at the outermost frame where unwind tables cover the
 /// code (they say so, or the frame-pointer convention the tables' code keeps does), broken
 /// where frame pointers alone said it.
-fn outermost(out: &mut Trail, here: Code) -> WalkEnd {
+fn outermost(here: Code) -> WalkEnd {
     match here {
-        Code::Untabled => out.stopped(WalkEnd::Broken, Stop::NoTable),
+        Code::Untabled => WalkEnd::stopped(Stop::NoTable),
         _ => WalkEnd::Complete,
-    }
-}
-
-/// How a walk whose leaf frame record could not be read ends.
-fn end_of_record(out: &mut Trail, end: WalkEnd) -> WalkEnd {
-    match end {
-        WalkEnd::Truncated => out.stopped(end, Stop::CopyShort),
-        _ => out.stopped(end, Stop::UnreadableMemory),
     }
 }
 
@@ -437,7 +373,7 @@ fn frame_record<E>(
             Ok(0)
         }
         Err(Unread::Unreadable) => {
-            end.get_or_insert(WalkEnd::Broken);
+            end.get_or_insert(WalkEnd::stopped(Stop::UnreadableMemory));
             Ok(0)
         }
     };

@@ -5,8 +5,8 @@
 use std::collections::{HashMap, HashSet};
 
 use stackscope_profile::{FrameKind, Metadata, Profile, Thread};
-use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
-use stackscope_stacks::walk::lookup_addresses;
+use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
+use stackscope_stacks::walk::{lookup_addresses, WalkEnd};
 use stackscope_stacks::Hint;
 use stackscope_symbols::Symbolizer;
 
@@ -208,12 +208,17 @@ impl Collector {
             .collect();
         // The kernel walks user stacks by the images' unwind tables to their end.
         let end = if self.user && sample.frames.iter().any(|&a| !is_kernel(a)) {
-            UserEnd::Complete
+            WalkEnd::Complete
         } else {
-            UserEnd::NoStack
+            WalkEnd::NoStack
         };
-        self.table
-            .add(pid, sample.tid, u32::from(sample.cpu), &frames, end);
+        let sampled = Sampled {
+            pid,
+            tid: sample.tid,
+            cpu: u32::from(sample.cpu),
+            names: None,
+        };
+        self.table.count(sampled, &frames, end, 1);
     }
 
     /// The counts so far.

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
-use stackscope_stacks::{Hint, Recording};
+use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
 /// sampling runs.
@@ -23,7 +23,10 @@ pub(crate) fn sample(
 /// stacks collided when they did, which a storage far from full makes a puzzle.
 pub(crate) fn bcc_warnings(recording: &Recording) -> Vec<String> {
     let mut warnings = Vec::new();
-    let storage = recording.storage.unwrap_or_default();
+    let storage = match &recording.figures {
+        Some(SourceFigures::Bpf(figures)) => figures.storage,
+        _ => Storage::default(),
+    };
     let missed = storage.missed_stacks;
     if missed > 0 {
         let hint = if storage.stacks_full {
@@ -50,15 +53,19 @@ pub(crate) fn bcc_warnings(recording: &Recording) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stackscope_stacks::Storage;
+    use stackscope_stacks::BpfFigures;
 
     fn lost(stacks_full: bool, hints: Vec<Hint>) -> Recording {
+        let storage = Storage {
+            stacks_full,
+            missed_stacks: 1,
+            ..Storage::default()
+        };
         Recording {
-            storage: Some(Storage {
-                stacks_full,
-                missed_stacks: 1,
-                ..Storage::default()
-            }),
+            figures: Some(SourceFigures::Bpf(BpfFigures {
+                storage,
+                ..BpfFigures::default()
+            })),
             hints,
             ..Recording::default()
         }

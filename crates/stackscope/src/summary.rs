@@ -5,11 +5,9 @@
 use std::process::ExitStatus;
 
 use anyhow::Result;
-#[cfg(target_os = "linux")]
-use stackscope_bpf::DEFAULT_HASH_STORAGE;
 use stackscope_profile::format;
 use stackscope_profile::Profile;
-use stackscope_stacks::{ProgramCost, Recording, Rounds};
+use stackscope_stacks::{BpfFigures, ProgramCost, Recording, Rounds, SourceFigures};
 
 use crate::output::Output;
 
@@ -91,27 +89,29 @@ pub(crate) fn say_failure(recording: &Recording) {
     }
 }
 
-/// The figures only some sources measure, each in one line; then what naming left out.
+/// What naming left out; then the figures of the source that sampled, each in one line.
 fn say_figures(recording: &Recording) {
     say_naming();
-    if let Some(cost) = recording.program_cost.as_ref().filter(|c| c.runs > 0) {
-        eprintln!("{}", describe_cost(cost));
+    match &recording.figures {
+        Some(SourceFigures::Bpf(figures)) => say_bpf_figures(figures),
+        Some(SourceFigures::Gdb(rounds)) => eprintln!("{}", describe_rounds(rounds)),
+        None => {}
     }
-    // Only the eBPF source (Linux) stores stacks in the kernel; the hints say why stacks were
-    // lost there.
-    #[cfg(target_os = "linux")]
-    if let Some(storage) = &recording.storage {
-        // record has no storage flags: say what was lost in its own words.
-        if storage.counts_full {
-            eprintln!(
-                "stackscope: the kernel's count table filled up ({DEFAULT_HASH_STORAGE} entries), \
-                 so samples of new stacks were dropped; `stackscope profile --hash-storage-size` \
-                 can keep more"
-            );
-        }
+}
+
+/// What the sampling program cost, when the kernel timed it, and what the kernel's count
+/// table could not keep; the hints say why stacks were lost.
+fn say_bpf_figures(figures: &BpfFigures) {
+    if figures.cost.runs > 0 {
+        eprintln!("{}", describe_cost(&figures.cost));
     }
-    if let Some(rounds) = &recording.rounds {
-        eprintln!("{}", describe_rounds(rounds));
+    // record has no storage flags: say what was lost in its own words.
+    if figures.storage.counts_full {
+        eprintln!(
+            "stackscope: the kernel's count table filled up ({} entries), so samples of new \
+             stacks were dropped; `stackscope profile --hash-storage-size` can keep more",
+            figures.storage.count_entries
+        );
     }
 }
 

@@ -20,9 +20,9 @@ use qemu::{Kernel, Qemu, Stub};
 use stackscope_gdb::client::Registers;
 use stackscope_gdb::space::Space;
 use stackscope_gdb::{Client, Image, Remote, DEFAULT_TIMEOUT};
-use stackscope_perf_event::unwind::{UnwindEnd, Unwinder};
+use stackscope_perf_event::unwind::Unwinder;
 use stackscope_stacks::arch::{Arch, Regs, WalkCache};
-use stackscope_stacks::walk::{Leaf, Trail, Unread};
+use stackscope_stacks::walk::{Leaf, Trail, Unread, WalkEnd};
 use stackscope_stacks::AddressSpace;
 use stackscope_symbols::Symbolizer;
 
@@ -38,7 +38,7 @@ const GUEST: u32 = u32::MAX;
 /// with how the perf source's walk ended.
 struct Look {
     perf: Vec<u64>,
-    end: UnwindEnd,
+    end: WalkEnd,
     gdb: Vec<u64>,
 }
 
@@ -160,7 +160,7 @@ fn assert_walks_reach_the_entry(kernel: Kernel) {
             "{kernel:?} vCPU {cpu}: the perf source's and the gdb source's walks differ ({names:?})"
         );
         if matches!(kernel, Kernel::Cfi) {
-            assert_eq!(look.end, UnwindEnd::Complete, "{names:?}");
+            assert_eq!(look.end, WalkEnd::Complete, "{names:?}");
         }
     }
 }

@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use stackscope_process::target;
 use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
-use stackscope_stacks::table::{RawFrame, StackTable, Tally, UserEnd};
-use stackscope_stacks::walk::lookup_addresses;
-use stackscope_stacks::{Hint, Recording, Storage};
+use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
+use stackscope_stacks::walk::{lookup_addresses, WalkEnd};
+use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
 use super::{BpfConfig, TimeProfile};
@@ -19,9 +19,9 @@ use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 use crate::tables::NotLoaded;
 
-/// Reads the counted stacks and symbolizes them, with what the maps could not hold. Threads
-/// still off the CPU when counting stopped (`ended`, on the program's clock) are counted up to
-/// then.
+/// Reads the counted stacks and symbolizes them, with what the maps could not hold and what
+/// the program `cost`. Threads still off the CPU when counting stopped (`ended`, on the
+/// program's clock) are counted up to then.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
@@ -29,6 +29,7 @@ pub(super) fn collect(
     mut meta: Metadata,
     plan: &Plan,
     ended: u64,
+    cost: ProgramCost,
 ) -> Recording {
     let mut counts = program::counts(skel);
     if plan.off_cpu.is_some() {
@@ -60,10 +61,11 @@ pub(super) fn collect(
         counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
+        count_entries: config.hash_storage_size,
     };
     Recording {
         profile,
-        storage: Some(storage),
+        figures: Some(SourceFigures::Bpf(BpfFigures { storage, cost })),
         hints,
         ..Recording::default()
     }
@@ -199,7 +201,7 @@ fn count_stacks(
                 }
             }
         }
-        let mut end = UserEnd::NoStack;
+        let mut end = WalkEnd::NoStack;
         if config.user {
             match key.user_stack_id {
                 id if id >= 0 => {
@@ -228,7 +230,13 @@ fn count_stacks(
         }
         let weight = plan.weight(key.event, *count);
         if weight > 0 {
-            table.add_count(key.pid, key.tid, 0, &frames, end, weight);
+            let sampled = Sampled {
+                pid: key.pid,
+                tid: key.tid,
+                cpu: 0,
+                names: None,
+            };
+            table.count(sampled, &frames, end, weight);
         }
     }
 
@@ -352,7 +360,7 @@ fn user_frames(
     key: &CountKey,
     stack: &layout::UserStack,
     frames: &mut Vec<RawFrame>,
-) -> UserEnd {
+) -> WalkEnd {
     let maps = processes.maps(key.pid);
     let mut last_module = None;
     for addr in lookup_addresses(&stack.ips) {
@@ -360,21 +368,11 @@ fn user_frames(
         last_module = mapping.map(|m| m.path.clone());
         frames.push(table.user_frame(key.pid, addr, mapping));
     }
-    match stack.end {
-        // The program ends a walk at a zero return address or frame pointer as well as where
-        // the tables mark the end: judged by its outermost frame.
-        layout::UserEnd::Complete => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
-        }
-        layout::UserEnd::Truncated => {
-            frames.push(RawFrame::Truncated);
-            UserEnd::Truncated
-        }
-        layout::UserEnd::Broken => {
-            UserEnd::Broken(last_module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()))
-        }
-        layout::UserEnd::FramePointer => UserEnd::Unjudged,
+    let end = stack.end.clone().in_module(|| last_module);
+    if end == WalkEnd::Truncated {
+        frames.push(RawFrame::Truncated);
     }
+    end
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use stackscope_profile::FrameKind;
 use stackscope_stacks::arch::WalkCache;
-use stackscope_stacks::table::{RawFrame, StackTable, UserEnd};
+use stackscope_stacks::table::{RawFrame, Sampled, StackTable};
 use stackscope_stacks::walk::WalkEnd;
 
 use crate::client::{Answer, Ask, Client, Registers, Stop};
@@ -279,21 +279,19 @@ impl Sampling {
                 .frame_in(PID, addr, space.mapping_of(addr), kind_of(addr));
             self.frames.push(frame);
         }
-        let end = match end {
-            WalkEnd::Complete => UserEnd::Complete,
-            // The walk gave up, or followed as many frames as it follows.
-            WalkEnd::Broken | WalkEnd::Truncated => {
-                let last = addrs.last().and_then(|&a| space.image_of(a));
-                UserEnd::Broken(last.map_or_else(
-                    || Arc::from(stackscope_profile::UNKNOWN),
-                    |image| Arc::from(image.name()),
-                ))
-            }
-        };
+        // Where the walk stopped: the file of the last address it reached.
+        let end = end.in_module(|| {
+            let last = addrs.last().and_then(|&a| space.image_of(a));
+            last.map(|image| Arc::from(image.name()))
+        });
         let comm = format!("cpu{vcpu}");
-        let names = (comm.as_str(), self.process.as_str());
-        self.stacks
-            .add_named((PID, vcpu), names, vcpu, &self.frames, end, n);
+        let sampled = Sampled {
+            pid: PID,
+            tid: vcpu,
+            cpu: vcpu,
+            names: Some((comm.as_str(), self.process.as_str())),
+        };
+        self.stacks.count(sampled, &self.frames, end, n);
     }
 
     /// Reads the library list again when code outside the known files showed up: a library

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use stackscope_profile::{Metadata, Thread};
-use stackscope_stacks::table::{BackgroundFold, RawFrame, StackTable, UserEnd, UNREADABLE};
+use stackscope_stacks::table::{BackgroundFold, RawFrame, Sampled, StackTable, UNREADABLE};
 use stackscope_stacks::{AddressSpace, Recording};
 use stackscope_symbols::Symbolizer;
 
@@ -14,9 +14,9 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::roots::{Copy, Room, Roots, Spot};
-use crate::unwind::{UnwindEnd, Unwinder};
+use crate::unwind::Unwinder;
 use stackscope_process::maps::read_proc_maps;
-use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, MAX_FRAMES};
+use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, WalkEnd, MAX_FRAMES};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
 /// table.
@@ -176,14 +176,14 @@ impl Collector {
         let end = if self.user && sample.pid != 0 {
             self.user_stack(sample)
         } else {
-            UserEnd::NoStack
+            WalkEnd::NoStack
         };
         if self.frames.is_empty() {
             return;
         }
         let comm = self.comm(sample.pid, sample.tid);
         let process = self.comm(sample.pid, sample.pid);
-        if end == UserEnd::Truncated {
+        if end == WalkEnd::Truncated {
             // The stack's outer frames may be known from earlier walks of the thread, or
             // found by later ones.
             if let Some(spot) = Spot::outermost(&self.trail) {
@@ -219,9 +219,14 @@ impl Collector {
     }
 
     /// Counts one sample of `self.frames`.
-    fn count(&mut self, (pid, tid): (u32, u32), names: (&str, &str), cpu: u32, end: UserEnd) {
-        self.table
-            .add_named((pid, tid), names, cpu, &self.frames, end, 1);
+    fn count(&mut self, (pid, tid): (u32, u32), names: (&str, &str), cpu: u32, end: WalkEnd) {
+        let sampled = Sampled {
+            pid,
+            tid,
+            cpu,
+            names: Some(names),
+        };
+        self.table.count(sampled, &self.frames, end, 1);
         if self.table.nodes() >= FOLD_AT_NODES {
             self.fold_table();
         }
@@ -248,7 +253,7 @@ impl Collector {
         } = waiting;
         self.frames = frames;
         let end = self.outer_frames(pid, tid, from, true);
-        let end = end.unwrap_or(UserEnd::Truncated);
+        let end = end.unwrap_or(WalkEnd::Truncated);
         self.count((pid, tid), (&names.0, &names.1), cpu, end);
     }
 
@@ -262,7 +267,7 @@ impl Collector {
         tid: u32,
         from: (Spot, Option<u64>),
         last: bool,
-    ) -> Option<UserEnd> {
+    ) -> Option<WalkEnd> {
         let user = self
             .frames
             .iter()
@@ -283,11 +288,11 @@ impl Collector {
         Some(match end {
             Some(end) => {
                 self.room.recovered += 1;
-                user_end(end)
+                end
             }
             None => {
                 self.frames.push(RawFrame::Truncated);
-                UserEnd::Truncated
+                WalkEnd::Truncated
             }
         })
     }
@@ -315,7 +320,7 @@ impl Collector {
     }
 
     /// Unwinds the sample's user stack onto `self.frames`; says how the unwinding ended.
-    fn user_stack(&mut self, sample: &SampleEvent<'_>) -> UserEnd {
+    fn user_stack(&mut self, sample: &SampleEvent<'_>) -> WalkEnd {
         let pid = sample.pid;
         let process = self.processes.entry(pid).or_default();
         if !process.known {
@@ -336,7 +341,7 @@ impl Collector {
                 let frame = self.table.user_frame(pid, regs.pc, maps.find(regs.pc));
                 self.frames.push(frame);
                 self.frames.push(RawFrame::Marker(UNREADABLE));
-                return UserEnd::Unreadable;
+                return WalkEnd::Unreadable;
             }
             (Some(bytes), Some(regs)) => {
                 let mut stack = sample.user_stack;
@@ -349,7 +354,7 @@ impl Collector {
                         out,
                         &mut self.extended,
                     );
-                    if !self.extended.is_empty() && end != UnwindEnd::Truncated {
+                    if !self.extended.is_empty() && end != WalkEnd::Truncated {
                         stack = &self.extended;
                         self.room.read_on += 1;
                     }
@@ -364,28 +369,34 @@ impl Collector {
                     bytes: stack,
                 };
                 self.roots.learn(sample.tid, copy, &self.trail, &end);
-                if end == UnwindEnd::Truncated {
+                if end == WalkEnd::Truncated {
                     self.room.measure(&self.trail, bytes);
                 }
-                user_end(end)
+                end
             }
             (None, _) if !sample.user_callchain.is_empty() => {
                 self.trail.addrs.clear();
                 let chain = lookup_addresses(sample.user_callchain);
                 self.trail.addrs.extend(chain);
-                UserEnd::Unjudged
+                WalkEnd::FramePointerChain
             }
             // A kernel thread, or a sample without user state.
-            _ => return UserEnd::NoStack,
+            _ => return WalkEnd::NoStack,
         };
         if self.trail.addrs.is_empty() {
-            return UserEnd::NoStack;
+            return WalkEnd::NoStack;
         }
         for &addr in &self.trail.addrs {
             let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
             self.frames.push(frame);
         }
-        if matches!(end, UserEnd::Stopped(_, Stop::FrameLimit)) {
+        if matches!(
+            end,
+            WalkEnd::Stopped {
+                why: Some(Stop::FrameLimit),
+                ..
+            }
+        ) {
             self.frames.push(RawFrame::Truncated);
         }
         end
@@ -452,18 +463,6 @@ struct Waiting {
     frames: Vec<RawFrame>,
     /// The outermost frame the walk reached, with its print in the sample's copy.
     from: (Spot, Option<u64>),
-}
-
-/// How a walk of the perf source ended, as the stack table counts it.
-fn user_end(end: UnwindEnd) -> UserEnd {
-    match end {
-        UnwindEnd::Complete => UserEnd::Complete,
-        UnwindEnd::Truncated => UserEnd::Truncated,
-        UnwindEnd::Broken { module, why } => UserEnd::Stopped(
-            module.unwrap_or_else(|| stackscope_profile::UNKNOWN.into()),
-            why,
-        ),
-    }
 }
 
 /// Names for a (pid, tid) pair counted without them. Every sample here is counted with its

@@ -120,7 +120,6 @@ fn advice(why: Stop) -> &'static str {
         Stop::UnreadableMemory | Stop::NoRule => {
             "its unwind tables do not cover that code (hand-written assembly, or code generated at run time)"
         }
-        Stop::CopyShort => "the stack is deeper than the stack copy",
         Stop::Unmapped => "code outside every mapped file: JIT code without a /tmp/perf-PID.map",
     }
 }

@@ -4,9 +4,9 @@
 //! That holds when the end of the copy, from the outermost frame the walk reached on, still
 //! matches the thread's memory; the read is used only then.
 
-use super::{UnwindEnd, Unwinder};
+use super::Unwinder;
 use stackscope_stacks::arch::Regs;
-use stackscope_stacks::walk::Trail;
+use stackscope_stacks::walk::{Trail, WalkEnd};
 use stackscope_stacks::AddressSpace;
 
 /// Bytes at the end of the copy that must still match the thread's memory, at least: all of
@@ -29,10 +29,10 @@ impl Unwinder {
         stack: &[u8],
         out: &mut Trail,
         scratch: &mut Vec<u8>,
-    ) -> UnwindEnd {
+    ) -> WalkEnd {
         scratch.clear();
         let mut end = self.unwind(pid, maps, regs, stack, out);
-        if end != UnwindEnd::Truncated || stack.len() < CHECKED {
+        if end != WalkEnd::Truncated || stack.len() < CHECKED {
             return end;
         }
         let within = out.clone();
@@ -41,7 +41,7 @@ impl Unwinder {
         let outermost = out.sps.last().map_or(0, |&sp| sp.saturating_sub(regs.sp));
         let mut checked = stack.len() - usize::try_from(outermost).unwrap_or(0).min(stack.len());
         let mut want = FIRST;
-        while end == UnwindEnd::Truncated && scratch.len() < MOST {
+        while end == WalkEnd::Truncated && scratch.len() < MOST {
             let read = read_on(pid, regs.sp, scratch, (checked.max(CHECKED), want));
             checked = 0;
             if read == 0 {
@@ -53,13 +53,13 @@ impl Unwinder {
             }
             want *= 2;
         }
-        if matches!(end, UnwindEnd::Broken { .. }) {
+        if matches!(end, WalkEnd::Stopped { .. }) {
             // A walk that breaks off in memory read later most likely met a thread that had
             // moved on after all: the copy's own walk stands, and the outer frames are left
             // to the thread's other samples.
             *out = within;
             scratch.clear();
-            return UnwindEnd::Truncated;
+            return WalkEnd::Truncated;
         }
         end
     }

@@ -15,9 +15,7 @@
 
 use std::collections::HashMap;
 
-use stackscope_stacks::walk::{Trail, MAX_FRAMES};
-
-use super::UnwindEnd;
+use stackscope_stacks::walk::{Trail, WalkEnd, MAX_FRAMES};
 
 /// Bytes of a frame, from its stack pointer up, that tell one visit of the frame from another:
 /// its lowest locals and saved registers.
@@ -114,7 +112,7 @@ struct Thread<T> {
     /// The caller of each frame passed, with the caller's print when the copy held it.
     callers: Found<(Spot, Option<u64>)>,
     /// How walks ended past the outermost frames they reached.
-    ends: Found<UnwindEnd>,
+    ends: Found<WalkEnd>,
     waiting: Vec<T>,
 }
 
@@ -146,9 +144,9 @@ impl<T> Roots<T> {
     /// the chain ended past its outermost frame unless the copy ran out there. A thread is
     /// remembered from its first walk that ran out of copy on: its stacks that run out before
     /// the walks that complete them wait for those.
-    pub(crate) fn learn(&mut self, tid: u32, copy: Copy<'_>, trail: &Trail, end: &UnwindEnd) {
+    pub(crate) fn learn(&mut self, tid: u32, copy: Copy<'_>, trail: &Trail, end: &WalkEnd) {
         // Only threads whose stacks outgrew a copy are remembered: the others never ask.
-        if *end != UnwindEnd::Truncated && !self.threads.contains_key(&tid) {
+        if *end != WalkEnd::Truncated && !self.threads.contains_key(&tid) {
             return;
         }
         let thread = self.threads.entry(tid).or_default();
@@ -164,7 +162,7 @@ impl<T> Roots<T> {
                 .callers
                 .insert(pair[0], copy.print(pair[0].sp), caller);
         }
-        if let (Some(&last), false) = (spots.last(), *end == UnwindEnd::Truncated) {
+        if let (Some(&last), false) = (spots.last(), *end == WalkEnd::Truncated) {
             thread.ends.insert(last, copy.print(last.sp), end.clone());
         }
     }
@@ -179,7 +177,7 @@ impl<T> Roots<T> {
         (from, print): (Spot, Option<u64>),
         room: usize,
         out: &mut Vec<u64>,
-    ) -> Option<UnwindEnd> {
+    ) -> Option<WalkEnd> {
         let thread = self.threads.get(&tid)?;
         let (mut at, mut print) = (from, print);
         for _ in 0..room.min(MAX_FRAMES) {
@@ -275,7 +273,6 @@ mod tests {
         Trail {
             sps: frames.iter().map(|f| f.0).collect(),
             addrs: frames.iter().map(|f| f.1).collect(),
-            stop: None,
         }
     }
 
@@ -294,16 +291,16 @@ mod tests {
         // A shallow sample reached the thread's entry; a deeper one ran out at 0x1100. Walks
         // are remembered from the thread's first that ran out on.
         let shallow = trail(&[(0x1100, 0xa3), (0x1200, 0xa2), (0x1300, 0xa1)]);
-        roots.learn(1, whole, &shallow, &UnwindEnd::Complete);
+        roots.learn(1, whole, &shallow, &WalkEnd::Complete);
         let mut out = Vec::new();
         let from_a3 = from(whole, 0x1100, 0xa3);
         assert_eq!(roots.recover(1, from_a3, 100, &mut out), None);
         let deep = trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]);
-        roots.learn(1, whole, &deep, &UnwindEnd::Truncated);
-        roots.learn(1, whole, &shallow, &UnwindEnd::Complete);
+        roots.learn(1, whole, &deep, &WalkEnd::Truncated);
+        roots.learn(1, whole, &shallow, &WalkEnd::Complete);
         let mut out = Vec::new();
         let end = roots.recover(1, from(whole, 0x1100, 0xa3), 100, &mut out);
-        assert_eq!((end, out), (Some(UnwindEnd::Complete), vec![0xa2, 0xa1]));
+        assert_eq!((end, out), (Some(WalkEnd::Complete), vec![0xa2, 0xa1]));
 
         // Another thread, another code address at that stack address, or no room: not known.
         let mut out = Vec::new();
@@ -326,7 +323,7 @@ mod tests {
         let end = roots.recover(1, from(whole, 0x1000, 0xa4), 100, &mut out);
         assert_eq!(
             (end, out),
-            (Some(UnwindEnd::Complete), vec![0xa3, 0xa2, 0xa1])
+            (Some(WalkEnd::Complete), vec![0xa3, 0xa2, 0xa1])
         );
 
         roots.forget(1);
@@ -356,28 +353,28 @@ mod tests {
         // Two visits of the frame 0xa3 at 0x1100, through different callers, after a walk
         // that ran out.
         let deep = trail(&[(0x1000, 0xa4), (0x1100, 0xa3)]);
-        roots.learn(1, one, &deep, &UnwindEnd::Truncated);
+        roots.learn(1, one, &deep, &WalkEnd::Truncated);
         roots.learn(
             1,
             one,
             &trail(&[(0x1100, 0xa3), (0x1200, 0xa2)]),
-            &UnwindEnd::Complete,
+            &WalkEnd::Complete,
         );
         roots.learn(
             1,
             two,
             &trail(&[(0x1100, 0xa3), (0x1200, 0xb2)]),
-            &UnwindEnd::Complete,
+            &WalkEnd::Complete,
         );
         let callers = |copy| {
             let mut out = Vec::new();
             let end = roots.recover(1, from(copy, 0x1100, 0xa3), 100, &mut out);
             (end, out)
         };
-        assert_eq!(callers(one), (Some(UnwindEnd::Complete), vec![0xa2]));
-        assert_eq!(callers(two), (Some(UnwindEnd::Complete), vec![0xb2]));
+        assert_eq!(callers(one), (Some(WalkEnd::Complete), vec![0xa2]));
+        assert_eq!(callers(two), (Some(WalkEnd::Complete), vec![0xb2]));
         // A visit no walk passed takes the latest walk's.
-        assert_eq!(callers(three), (Some(UnwindEnd::Complete), vec![0xb2]));
+        assert_eq!(callers(three), (Some(WalkEnd::Complete), vec![0xb2]));
     }
 
     #[test]

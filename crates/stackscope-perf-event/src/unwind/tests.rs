@@ -278,7 +278,7 @@ impl Tracee {
         buf
     }
 
-    fn unwind_with(&self, unwinder: &mut Unwinder, stack: &[u8]) -> (Vec<u64>, UnwindEnd) {
+    fn unwind_with(&self, unwinder: &mut Unwinder, stack: &[u8]) -> (Vec<u64>, WalkEnd) {
         let mut out = Trail {
             addrs: vec![0xdead],
             ..Trail::default()
@@ -288,7 +288,7 @@ impl Tracee {
         (out.addrs, end)
     }
 
-    fn unwind(&self) -> (Vec<u64>, UnwindEnd) {
+    fn unwind(&self) -> (Vec<u64>, WalkEnd) {
         self.unwind_with(&mut Unwinder::new(), &self.stack)
     }
 
@@ -312,9 +312,9 @@ fn describe(t: &Tracee, out: &[u64]) -> String {
 }
 
 /// Asserts the unwind ended complete; returns the stack described, for later messages.
-fn complete_trace(t: &Tracee, out: &[u64], end: &UnwindEnd) -> String {
+fn complete_trace(t: &Tracee, out: &[u64], end: &WalkEnd) -> String {
     let trace = describe(t, out);
-    assert_eq!(*end, UnwindEnd::Complete, "stack:\n{trace}");
+    assert_eq!(*end, WalkEnd::Complete, "stack:\n{trace}");
     trace
 }
 
@@ -332,7 +332,7 @@ fn assert_complete_through(
     t: &Tracee,
     exe: &Path,
     out: &[u64],
-    end: &UnwindEnd,
+    end: &WalkEnd,
     expected: &[(&Path, &str)],
 ) {
     let trace = complete_trace(t, out, end);
@@ -470,7 +470,7 @@ fn short_stack_copy_is_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
     let (out, end) = t.unwind_with(&mut Unwinder::new(), &t.stack[..64]);
-    assert_eq!(end, UnwindEnd::Truncated, "stack:\n{}", describe(&t, &out));
+    assert_eq!(end, WalkEnd::Truncated, "stack:\n{}", describe(&t, &out));
     assert_eq!(out[0], t.regs.pc);
     // Whatever was unwound before running out is still right.
     assert!(out.len() >= 2 && t.named(&exe, "middle").contains(&out[1]));
@@ -485,9 +485,9 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
     let mut out = Trail::default();
     let regs = Regs { pc: 0x10, ..t.regs };
     let end = unwinder.unwind(t.pid, &t.maps, regs, &t.stack, &mut out);
-    let unmapped = UnwindEnd::Broken {
+    let unmapped = WalkEnd::Stopped {
         module: None,
-        why: Stop::Unmapped,
+        why: Some(Stop::Unmapped),
     };
     assert_eq!(end, unmapped);
     assert_eq!(out.addrs, [0x10]);
@@ -497,16 +497,16 @@ fn unmapped_ip_and_bad_return_address_are_broken() {
     let (out, end) = t.unwind_with(&mut unwinder, &garbage);
     assert_eq!(
         end,
-        UnwindEnd::Broken {
+        WalkEnd::Stopped {
             module: Some(exe.to_str().unwrap().into()),
-            why: Stop::NoRule,
+            why: Some(Stop::NoRule),
         }
     );
     assert_eq!(out, [t.regs.pc]);
 
     // The same unwinder still unwinds the real stack afterwards.
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
-    assert_eq!(end, UnwindEnd::Complete, "stack:\n{}", describe(&t, &out));
+    assert_eq!(end, WalkEnd::Complete, "stack:\n{}", describe(&t, &out));
 }
 
 #[test]
@@ -527,7 +527,7 @@ fn one_unwinder_serves_several_processes() {
     }
     unwinder.forget(a.pid);
     let (_, end) = a.unwind_with(&mut unwinder, &a.stack);
-    assert_eq!(end, UnwindEnd::Complete);
+    assert_eq!(end, WalkEnd::Complete);
 }
 
 #[test]
@@ -570,12 +570,12 @@ fn binary_without_unwind_info_is_listed_and_unwinds_by_frame_pointer() {
     assert_eq!(listed, [Arc::<str>::from(exe.to_str().unwrap())]);
     // No table said the chain ends at _start's zero frame pointer: the walk stops there,
     // in a module without tables, and the stack is judged whole by its outermost frame.
-    let no_table = UnwindEnd::Broken {
+    let no_table = WalkEnd::Stopped {
         module: Some(exe.to_str().unwrap().into()),
-        why: Stop::NoTable,
+        why: Some(Stop::NoTable),
     };
     assert_eq!(end, no_table, "stack:\n{}", describe(&t, &out));
-    assert_complete_through(&t, &exe, &out, &UnwindEnd::Complete, &simple_frames(&exe));
+    assert_complete_through(&t, &exe, &out, &WalkEnd::Complete, &simple_frames(&exe));
 }
 
 #[test]

@@ -13,8 +13,8 @@ use stackscope_symbols::elf::build_id_hex;
 use stackscope_symbols::Symbolizer;
 
 use super::names::{file_name, Names};
-use super::{ModuleId, ModuleKey, NameId, RawFrame, StackTable, UserEnd};
-use crate::walk::Stop;
+use super::{ModuleId, ModuleKey, NameId, RawFrame, StackTable};
+use crate::walk::{Stop, WalkEnd};
 
 impl StackTable {
     /// Symbolizes every unique address once and builds the profile, with the figures on how
@@ -93,13 +93,13 @@ impl StackTable {
             }
             let rooted = rooted.unwrap_or(false);
             tally.count(&key.end, *count, unknown_user, rooted);
-            if unnamed_user && key.end != UserEnd::NoStack {
+            if unnamed_user && key.end != WalkEnd::NoStack {
                 tally.stats.with_unnamed += count;
             }
-            if key.end == UserEnd::Unreadable && in_exec {
+            if key.end == WalkEnd::Unreadable && in_exec {
                 tally.unreadable_in_exec += count;
             }
-            if let (Some((module, unnamed)), false) = (leaf, key.end == UserEnd::NoStack) {
+            if let (Some((module, unnamed)), false) = (leaf, key.end == WalkEnd::NoStack) {
                 if let ModuleKey::File { path, .. } = &self.modules[module as usize] {
                     let used = tally.modules.entry(path.clone()).or_default();
                     used.leaf += count;
@@ -246,8 +246,8 @@ impl Tally {
     /// when its outermost frame is a program or thread entry (`rooted`), however its
     /// unwinding ended (the unwind tables of some entry stubs, the dynamic loader's `_start`,
     /// do not mark the end of the chain), or when the unwind tables marked where it ended.
-    fn count(&mut self, end: &UserEnd, count: u64, unknown: bool, rooted: bool) {
-        if *end == UserEnd::NoStack {
+    fn count(&mut self, end: &WalkEnd, count: u64, unknown: bool, rooted: bool) {
+        if *end == WalkEnd::NoStack {
             return;
         }
         self.stats.user_stacks += count;
@@ -258,17 +258,25 @@ impl Tally {
             self.stats.complete += count;
             return;
         }
+        // A stop in no mapping is a stop in no file the summary can name.
+        let stopped_in =
+            |module: &Option<Arc<str>>| module.clone().unwrap_or_else(|| UNKNOWN.into());
         match end {
-            UserEnd::Complete => self.stats.complete += count,
-            UserEnd::Truncated => self.stats.truncated += count,
-            UserEnd::Unreadable => self.stats.unreadable += count,
-            UserEnd::Broken(module) => *self.broken_in.entry(module.clone()).or_insert(0) += count,
-            UserEnd::Stopped(module, why) => {
+            WalkEnd::Complete => self.stats.complete += count,
+            WalkEnd::Truncated => self.stats.truncated += count,
+            WalkEnd::Unreadable => self.stats.unreadable += count,
+            WalkEnd::Stopped { module, why } => {
+                let module = stopped_in(module);
                 *self.broken_in.entry(module.clone()).or_insert(0) += count;
-                *self.stopped.entry((module.clone(), *why)).or_insert(0) += count;
+                if let Some(why) = why {
+                    *self.stopped.entry((module, *why)).or_insert(0) += count;
+                }
             }
-            UserEnd::Unjudged => self.short_chains += count,
-            UserEnd::NoStack => {}
+            WalkEnd::Unconfirmed { module } => {
+                *self.broken_in.entry(stopped_in(module)).or_insert(0) += count
+            }
+            WalkEnd::FramePointerChain => self.short_chains += count,
+            WalkEnd::NoStack => {}
         }
     }
 }
@@ -310,126 +318,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn folding_tables_as_they_fill_gives_the_profile_one_table_gives() {
-        // Kernel addresses, all inside one function of at least 4 KiB.
-        let f = stackscope_testkit::big_kernel_function();
-        let k = [f, f + 64];
-        let stacks: Vec<(u32, Vec<RawFrame>, UserEnd)> = vec![
-            (
-                1,
-                vec![RawFrame::Kernel(k[0]), RawFrame::Unmapped(0x1000)],
-                UserEnd::Complete,
-            ),
-            (
-                1,
-                vec![RawFrame::Kernel(k[0] + 4), RawFrame::Unmapped(0x1000)],
-                UserEnd::Complete,
-            ),
-            (
-                2,
-                vec![RawFrame::Kernel(k[1]), RawFrame::Truncated],
-                UserEnd::Truncated,
-            ),
-            (
-                2,
-                vec![RawFrame::Marker("[stack unreadable]")],
-                UserEnd::Unreadable,
-            ),
-            (
-                3,
-                vec![RawFrame::Unmapped(0x2000)],
-                UserEnd::Broken("/lib/x.so".into()),
-            ),
-        ];
-        let meta = Metadata {
-            source: "test".into(),
-            ..Metadata::default()
-        };
-        let thread = |pid, tid| Thread {
-            pid,
-            tid,
-            comm: format!("t{tid}"),
-            process_name: format!("p{pid}"),
-        };
-        let add = |table: &mut StackTable, round: u32| {
-            for (i, (pid, frames, end)) in stacks.iter().enumerate() {
-                for _ in 0..=i as u32 + round {
-                    table.add_named((*pid, *pid), ("c", "p"), round % 2, frames, end.clone(), 1);
-                }
-                table.add(*pid, *pid + 1, 0, frames, end.clone());
-            }
-        };
-
-        let mut symbolizer = Symbolizer::new();
-        let mut whole = StackTable::default();
-        let mut folded = Folded::default();
-        for round in 0..3 {
-            add(&mut whole, round);
-            let mut part = StackTable::default();
-            add(&mut part, round);
-            part.fold_into(&mut symbolizer, &mut folded, &thread);
-        }
-        let (one, one_tally) = whole.into_profile(&mut symbolizer, meta.clone(), &thread);
-        let (parts, parts_tally) = folded.finish(meta);
-        // Ids follow the order things were first met; what they stand for must not differ.
-        let content = |p: &Profile| {
-            let mut counts: Vec<(String, Vec<String>, Option<u32>, u64)> = p
-                .samples
-                .iter()
-                .map(|s| {
-                    let t = p.thread(s.thread);
-                    let who = format!("{} {} {} {}", t.pid, t.tid, t.comm, t.process_name);
-                    let frames = p.stack_frames(s.stack).map(|f| f.name.clone()).collect();
-                    (who, frames, s.cpu, s.count)
-                })
-                .collect();
-            counts.sort();
-            counts
-        };
-        assert_eq!(content(&one), content(&parts));
-        assert_eq!(one.meta, parts.meta);
-        assert_eq!(one_tally.stats, parts_tally.stats);
-        assert_eq!(one_tally.broken_in, parts_tally.broken_in);
-        // Per round r, stack i is sampled i + r + 1 times with names and once without.
-        assert_eq!(one.total_samples(), 3 * 15 + 5 * 3 + 3 * 5);
-        // Samples at two addresses of one kernel function are one stack.
-        let kernel_names: std::collections::HashSet<&str> = one
-            .frames
-            .iter()
-            .filter(|f| f.kind == FrameKind::Kernel)
-            .map(|f| f.name.as_str())
-            .collect();
-        assert!(kernel_names.len() <= 2, "{kernel_names:?}");
-        assert_eq!(one.meta.unwind.truncated, parts.meta.unwind.truncated);
-    }
-
-    #[test]
     fn tally_judges_broken_and_frame_pointer_stacks_by_their_root() {
         let mut tally = Tally::default();
         let ld: Arc<str> = "/lib64/ld-linux-x86-64.so.2".into();
-        tally.count(&UserEnd::Complete, 5, false, true);
-        tally.count(&UserEnd::Truncated, 2, false, false);
+        let stopped_in = |module: &Arc<str>, why| WalkEnd::Stopped {
+            module: Some(module.clone()),
+            why,
+        };
+        tally.count(&WalkEnd::Complete, 5, false, true);
+        tally.count(&WalkEnd::Truncated, 2, false, false);
         // The dynamic loader's _start has no end-of-chain mark: the unwinder gives up there,
         // but the stack is whole.
-        tally.count(&UserEnd::Broken(ld.clone()), 3, false, true);
-        tally.count(&UserEnd::Broken(ld.clone()), 4, true, false);
-        tally.count(&UserEnd::Unjudged, 6, false, true);
-        tally.count(&UserEnd::Unjudged, 7, false, false);
-        tally.count(&UserEnd::NoStack, 100, false, false);
+        tally.count(&stopped_in(&ld, None), 3, false, true);
+        tally.count(&stopped_in(&ld, None), 4, true, false);
+        tally.count(&WalkEnd::FramePointerChain, 6, false, true);
+        tally.count(&WalkEnd::FramePointerChain, 7, false, false);
+        tally.count(&WalkEnd::NoStack, 100, false, false);
         // A walk that says why it stopped is judged by its root all the same.
         let lib: Arc<str> = "/lib/libbig.so".into();
-        tally.count(
-            &UserEnd::Stopped(lib.clone(), Stop::NoRule),
-            8,
-            false,
-            false,
-        );
-        tally.count(
-            &UserEnd::Stopped(lib.clone(), Stop::NoTable),
-            9,
-            false,
-            true,
-        );
+        tally.count(&stopped_in(&lib, Some(Stop::NoRule)), 8, false, false);
+        tally.count(&stopped_in(&lib, Some(Stop::NoTable)), 9, false, true);
 
         let s = &tally.stats;
         assert_eq!(s.user_stacks, 5 + 2 + 3 + 4 + 6 + 7 + 8 + 9);
@@ -441,5 +349,27 @@ mod tests {
         assert_eq!(tally.stopped.get(&(lib, Stop::NoRule)), Some(&8));
         assert_eq!(tally.stopped.len(), 1);
         assert_eq!(tally.short_chains, 7);
+    }
+
+    #[test]
+    fn an_end_the_walker_did_not_confirm_counts_as_a_stop_unless_it_is_rooted() {
+        let mut tally = Tally::default();
+        let exe: Arc<str> = "/usr/bin/prog".into();
+        let unconfirmed = WalkEnd::Unconfirmed {
+            module: Some(exe.clone()),
+        };
+        tally.count(&unconfirmed, 3, false, true);
+        tally.count(&unconfirmed, 4, false, false);
+        // Where no mapping held the last frame, the stop is in an unknown file.
+        tally.count(&WalkEnd::Unconfirmed { module: None }, 5, false, false);
+        tally.count(&WalkEnd::stopped(Stop::Unmapped), 6, false, false);
+
+        assert_eq!(tally.stats.user_stacks, 3 + 4 + 5 + 6);
+        assert_eq!(tally.stats.complete, 3);
+        assert_eq!(tally.broken_in.get(&exe), Some(&4));
+        assert_eq!(tally.broken_in.get(UNKNOWN), Some(&(5 + 6)));
+        let unknown: Arc<str> = UNKNOWN.into();
+        assert_eq!(tally.stopped.get(&(unknown, Stop::Unmapped)), Some(&6));
+        assert_eq!(tally.stopped.len(), 1);
     }
 }

@@ -374,7 +374,8 @@ mod tests {
 
     #[test]
     fn a_guest_kernels_frames_stay_kernel_code() {
-        use crate::table::{Naming, UserEnd};
+        use crate::table::{Naming, Sampled};
+        use crate::walk::WalkEnd;
         use crate::Mapping;
         use stackscope_profile::{Metadata, Thread};
 
@@ -400,7 +401,13 @@ mod tests {
             table.frame_in(1, kernel.end + 0x10, None, FrameKind::Kernel),
             table.frame_in(1, 0x1000, None, FrameKind::User),
         ];
-        table.add(1, 0, 0, &frames, UserEnd::Complete);
+        let sampled = Sampled {
+            pid: 1,
+            tid: 0,
+            cpu: 0,
+            names: None,
+        };
+        table.count(sampled, &frames, WalkEnd::Complete, 1);
         let (profile, tally) =
             table.into_profile(&mut Symbolizer::new(), Metadata::default(), &thread);
         let mut named: Vec<(&str, Option<&str>, FrameKind)> = profile

@@ -47,9 +47,9 @@ fn a_zero_frame_pointer_ends_the_walk_only_where_tables_cover_the_code() {
     let unwinder = UnwinderX86_64::<SectionData>::new();
     let mut cache = CacheX86_64::new();
     let mut trail = Trail::default();
-    for (code, end, stop) in [
-        (Code::Tabled, WalkEnd::Complete, None),
-        (Code::Untabled, WalkEnd::Broken, Some(Stop::NoTable)),
+    for (code, end) in [
+        (Code::Tabled, WalkEnd::Complete),
+        (Code::Untabled, WalkEnd::stopped(Stop::NoTable)),
     ] {
         let read = |addr| memory.get(&addr).copied().ok_or(Unread::<()>::Unreadable);
         let walked = walk_trail(
@@ -61,7 +61,6 @@ fn a_zero_frame_pointer_ends_the_walk_only_where_tables_cover_the_code() {
             &mut trail,
         );
         assert_eq!(walked, Ok(end));
-        assert_eq!(trail.stop, stop);
         assert_eq!(trail.addrs, [0x4000, 0x5004, 0x6005]);
         // Each caller's stack pointer is just above the frame record it was found in.
         assert_eq!(trail.sps, [0x1000, 0x1020, 0x1040]);
@@ -96,7 +95,7 @@ fn a_frame_pointer_leaf_ends_at_a_null_or_bogus_frame_pointer() {
     let below_sp = RegsX86_64 { bp: 0x800, ..REGS };
     assert_eq!(
         walk_chain(Leaf::FramePointer, below_sp, none),
-        (Ok(WalkEnd::Broken), vec![0x4000])
+        (Ok(WalkEnd::stopped(Stop::NoTable)), vec![0x4000])
     );
 }
 
