@@ -4,6 +4,7 @@
 
 mod bytes;
 mod functions;
+mod notes;
 
 use std::fs::File;
 use std::io;
@@ -18,6 +19,7 @@ use object::Endianness;
 
 pub use bytes::SectionData;
 pub use functions::{Function, SymbolTable};
+pub use notes::Note;
 
 use bytes::ElfBytes;
 
