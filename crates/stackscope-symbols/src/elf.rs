@@ -1,6 +1,7 @@
 //! The one ELF reader: every part of stackscope that looks into an ELF file (the symbolizer,
-//! the unwinders, gdb's target image, perf.data's build-id check) maps it once through
-//! [`ElfFile`] and asks it for what it needs. Section bytes are ranges of that one mapping.
+//! the unwinders, gdb's target image, perf.data's build-id check, the eBPF probes' functions
+//! and USDT notes) maps it once through [`ElfFile`] and asks it for what it needs. Section
+//! bytes are ranges of that one mapping.
 
 mod bytes;
 mod functions;
