@@ -6,7 +6,9 @@
 
 mod attach;
 mod near;
+mod probed_file;
 mod resolve;
+mod usdt;
 
 use std::fmt;
 use std::str::FromStr;

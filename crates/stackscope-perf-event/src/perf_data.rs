@@ -25,10 +25,12 @@ use stackscope_process::maps::Mapping;
 
 mod bounds;
 mod check;
+mod layout;
 mod replay;
 
 pub use bounds::{MAX_HELD, MAX_UNPACKED};
-use check::{check_layout, Checked, Watch};
+use check::{Checked, Watch};
+use layout::check_layout;
 use replay::Replay;
 
 /// The first bytes of a perf.data file (`2ELIFREP` when written big-endian).

@@ -1,9 +1,11 @@
 //! The one ELF reader: every part of stackscope that looks into an ELF file (the symbolizer,
-//! the unwinders, gdb's target image, perf.data's build-id check) maps it once through
-//! [`ElfFile`] and asks it for what it needs. Section bytes are ranges of that one mapping.
+//! the unwinders, gdb's target image, perf.data's build-id check, the eBPF probes' functions
+//! and USDT notes) maps it once through [`ElfFile`] and asks it for what it needs. Section
+//! bytes are ranges of that one mapping.
 
 mod bytes;
 mod functions;
+mod notes;
 
 use std::fs::File;
 use std::io;
@@ -18,6 +20,7 @@ use object::Endianness;
 
 pub use bytes::SectionData;
 pub use functions::{Function, SymbolTable};
+pub use notes::Note;
 
 use bytes::ElfBytes;
 

@@ -25,23 +25,12 @@ pub mod interrupt;
 mod mini_debuginfo;
 pub mod pe;
 mod perf_map;
+mod sym_frame;
 mod symbolizer;
 
 pub use debug_file::{DebugFile, DebugFiles, FetchDebugFile, DEFAULT_DEBUG_DIR};
 pub use elf_info::{unwind_sources, FramePointers, UnwindSources};
 pub use error::SymbolError;
 pub use file_id::FileId;
+pub use sym_frame::SymFrame;
 pub use symbolizer::Symbolizer;
-
-/// One named frame for one address. An address inside inlined code gives several.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SymFrame {
-    /// Demangled name (Rust legacy without the `::h<hash>` suffix, Rust v0, C++).
-    pub name: String,
-    /// Source file path, when debug info has it.
-    pub file: Option<String>,
-    /// Source line, when debug info has it.
-    pub line: Option<u32>,
-    /// True for every frame but the outermost real function.
-    pub inlined: bool,
-}

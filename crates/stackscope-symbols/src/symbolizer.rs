@@ -15,10 +15,10 @@ use blazesym::symbolize::{CodeInfo, Input, Sym, Symbolized};
 use blazesym::{MaybeDefault, Pid};
 
 use crate::debug_file::{DebugFile, DebugFiles};
-use crate::demangle::demangle;
 use crate::elf_info::ElfInfo;
 use crate::pe::pdb::SymbolPath;
 use crate::perf_map::PerfMap;
+use crate::sym_frame::{display_name, strip_rust_hash, sym_frame};
 use crate::{FileId, SymFrame, SymbolError};
 
 const DEFAULT_PERF_MAP_DIR: &str = "/tmp";
@@ -295,67 +295,5 @@ fn location(code_info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
             info.line,
         ),
         None => (None, None),
-    }
-}
-
-/// One frame as every source gives it: `name` demangled if it is still mangled (blazesym
-/// has demangled its own) and without a Rust legacy hash, `[unknown]` for no name. Line 0
-/// marks compiler-generated code with no source position; its file is whatever the line
-/// table last named, so a frame without a line has no file either.
-pub(crate) fn sym_frame(
-    name: &str,
-    file: Option<String>,
-    line: Option<u32>,
-    inlined: bool,
-) -> SymFrame {
-    let (file, line) = match line {
-        Some(line) if line > 0 => (file, Some(line)),
-        _ => (None, None),
-    };
-    SymFrame {
-        name: display_name(&demangle(name)),
-        file,
-        line,
-        inlined,
-    }
-}
-
-fn display_name(name: &str) -> String {
-    if name.is_empty() {
-        return "[unknown]".to_string();
-    }
-    strip_rust_hash(name).to_string()
-}
-
-/// Drops the `::h0123456789abcdef` disambiguator that Rust legacy mangling appends. blazesym
-/// already omits it when it demangles; this catches names that arrive demangled with the hash
-/// (perf maps, some DWARF producers).
-fn strip_rust_hash(name: &str) -> &str {
-    if let Some(pos) = name.len().checked_sub(19) {
-        if let Some(hash) = name.get(pos..) {
-            if hash.starts_with("::h") && hash[3..].bytes().all(|b| b.is_ascii_hexdigit()) {
-                return &name[..pos];
-            }
-        }
-    }
-    name
-}
-
-#[cfg(test)]
-mod tests {
-    use super::strip_rust_hash;
-
-    #[test]
-    fn strips_legacy_hash_only() {
-        assert_eq!(
-            strip_rust_hash("core::fmt::write::h0123456789abcdef"),
-            "core::fmt::write"
-        );
-        assert_eq!(strip_rust_hash("core::fmt::write"), "core::fmt::write");
-        assert_eq!(
-            strip_rust_hash("a::h0123456789abcdeg"),
-            "a::h0123456789abcdeg"
-        );
-        assert_eq!(strip_rust_hash("h0123456789abcdef"), "h0123456789abcdef");
     }
 }

@@ -82,42 +82,12 @@ impl<S: Stream> Connection<S> {
         self.pos = 0;
         let mut chunk = [0u8; 4096];
         loop {
-            let got = || {
-                if self.buf.is_empty() {
-                    shown_part(&noise.kept, noise.total)
-                } else {
-                    shown(&self.buf)
-                }
-            };
             let now = Instant::now();
-            let timeout = || {
-                if self.end.is_some_and(|end| end <= Instant::now()) {
-                    Error::Cut {
-                        peer: self.peer.clone(),
-                        sent: shown(&self.last),
-                        got: got(),
-                    }
-                } else {
-                    Error::Timeout {
-                        peer: self.peer.clone(),
-                        sent: shown(&self.last),
-                        got: got(),
-                        secs: self.timeout.as_secs_f64(),
-                    }
-                }
-            };
             if now >= deadline {
-                return Err(timeout());
+                return Err(self.ran_out(noise));
             }
             let (least, patience) = self.batch.want(now, chunk.len());
-            if least != self.min_read {
-                // A stream that cannot wait for more wakes for each reply: slower, no worse.
-                self.min_read = if self.stream.set_min_read(least).is_ok() {
-                    least
-                } else {
-                    1
-                };
-            }
+            self.wait_for_at_least(least);
             // A zero timeout means "block forever" to sockets.
             let bound = patience.map_or(deadline, |until| until.min(deadline));
             let wait = bound
@@ -132,7 +102,7 @@ impl<S: Stream> Connection<S> {
                     return Err(Error::Closed {
                         peer: self.peer.clone(),
                         sent: shown(&self.last),
-                        got: got(),
+                        got: self.got(noise),
                     });
                 }
                 Ok(n) => {
@@ -148,7 +118,7 @@ impl<S: Stream> Connection<S> {
                     ) =>
                 {
                     if patience.is_none() {
-                        return Err(timeout());
+                        return Err(self.ran_out(noise));
                     }
                     // Waiting for the whole batch ran out of patience: read what comes.
                     self.batch.give_up();
@@ -158,6 +128,45 @@ impl<S: Stream> Connection<S> {
                     return Err(io_error(&self.peer, &self.last, &got, source));
                 }
             }
+        }
+    }
+
+    /// Has reads wait for `least` bytes, as the batch's guess asks.
+    fn wait_for_at_least(&mut self, least: usize) {
+        if least != self.min_read {
+            // A stream that cannot wait for more wakes for each reply: slower, no worse.
+            self.min_read = if self.stream.set_min_read(least).is_ok() {
+                least
+            } else {
+                1
+            };
+        }
+    }
+
+    /// The error of a wait that ran out: cut at the end of the recording, else a timeout.
+    fn ran_out(&self, noise: &Noise) -> Error {
+        if self.end.is_some_and(|end| end <= Instant::now()) {
+            Error::Cut {
+                peer: self.peer.clone(),
+                sent: shown(&self.last),
+                got: self.got(noise),
+            }
+        } else {
+            Error::Timeout {
+                peer: self.peer.clone(),
+                sent: shown(&self.last),
+                got: self.got(noise),
+                secs: self.timeout.as_secs_f64(),
+            }
+        }
+    }
+
+    /// What came of a wait, for an error: the bytes not taken yet, else the noise skipped.
+    fn got(&self, noise: &Noise) -> String {
+        if self.buf.is_empty() {
+            shown_part(&noise.kept, noise.total)
+        } else {
+            shown(&self.buf)
         }
     }
 }

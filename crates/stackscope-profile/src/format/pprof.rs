@@ -11,8 +11,9 @@
 //! address: a frame and the frames inlined into it (the model's [`Frame::inlined`] flag marks
 //! a frame that shares its caller's address) become one location with one line per frame,
 //! innermost first. Every module becomes a mapping, with its build-id where the profile has
-//! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so locations carry address 0 and mappings
-//! no address range; pprof then goes by the function names, files and lines.
+//! one; kernel frames belong to `[kernel.kallsyms]`. The model keeps no addresses, so
+//! locations carry address 0 and mappings no address range; pprof then goes by the function
+//! names, files and lines.
 //!
 //! A function's `name` is the whole demangled name, generics and closures included
 //! (`core::num::<impl u64>::wrapping_add`); its `system_name` is left empty, because pprof takes
@@ -31,128 +32,7 @@ use super::WriteOptions;
 /// The module kernel frames belong to when the source named none.
 const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
-/// The messages of profile.proto that the writer fills, field numbers as in the proto file.
-pub mod proto {
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Profile {
-        #[prost(message, repeated, tag = "1")]
-        pub sample_type: Vec<ValueType>,
-        #[prost(message, repeated, tag = "2")]
-        pub sample: Vec<Sample>,
-        #[prost(message, repeated, tag = "3")]
-        pub mapping: Vec<Mapping>,
-        #[prost(message, repeated, tag = "4")]
-        pub location: Vec<Location>,
-        #[prost(message, repeated, tag = "5")]
-        pub function: Vec<Function>,
-        #[prost(string, repeated, tag = "6")]
-        pub string_table: Vec<String>,
-        #[prost(int64, tag = "9")]
-        pub time_nanos: i64,
-        #[prost(int64, tag = "10")]
-        pub duration_nanos: i64,
-        #[prost(message, optional, tag = "11")]
-        pub period_type: Option<ValueType>,
-        #[prost(int64, tag = "12")]
-        pub period: i64,
-        #[prost(int64, repeated, tag = "13")]
-        pub comment: Vec<i64>,
-        #[prost(int64, tag = "14")]
-        pub default_sample_type: i64,
-    }
-
-    #[derive(Clone, Copy, PartialEq, prost::Message)]
-    pub struct ValueType {
-        #[prost(int64, tag = "1")]
-        pub r#type: i64,
-        #[prost(int64, tag = "2")]
-        pub unit: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Sample {
-        #[prost(uint64, repeated, tag = "1")]
-        pub location_id: Vec<u64>,
-        #[prost(int64, repeated, tag = "2")]
-        pub value: Vec<i64>,
-        #[prost(message, repeated, tag = "3")]
-        pub label: Vec<Label>,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Label {
-        #[prost(int64, tag = "1")]
-        pub key: i64,
-        #[prost(int64, tag = "2")]
-        pub str: i64,
-        #[prost(int64, tag = "3")]
-        pub num: i64,
-        #[prost(int64, tag = "4")]
-        pub num_unit: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Mapping {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(uint64, tag = "2")]
-        pub memory_start: u64,
-        #[prost(uint64, tag = "3")]
-        pub memory_limit: u64,
-        #[prost(uint64, tag = "4")]
-        pub file_offset: u64,
-        #[prost(int64, tag = "5")]
-        pub filename: i64,
-        #[prost(int64, tag = "6")]
-        pub build_id: i64,
-        #[prost(bool, tag = "7")]
-        pub has_functions: bool,
-        #[prost(bool, tag = "8")]
-        pub has_filenames: bool,
-        #[prost(bool, tag = "9")]
-        pub has_line_numbers: bool,
-        #[prost(bool, tag = "10")]
-        pub has_inline_frames: bool,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Location {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(uint64, tag = "2")]
-        pub mapping_id: u64,
-        #[prost(uint64, tag = "3")]
-        pub address: u64,
-        #[prost(message, repeated, tag = "4")]
-        pub line: Vec<Line>,
-        #[prost(bool, tag = "5")]
-        pub is_folded: bool,
-    }
-
-    #[derive(Clone, Copy, PartialEq, Eq, Hash, prost::Message)]
-    pub struct Line {
-        #[prost(uint64, tag = "1")]
-        pub function_id: u64,
-        #[prost(int64, tag = "2")]
-        pub line: i64,
-        #[prost(int64, tag = "3")]
-        pub column: i64,
-    }
-
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Function {
-        #[prost(uint64, tag = "1")]
-        pub id: u64,
-        #[prost(int64, tag = "2")]
-        pub name: i64,
-        #[prost(int64, tag = "3")]
-        pub system_name: i64,
-        #[prost(int64, tag = "4")]
-        pub filename: i64,
-        #[prost(int64, tag = "5")]
-        pub start_line: i64,
-    }
-}
+pub mod proto;
 
 /// Builds the protocol buffer message (not yet encoded) for `profile`.
 pub fn to_message(profile: &Profile) -> proto::Profile {
@@ -181,6 +61,14 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
     gz.write_all(&bytes)?;
     gz.finish()?;
     Ok(())
+}
+
+/// The string-table indices of the label names every sample uses.
+struct LabelKeys {
+    thread: i64,
+    pid: i64,
+    tid: i64,
+    event: i64,
 }
 
 struct Encoder<'a> {
@@ -229,8 +117,54 @@ impl<'a> Encoder<'a> {
 
     fn encode(mut self) -> proto::Profile {
         let meta = &self.profile.meta;
-        let nanos = self.profile.meta.sample_nanos();
+        let nanos = meta.sample_nanos();
         let timed = meta.count_unit == CountUnit::Microseconds;
+        self.value_types(timed, nanos);
+        self.message.duration_nanos = clamp_f64(meta.duration_secs * 1e9);
+        for comment in comments(self.profile) {
+            let i = self.string(&comment);
+            self.message.comment.push(i);
+        }
+
+        let keys = LabelKeys {
+            thread: self.string("thread"),
+            pid: self.string("pid"),
+            tid: self.string("tid"),
+            event: self.string("event"),
+        };
+        let events = rooted_events(self.profile);
+        let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (stack, thread, count) in per_thread(self.profile) {
+            let location_id = match stack_locations.get(&stack) {
+                Some(ids) => ids.clone(),
+                None => {
+                    let ids = self.stack(stack);
+                    stack_locations.insert(stack, ids.clone());
+                    ids
+                }
+            };
+            let mut value = Vec::with_capacity(2);
+            if !timed {
+                value.push(clamp(count));
+            }
+            if let Some(nanos) = nanos {
+                value.push(clamp(count.saturating_mul(nanos)));
+            }
+            let label = self.labels(&keys, &events, stack, thread);
+            self.message.sample.push(proto::Sample {
+                location_id,
+                value,
+                label,
+            });
+        }
+        self.message
+    }
+
+    /// What each sample's values are, and which one pprof shows by default: the time when
+    /// counts are time (`timed`), else the count and, when the period is a time (`nanos` a
+    /// sample), the CPU time.
+    fn value_types(&mut self, timed: bool, nanos: Option<u64>) {
+        let meta = &self.profile.meta;
         if timed {
             // Counts are time already: one value, the time.
             let events = meta.event.split(", ").count();
@@ -258,69 +192,43 @@ impl<'a> Encoder<'a> {
             self.message.period_type = Some(count_type);
             self.message.period = 1;
         }
-        self.message.duration_nanos = clamp_f64(meta.duration_secs * 1e9);
-        for comment in comments(self.profile) {
-            let i = self.string(&comment);
-            self.message.comment.push(i);
-        }
+    }
 
-        let keys = [
-            self.string("thread"),
-            self.string("pid"),
-            self.string("tid"),
-            self.string("event"),
+    /// A sample's labels: its thread, and the event its stack is rooted in when stacks are.
+    fn labels(
+        &mut self,
+        keys: &LabelKeys,
+        events: &[&str],
+        stack: u32,
+        thread: u32,
+    ) -> Vec<proto::Label> {
+        let thread = self.profile.thread(thread);
+        let mut label = vec![
+            proto::Label {
+                key: keys.thread,
+                str: self.string(&thread.comm),
+                ..Default::default()
+            },
+            proto::Label {
+                key: keys.pid,
+                num: thread.pid.into(),
+                ..Default::default()
+            },
+            proto::Label {
+                key: keys.tid,
+                num: thread.tid.into(),
+                ..Default::default()
+            },
         ];
-        let events = rooted_events(self.profile);
-        let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
-        for (stack, thread, count) in per_thread(self.profile) {
-            let location_id = match stack_locations.get(&stack) {
-                Some(ids) => ids.clone(),
-                None => {
-                    let ids = self.stack(stack);
-                    stack_locations.insert(stack, ids.clone());
-                    ids
-                }
-            };
-            let mut value = Vec::with_capacity(2);
-            if !timed {
-                value.push(clamp(count));
-            }
-            if let Some(nanos) = nanos {
-                value.push(clamp(count.saturating_mul(nanos)));
-            }
-            let thread = self.profile.thread(thread);
-            let mut label = vec![
-                proto::Label {
-                    key: keys[0],
-                    str: self.string(&thread.comm),
-                    ..Default::default()
-                },
-                proto::Label {
-                    key: keys[1],
-                    num: thread.pid.into(),
-                    ..Default::default()
-                },
-                proto::Label {
-                    key: keys[2],
-                    num: thread.tid.into(),
-                    ..Default::default()
-                },
-            ];
-            let root = self.profile.stack(stack).frames.first();
-            if let Some(event) = root.and_then(|&f| event_root(self.profile, &events, f)) {
-                label.push(proto::Label {
-                    key: keys[3],
-                    str: self.string(event),
-                    ..Default::default()
-                });
-            }
-            self.message.sample.push(proto::Sample {
-                location_id,
-                value,
-                label,
+        let root = self.profile.stack(stack).frames.first();
+        if let Some(event) = root.and_then(|&f| event_root(self.profile, events, f)) {
+            label.push(proto::Label {
+                key: keys.event,
+                str: self.string(event),
+                ..Default::default()
             });
         }
-        self.message
+        label
     }
 
     /// The location ids of a stack, leaf first as pprof wants them.

@@ -1,5 +1,5 @@
-//! The functions an ELF file's symbol tables name, their code, and which of them its
-//! `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI, and
+//! The functions an ELF file's symbol tables name (where they are, their code, what they are
+//! called), and which of them its `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI, and
 //! where a function no symbol names starts.
 
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, RunTimeEndian, UnwindSection};
@@ -31,14 +31,29 @@ impl ElfFile {
     /// The functions `table` names; `None` when the file has no such table or it holds no
     /// symbols.
     pub fn functions(&self, table: SymbolTable) -> Option<Vec<Function>> {
+        self.function_symbols(table, |function, _| Some(function))
+    }
+
+    /// The names of the functions `table` says the file defines (not those it imports), as
+    /// the table spells them; `None` as for [`ElfFile::functions`].
+    pub fn defined_function_names(&self, table: SymbolTable) -> Option<Vec<&[u8]>> {
+        self.function_symbols(table, |function, name| function.section.map(|_| name))
+    }
+
+    /// `pick(function, name)` of each function symbol of `table`, where it gives one.
+    fn function_symbols<'a, T>(
+        &'a self,
+        table: SymbolTable,
+        pick: impl FnMut(Function, &'a [u8]) -> Option<T>,
+    ) -> Option<Vec<T>> {
         let sh_type = match table {
             SymbolTable::Static => elf::SHT_SYMTAB,
             SymbolTable::Dynamic => elf::SHT_DYNSYM,
         };
         if self.is_64 {
-            functions::<FileHeader64<Endianness>>(self.bytes(), sh_type)
+            function_symbols::<FileHeader64<Endianness>, T>(self.bytes(), sh_type, pick)
         } else {
-            functions::<FileHeader32<Endianness>>(self.bytes(), sh_type)
+            function_symbols::<FileHeader32<Endianness>, T>(self.bytes(), sh_type, pick)
         }
     }
 
@@ -127,10 +142,11 @@ impl ElfFile {
     }
 }
 
-fn functions<Elf: FileHeader<Endian = Endianness>>(
-    data: &[u8],
+fn function_symbols<'data, Elf: FileHeader<Endian = Endianness>, T>(
+    data: &'data [u8],
     sh_type: elf::SectionType,
-) -> Option<Vec<Function>> {
+    mut pick: impl FnMut(Function, &'data [u8]) -> Option<T>,
+) -> Option<Vec<T>> {
     let header = Elf::parse(data).ok()?;
     let endian = header.endian().ok()?;
     let symbols = header
@@ -142,20 +158,23 @@ fn functions<Elf: FileHeader<Endian = Endianness>>(
     if symbols.len() <= 1 {
         return None;
     }
-    let functions = symbols
+    let picked = symbols
         .iter()
         .enumerate()
         .skip(1)
         .filter(|(_, s)| matches!(s.st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC))
-        .map(|(i, s)| Function {
-            address: s.st_value(endian).into(),
-            size: s.st_size(endian).into(),
-            section: symbols
-                .symbol_section(endian, s, SymbolIndex(i))
-                .ok()
-                .flatten()
-                .map(|index| index.0),
+        .filter_map(|(i, s)| {
+            let function = Function {
+                address: s.st_value(endian).into(),
+                size: s.st_size(endian).into(),
+                section: symbols
+                    .symbol_section(endian, s, SymbolIndex(i))
+                    .ok()
+                    .flatten()
+                    .map(|index| index.0),
+            };
+            pick(function, symbols.symbol_name(endian, s).unwrap_or_default())
         })
         .collect();
-    Some(functions)
+    Some(picked)
 }

@@ -66,6 +66,40 @@ fn functions_and_their_code_match_the_symbol_table() {
 }
 
 #[test]
+fn defined_function_names_are_the_symbol_tables_defined_text_symbols() {
+    let path = own_binary();
+    let elf = ElfFile::open(&path).unwrap();
+    let data = std::fs::read(&path).unwrap();
+    let oracle = object::File::parse(&*data).unwrap();
+    for (table, symbols) in [
+        (SymbolTable::Static, oracle.symbols()),
+        (SymbolTable::Dynamic, oracle.dynamic_symbols()),
+    ] {
+        let expected: Vec<&[u8]> = symbols
+            .filter(|s| s.kind() == SymbolKind::Text && s.is_definition())
+            .map(|s| s.name_bytes().unwrap())
+            .collect();
+        let got = elf.defined_function_names(table).unwrap_or_default();
+        assert_eq!(got, expected, "{table:?}");
+    }
+    let names = elf.defined_function_names(SymbolTable::Static).unwrap();
+    assert!(names.iter().any(|n| n.starts_with(b"main")));
+}
+
+#[test]
+fn notes_are_read_from_the_named_section() {
+    let elf = ElfFile::open(&own_binary()).unwrap();
+    let notes = elf.notes(".note.gnu.build-id");
+    let build_id = notes
+        .iter()
+        .find(|n| n.owner == b"GNU" && n.kind == elf::NT_GNU_BUILD_ID.0)
+        .unwrap();
+    assert_eq!(Some(build_id.desc), elf.build_id());
+    assert!(elf.notes(".text").is_empty(), "not a note section");
+    assert!(elf.notes(".no_such_section").is_empty());
+}
+
+#[test]
 fn fde_starts_are_sorted_and_name_functions() {
     let elf = ElfFile::open(&own_binary()).unwrap();
     let starts = elf.fde_starts().unwrap();

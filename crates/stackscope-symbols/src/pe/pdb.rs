@@ -25,7 +25,7 @@ use pdb_addr2line::pdb::{FallibleIterator, SourceLanguage, SymbolData, PDB};
 use pdb_addr2line::ContextPdbData;
 
 use super::CodeView;
-use crate::symbolizer::sym_frame;
+use crate::sym_frame::sym_frame;
 use crate::SymFrame;
 
 /// The environment variable listing where PDBs are, as Windows debuggers read it.

@@ -8,8 +8,9 @@ use std::path::Path;
 use blazesym::symbolize::source::{Elf, Source};
 use blazesym::symbolize::Input;
 
-use super::{display_name, AddrKind, Symbolizer};
+use super::{AddrKind, Symbolizer};
 use crate::elf::{ElfFile, SymbolTable};
+use crate::sym_frame::display_name;
 use crate::SymFrame;
 
 impl Symbolizer {
