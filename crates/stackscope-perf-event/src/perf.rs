@@ -1,22 +1,21 @@
 //! The kernel side of sampling: building the `perf_event_attr` for the software `cpu-clock`
 //! event, `perf_event_open` and its ioctls, mapping and draining the per-CPU ring buffers, and
-//! decoding the records that our attr asks for.
+//! how the records our attr asks for are laid out (for the one decoder, `crate::decode`).
 //!
-//! Records are copied out of the ring into an 8-byte aligned buffer before decoding, so a
-//! record that wraps around the end of the ring reads like any other and callchains can be
-//! handed out as `&[u64]` without copying them again.
+//! Records are copied out of the ring into one buffer before decoding, so a record that wraps
+//! around the end of the ring reads like any other.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use byteorder::NativeEndian;
+use linux_perf_data::linux_perf_event_reader::{Endianness, PerfEventAttr, RecordParseInfo};
 use perf_event_open_sys as sys;
 use sys::bindings as b;
 
-mod record;
 mod ring;
 
-pub(crate) use record::*;
-pub(crate) use ring::Ring;
+pub(crate) use ring::{record_at, Ring};
 
 /// What every event we open asks the kernel for. All events of one sampler share it, so all
 /// records in all rings have the same layout.
@@ -43,16 +42,24 @@ pub(crate) struct EventSpec {
     pub wakeup_bytes: u32,
 }
 
-/// Registers copied per sample, in the bit order the kernel writes them: frame pointer, stack
-/// pointer, instruction pointer.
+/// The user registers copied per sample, by their numbers in the kernel's register mask:
+/// frame pointer, stack pointer, instruction pointer. None where none are asked for.
 #[cfg(target_arch = "x86_64")]
-const USER_REGS_MASK: u64 =
-    (1 << b::PERF_REG_X86_BP) | (1 << b::PERF_REG_X86_SP) | (1 << b::PERF_REG_X86_IP);
+pub(crate) const USER_REGS: Option<[u64; 3]> = Some([
+    b::PERF_REG_X86_BP as u64,
+    b::PERF_REG_X86_SP as u64,
+    b::PERF_REG_X86_IP as u64,
+]);
 /// x29 (frame pointer), sp, pc.
 #[cfg(target_arch = "aarch64")]
-const USER_REGS_MASK: u64 = (1 << 29) | (1 << 31) | (1 << 32);
+pub(crate) const USER_REGS: Option<[u64; 3]> = Some([29, 31, 32]);
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-const USER_REGS_MASK: u64 = 0;
+pub(crate) const USER_REGS: Option<[u64; 3]> = None;
+
+const USER_REGS_MASK: u64 = match USER_REGS {
+    Some([fp, sp, ip]) => (1 << fp) | (1 << sp) | (1 << ip),
+    None => 0,
+};
 
 /// Largest `sample_stack_user` the kernel accepts: below 64 KiB and a multiple of 8.
 pub(crate) const MAX_STACK_BYTES: u32 = 65528;
@@ -74,17 +81,20 @@ impl EventSpec {
         t as u64
     }
 
-    /// How records produced with this spec are laid out.
-    pub fn format(&self) -> SampleFormat {
-        let t = self.sample_type();
-        SampleFormat {
-            regs: if t & b::PERF_SAMPLE_REGS_USER as u64 != 0 {
-                USER_REGS_MASK.count_ones() as usize
-            } else {
-                0
-            },
-            stack: t & b::PERF_SAMPLE_STACK_USER as u64 != 0,
-        }
+    /// How records produced with this spec are laid out, read from the attr the kernel is
+    /// given, so the decoder reads what the kernel writes.
+    pub fn record_layout(&self) -> io::Result<RecordParseInfo> {
+        let attr = self.attr();
+        // SAFETY: perf_event_attr is plain integers without padding; its bytes are what the
+        // kernel reads too.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::addr_of!(attr).cast::<u8>(),
+                std::mem::size_of::<b::perf_event_attr>(),
+            )
+        };
+        let (attr, _) = PerfEventAttr::parse::<_, NativeEndian>(bytes)?;
+        Ok(RecordParseInfo::new(&attr, Endianness::NATIVE))
     }
 
     pub fn attr(&self) -> b::perf_event_attr {

@@ -6,7 +6,10 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::AsRawFd;
 
+use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
+
 use super::{Kind, Sampler, SamplerConfig, StackMode};
+use crate::decode::Decoder;
 use crate::perf::{self, EventSpec, Ring};
 use stackscope_process::kernel::{choose_cpus, read_sysctl};
 use stackscope_process::target::{self, HeldChild, Target};
@@ -27,6 +30,10 @@ impl Sampler {
     /// be found in PATH is reported here already.
     pub fn open(target: &Target, config: &SamplerConfig) -> Result<Sampler, SampleError> {
         let spec = event_spec(target, config)?;
+        let layout = spec.record_layout().map_err(|source| SampleError::Io {
+            what: "cannot read back the perf_event_attr the sampler asks for".into(),
+            source,
+        })?;
         let cpus = choose_cpus(config.cpu)?;
         let data_pages = match (config.buffer_pages, config.stack_mode) {
             (0, StackMode::Dwarf { stack_bytes }) if config.user => dwarf_ring_pages(
@@ -38,7 +45,7 @@ impl Sampler {
             (0, _) => 128,
             (n, _) => n.next_power_of_two(),
         };
-        let mut sampler = Sampler::new(target, config, spec, data_pages);
+        let mut sampler = Sampler::new(target, config, spec, layout, data_pages);
         sampler.attach(target, &cpus)?;
         sampler.buffers = vec![Vec::new(); sampler.rings.len()];
         Ok(sampler)
@@ -155,7 +162,13 @@ impl Sampler {
         }
     }
 
-    fn new(target: &Target, config: &SamplerConfig, spec: EventSpec, data_pages: usize) -> Self {
+    fn new(
+        target: &Target,
+        config: &SamplerConfig,
+        spec: EventSpec,
+        layout: RecordParseInfo,
+        data_pages: usize,
+    ) -> Self {
         Sampler {
             kind: match target {
                 Target::Command(_) => Kind::Command,
@@ -163,7 +176,8 @@ impl Sampler {
                 Target::Tids(_) => Kind::Tids,
                 Target::System => Kind::System,
             },
-            format: spec.format(),
+            layout,
+            decoder: Decoder::default(),
             spec: EventSpec {
                 wakeup_bytes: (data_pages * perf::page_size() / 4) as u32,
                 ..spec
