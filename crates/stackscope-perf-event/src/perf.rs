@@ -1,16 +1,18 @@
-//! The kernel side of sampling: building the `perf_event_attr` for the software `cpu-clock`
-//! event, `perf_event_open` and its ioctls, mapping and draining the per-CPU ring buffers, and
-//! how the records our attr asks for are laid out (for the one decoder, `crate::decode`).
+//! The kernel side of sampling: what this source adds to the software `cpu-clock` event's
+//! `perf_event_attr` (opened by `stackscope_process::cpu_clock`, shared with the eBPF source),
+//! its ioctls, mapping and draining the per-CPU ring buffers, and how the records our attr
+//! asks for are laid out (for the one decoder, `crate::decode`).
 //!
 //! Records are copied out of the ring into one buffer before decoding, so a record that wraps
 //! around the end of the ring reads like any other.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use byteorder::NativeEndian;
 use linux_perf_data::linux_perf_event_reader::{Endianness, PerfEventAttr, RecordParseInfo};
 use perf_event_open_sys as sys;
+use stackscope_process::cpu_clock::{self, Rate};
 use sys::bindings as b;
 
 mod ring;
@@ -21,8 +23,7 @@ pub(crate) use ring::{record_at, Ring};
 /// records in all rings have the same layout.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EventSpec {
-    pub frequency: Option<u64>,
-    pub period: Option<u64>,
+    pub rate: Rate,
     /// Follow new threads and children of the task the event is opened on.
     pub inherit: bool,
     /// Start counting when the task calls exec (for a launched command).
@@ -98,25 +99,8 @@ impl EventSpec {
     }
 
     pub fn attr(&self) -> b::perf_event_attr {
-        let mut attr = b::perf_event_attr {
-            type_: b::PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<b::perf_event_attr>() as u32,
-            config: b::PERF_COUNT_SW_CPU_CLOCK as u64,
-            sample_type: self.sample_type(),
-            ..Default::default()
-        };
-        match (self.frequency, self.period) {
-            (Some(hz), _) => {
-                attr.__bindgen_anon_1.sample_freq = hz;
-                attr.set_freq(1);
-            }
-            (None, Some(ns)) => attr.__bindgen_anon_1.sample_period = ns,
-            (None, None) => {
-                attr.__bindgen_anon_1.sample_freq = 99;
-                attr.set_freq(1);
-            }
-        }
-        attr.set_disabled(1);
+        let mut attr = cpu_clock::attr(self.rate);
+        attr.sample_type = self.sample_type();
         attr.set_inherit(self.inherit as u64);
         attr.set_enable_on_exec(self.enable_on_exec as u64);
         attr.set_exclude_kernel(self.exclude_kernel as u64);
@@ -138,26 +122,6 @@ impl EventSpec {
         }
         attr
     }
-}
-
-/// `perf_event_open(attr, pid, cpu, -1, CLOEXEC)`.
-pub(crate) fn open(attr: &b::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    let mut attr = *attr;
-    // SAFETY: `attr` is a fully initialised perf_event_attr whose `size` matches its type.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            pid,
-            cpu,
-            -1,
-            b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just handed us this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Sends the records of `fd` into the ring buffer mapped on `ring_fd` (same CPU).

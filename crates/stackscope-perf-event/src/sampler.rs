@@ -22,6 +22,7 @@ use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
 use crate::decode::{self, Decoder};
 pub use crate::event::{Event, SampleEvent, UserRegs};
 use crate::perf::{self, EventSpec, Ring};
+use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_process::target::{self, HeldChild};
 use stackscope_process::SampleError;
 
@@ -67,8 +68,7 @@ pub struct SamplerConfig {
 /// the kernel's errno when it cannot.
 pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
     let spec = perf::EventSpec {
-        frequency: Some(99),
-        period: None,
+        rate: Rate::Frequency(99),
         inherit: false,
         enable_on_exec: false,
         kernel_callchain: kernel,
@@ -79,7 +79,7 @@ pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
         build_id: false,
         wakeup_bytes: 1,
     };
-    perf::open(&spec.attr(), 0, -1).map(drop)
+    cpu_clock::open(&spec.attr(), 0, -1).map(drop)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,7 @@ use linux_perf_data::linux_perf_event_reader::{RecordParseInfo, RecordType};
 /// What the sampler asks for in DWARF mode: callchains, user registers and a stack copy.
 fn dwarf_layout() -> RecordParseInfo {
     EventSpec {
-        frequency: Some(99),
-        period: None,
+        rate: stackscope_process::cpu_clock::Rate::Frequency(99),
         inherit: true,
         enable_on_exec: false,
         kernel_callchain: true,
