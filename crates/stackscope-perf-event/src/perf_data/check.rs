@@ -9,8 +9,6 @@ use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
 use std::rc::Rc;
 
-use linux_perf_data::linux_perf_event_reader::RawData;
-
 use super::bounds::{Refused, Unpack, Window, RECORD_FINISHED_ROUND};
 use super::MAGIC_SWAPPED;
 use crate::decode::{check_mmap2, MMAP2_BUILD_ID_LEN_AT};
@@ -338,7 +336,7 @@ impl Records {
         self.ahead.resize(wanted, 0);
         inner.read_exact(&mut self.ahead[8..]).map_err(unreadable)?;
         let body = &self.ahead[8..];
-        check_mmap2(kind, misc, RawData::Single(body)).map_err(Refused::Damaged)?;
+        check_mmap2(kind, misc, body.into()).map_err(Refused::Damaged)?;
         // A pipe's first record after its event descriptions is read with them, as a record
         // alone: an AUXTRACE record's trace does not follow it there, a compressed record is
         // not unpacked.
