@@ -2,14 +2,13 @@
 //! sizes before loading, the verifier's verdict, the cpu-clock events it runs on, the filter
 //! maps, and reading the counted stacks back.
 
-use std::io;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::Mutex;
 
 use libbpf_rs::skel::{OpenSkel, Skel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, OpenObject, PrintLevel};
-use perf_event_open_sys as perf;
+use stackscope_process::cpu_clock;
 use stackscope_process::SampleError;
 use stackscope_stacks::ProgramCost;
 
@@ -296,50 +295,22 @@ impl Sampling {
     /// Opens a cpu-clock event on each CPU and attaches the sampling program (which enables
     /// it).
     pub fn start(skel: &ProfileSkel<'_>, cpus: &[u32], rate: Rate) -> Result<Sampling, BpfError> {
-        let mut attr = perf::bindings::perf_event_attr {
-            type_: perf::bindings::PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<perf::bindings::perf_event_attr>() as u32,
-            config: perf::bindings::PERF_COUNT_SW_CPU_CLOCK as u64,
-            ..Default::default()
-        };
-        match rate {
-            Rate::Period(ns) => attr.__bindgen_anon_1.sample_period = ns,
-            Rate::Frequency(hz) => {
-                attr.__bindgen_anon_1.sample_freq = hz;
-                attr.set_freq(1);
-            }
-        }
-        attr.set_disabled(1);
+        let attr = cpu_clock::attr(rate);
         let mut links = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
-            // SAFETY: `attr` is a fully initialised perf_event_attr whose size matches.
-            let fd = unsafe {
-                perf::perf_event_open(
-                    &mut attr,
-                    -1,
-                    cpu as i32,
-                    -1,
-                    perf::bindings::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-                )
-            };
-            if fd < 0 {
-                let source = io::Error::last_os_error();
-                return Err(BpfError::Sample(SampleError::Perf {
+            let fd = cpu_clock::open(&attr, -1, cpu as i32).map_err(|source| {
+                BpfError::Sample(SampleError::Perf {
                     what: format!("CPU {cpu}"),
                     source,
-                }));
-            }
-            let link = match skel.progs.on_sample.attach_perf_event(fd) {
-                Ok(link) => link,
-                Err(e) => {
-                    // SAFETY: our own descriptor, not handed to a link.
-                    unsafe { libc::close(fd) };
-                    return Err(BpfError::bpf(
-                        format!("attach the BPF program to CPU {cpu}"),
-                        e,
-                    ));
-                }
-            };
+                })
+            })?;
+            let link = skel
+                .progs
+                .on_sample
+                .attach_perf_event(fd.as_raw_fd())
+                .map_err(|e| BpfError::bpf(format!("attach the BPF program to CPU {cpu}"), e))?;
+            // The link closes the event when it is dropped.
+            let _ = fd.into_raw_fd();
             links.push(link);
         }
         Ok(Sampling { links })

@@ -37,14 +37,8 @@ pub const DEFAULT_MAX_FRAMES: u32 = 512;
 /// Files whose unwind tables the kernel holds at once: more than a busy machine maps.
 pub const DEFAULT_TABLE_FILES: u32 = 16384;
 
-/// How often each CPU is sampled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Rate {
-    /// Samples per second per CPU.
-    Frequency(u64),
-    /// Nanoseconds of cpu-clock per sample.
-    Period(u64),
-}
+/// How often each CPU is sampled: the cpu-clock event's rate, as the perf_event source's.
+pub use stackscope_process::cpu_clock::Rate;
 
 /// Time rather than samples or hits: what `record --off-cpu` and `--wall` count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,7 +130,7 @@ pub fn record(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording, BpfError> {
-    sampled::check_rate(config.rate)?;
+    config.rate.check()?;
     sampled::check_max_frames(config.max_frames)?;
     let cpus = kernel::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;

@@ -1,32 +1,32 @@
-//! The kernel side of sampling: building the `perf_event_attr` for the software `cpu-clock`
-//! event, `perf_event_open` and its ioctls, mapping and draining the per-CPU ring buffers, and
-//! decoding the records that our attr asks for.
+//! The kernel side of sampling: what this source adds to the software `cpu-clock` event's
+//! `perf_event_attr` (opened by `stackscope_process::cpu_clock`, shared with the eBPF source),
+//! its ioctls, mapping and draining the per-CPU ring buffers, and how the records our attr
+//! asks for are laid out (for the one decoder, `crate::decode`).
 //!
-//! Records are copied out of the ring into an 8-byte aligned buffer before decoding, so a
-//! record that wraps around the end of the ring reads like any other and callchains can be
-//! handed out as `&[u64]` without copying them again.
+//! Records are copied out of the ring into one buffer before decoding, so a record that wraps
+//! around the end of the ring reads like any other.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
+use byteorder::NativeEndian;
+use linux_perf_data::linux_perf_event_reader::{Endianness, PerfEventAttr, RecordParseInfo};
 use perf_event_open_sys as sys;
+use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_stacks::arch::Arch;
 use sys::bindings as b;
 
-mod record;
 mod regs;
 mod ring;
 
-pub(crate) use record::*;
 pub(crate) use regs::{arch_of_mask, by_number, running_arch};
-pub(crate) use ring::Ring;
+pub(crate) use ring::{record_at, Ring};
 
 /// What every event we open asks the kernel for. All events of one sampler share it, so all
 /// records in all rings have the same layout.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct EventSpec {
-    pub frequency: Option<u64>,
-    pub period: Option<u64>,
+    pub rate: Rate,
     /// Follow new threads and children of the task the event is opened on.
     pub inherit: bool,
     /// Start counting when the task calls exec (for a launched command).
@@ -67,35 +67,25 @@ impl EventSpec {
         t as u64
     }
 
-    /// How records produced with this spec are laid out.
-    pub fn format(&self) -> SampleFormat {
-        let t = self.sample_type();
-        SampleFormat {
-            regs: self.user_regs,
-            stack: t & b::PERF_SAMPLE_STACK_USER as u64 != 0,
-        }
+    /// How records produced with this spec are laid out, read from the attr the kernel is
+    /// given, so the decoder reads what the kernel writes.
+    pub fn record_layout(&self) -> io::Result<RecordParseInfo> {
+        let attr = self.attr();
+        // SAFETY: perf_event_attr is plain integers without padding; its bytes are what the
+        // kernel reads too.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                std::ptr::addr_of!(attr).cast::<u8>(),
+                std::mem::size_of::<b::perf_event_attr>(),
+            )
+        };
+        let (attr, _) = PerfEventAttr::parse::<_, NativeEndian>(bytes)?;
+        Ok(RecordParseInfo::new(&attr, Endianness::NATIVE))
     }
 
     pub fn attr(&self) -> b::perf_event_attr {
-        let mut attr = b::perf_event_attr {
-            type_: b::PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<b::perf_event_attr>() as u32,
-            config: b::PERF_COUNT_SW_CPU_CLOCK as u64,
-            sample_type: self.sample_type(),
-            ..Default::default()
-        };
-        match (self.frequency, self.period) {
-            (Some(hz), _) => {
-                attr.__bindgen_anon_1.sample_freq = hz;
-                attr.set_freq(1);
-            }
-            (None, Some(ns)) => attr.__bindgen_anon_1.sample_period = ns,
-            (None, None) => {
-                attr.__bindgen_anon_1.sample_freq = 99;
-                attr.set_freq(1);
-            }
-        }
-        attr.set_disabled(1);
+        let mut attr = cpu_clock::attr(self.rate);
+        attr.sample_type = self.sample_type();
         attr.set_inherit(self.inherit as u64);
         attr.set_enable_on_exec(self.enable_on_exec as u64);
         attr.set_exclude_kernel(self.exclude_kernel as u64);
@@ -117,26 +107,6 @@ impl EventSpec {
         }
         attr
     }
-}
-
-/// `perf_event_open(attr, pid, cpu, -1, CLOEXEC)`.
-pub(crate) fn open(attr: &b::perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    let mut attr = *attr;
-    // SAFETY: `attr` is a fully initialised perf_event_attr whose `size` matches its type.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            pid,
-            cpu,
-            -1,
-            b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just handed us this descriptor and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// Sends the records of `fd` into the ring buffer mapped on `ring_fd` (same CPU).

@@ -261,29 +261,23 @@ impl BuildIds {
         }
     }
 
-    /// The mapping for an mmap record, with its binary's build-id and the file that holds it.
-    fn mapping(&mut self, start: u64, len: u64, offset: u64, path: &[u8]) -> Mapping {
-        let build_id = self.by_path.get(path).cloned();
-        let file = match &build_id {
-            Some(id) => self.locate(path, id),
-            None => Arc::from(String::from_utf8_lossy(path).as_ref()),
-        };
-        Mapping {
-            start,
-            end: start.saturating_add(len),
-            offset,
-            path: file,
-            build_id,
+    /// A mapping as its mmap record tells it, with its binary's build-id from the header and
+    /// the file that holds that build; the record's own build-id when the header has none.
+    fn locate_mapping(&mut self, mut mapping: Mapping) -> Mapping {
+        if let Some(id) = self.by_path.get(mapping.path.as_bytes()).cloned() {
+            mapping.path = self.locate(&mapping.path, &id);
+            mapping.build_id = Some(id);
         }
+        mapping
     }
 
     /// The path to read for `path`: itself when its build-id matches (or cannot be told), else
     /// perf's cached copy (`~/.debug/.build-id/xx/rest/elf`) when there is one.
-    fn locate(&mut self, path: &[u8], id: &[u8]) -> Arc<str> {
-        if let Some(found) = self.located.get(path) {
+    fn locate(&mut self, path: &Arc<str>, id: &[u8]) -> Arc<str> {
+        if let Some(found) = self.located.get(path.as_bytes()) {
             return found.clone();
         }
-        let text: Arc<str> = Arc::from(String::from_utf8_lossy(path).as_ref());
+        let text = path.clone();
         let mut found = text.clone();
         let on_disk = file_build_id(Path::new(&*text));
         if on_disk.as_deref().is_some_and(|d| d != id) {
@@ -291,7 +285,7 @@ impl BuildIds {
                 found = Arc::from(cached.to_string_lossy().as_ref());
             }
         }
-        self.located.insert(path.to_vec(), found.clone());
+        self.located.insert(path.as_bytes().to_vec(), found.clone());
         found
     }
 }

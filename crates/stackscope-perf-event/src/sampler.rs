@@ -1,4 +1,4 @@
-//! The sampler: opens software `cpu-clock` perf events for a [`Target`](stackscope_process::target::Target), one ring buffer per
+//! The sampler: opens software `cpu-clock` perf events for a [`Target`](crate::target::Target), one ring buffer per
 //! CPU, and turns what the kernel writes into [`Event`]s — samples with their kernel callchain
 //! and user registers/stack (or user callchain), plus the mmap, comm, fork and exit records
 //! needed to know what each process had mapped.
@@ -17,8 +17,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
+
+use crate::decode::{self, Decoder};
 pub use crate::event::{Event, SampleEvent};
-use crate::perf::{self, EventSpec, Ring, SampleFormat};
+use crate::perf::{self, EventSpec, Ring};
+use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_process::target::{self, HeldChild};
 use stackscope_process::SampleError;
 
@@ -64,8 +68,7 @@ pub struct SamplerConfig {
 /// the kernel's errno when it cannot.
 pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
     let spec = perf::EventSpec {
-        frequency: Some(99),
-        period: None,
+        rate: Rate::Frequency(99),
         inherit: false,
         enable_on_exec: false,
         kernel_callchain: kernel,
@@ -76,7 +79,7 @@ pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
         build_id: false,
         wakeup_bytes: 1,
     };
-    perf::open(&spec.attr(), 0, -1).map(drop)
+    cpu_clock::open(&spec.attr(), 0, -1).map(drop)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,15 +94,17 @@ enum Kind {
 pub struct Sampler {
     kind: Kind,
     spec: EventSpec,
-    format: SampleFormat,
+    /// How the records in every ring are laid out (all events share the spec's).
+    layout: RecordParseInfo,
+    decoder: Decoder,
     /// One ring per CPU, owned by the first event opened on that CPU.
     rings: Vec<(u32, Ring)>,
     /// Events whose records go to their CPU's ring.
     others: Vec<OwnedFd>,
     /// Raw fds of every event, with whether poll(2) has reported it hung up (task gone).
     polled: Vec<(i32, bool)>,
-    /// Aligned copies of each ring's pending records.
-    buffers: Vec<Vec<u64>>,
+    /// Copies of each ring's pending records.
+    buffers: Vec<Vec<u8>>,
     /// (time, ring, offset) of every record of the current batch.
     order: Vec<(u64, u32, u32)>,
     child: Option<HeldChild>,
@@ -224,19 +229,23 @@ impl Sampler {
         let Sampler {
             buffers,
             order,
-            format,
+            layout,
+            decoder,
             descendants,
             include_idle,
             kind,
             ..
         } = self;
         for &(_, ring, at) in order.iter() {
-            let words = &buffers[ring as usize];
-            let at = at as usize;
-            let Some(h) = perf::header(perf::words_as_bytes(words), at) else {
+            let Some((record, _)) = perf::record_at(&buffers[ring as usize], at as usize, *layout)
+            else {
                 continue;
             };
-            let Some(event) = perf::parse(words, at, h, *format) else {
+            // A record that cannot be decoded is skipped: the ring holds nothing else of it.
+            let Ok(parsed) = decode::parse(&record) else {
+                continue;
+            };
+            let Some(event) = decoder.event(&parsed) else {
                 continue;
             };
             match event {
@@ -258,19 +267,11 @@ impl Sampler {
         let order = &mut self.order;
         order.clear();
         for (i, (_, ring)) in self.rings.iter_mut().enumerate() {
-            let len = ring.drain_into(&mut self.buffers[i]);
-            let bytes = perf::words_as_bytes(&self.buffers[i]);
+            ring.drain_into(&mut self.buffers[i]);
             let mut at = 0;
-            while at + 8 <= len {
-                let Some(h) = perf::header(bytes, at) else {
-                    break;
-                };
-                if h.size < 8 || at + h.size > len {
-                    break;
-                }
-                let time = perf::record_time(&bytes[at..at + h.size], h).unwrap_or(0);
-                order.push((time, i as u32, at as u32));
-                at += h.size;
+            while let Some((record, size)) = perf::record_at(&self.buffers[i], at, self.layout) {
+                order.push((record.timestamp().unwrap_or(0), i as u32, at as u32));
+                at += size;
             }
         }
         // Stable: records of one ring with equal times keep their order.
@@ -329,13 +330,6 @@ impl Sampler {
     /// Pid of the launched child.
     pub fn child_pid(&self) -> Option<u32> {
         self.child.as_ref().map(|c| c.pid)
-    }
-
-    /// Forwards a signal to the launched child (e.g. on Ctrl-C if it did not get it).
-    pub fn kill_child(&self, signal: i32) {
-        if let Some(child) = &self.child {
-            child.kill(signal);
-        }
     }
 
     /// True when the kernel refused kernel-mode sampling (unprivileged user) and only user

@@ -1,24 +1,12 @@
-//! What the kernel is asked to sample, checked before anything is loaded: the rate, the ids
-//! the program filters for and the processes whose tables it follows, and the caller's pid
-//! namespace the program reports pids in. (The CPUs are chosen as the perf_event source
-//! chooses them.)
+//! What the kernel is asked to sample, checked before anything is loaded: the ids the program
+//! filters for and the processes whose tables it follows, and the caller's pid namespace the
+//! program reports pids in. (The CPUs are chosen, and the rate checked, as the perf_event
+//! source does.)
 
 use stackscope_process::target::{self, Target};
 use stackscope_process::SampleError;
 
-use super::Rate;
 use crate::program::Filter;
-
-/// Refuses a rate of zero, or a frequency above what the kernel allows.
-pub(super) fn check_rate(rate: Rate) -> Result<(), SampleError> {
-    match rate {
-        Rate::Frequency(0) | Rate::Period(0) => Err(SampleError::InvalidConfig(
-            "the frequency or period must be above 0".into(),
-        )),
-        Rate::Frequency(hz) => check_frequency(hz),
-        Rate::Period(_) => Ok(()),
-    }
-}
 
 /// Refuses a frame limit the walk cannot keep.
 pub(super) fn check_max_frames(frames: u32) -> Result<(), SampleError> {
@@ -29,16 +17,6 @@ pub(super) fn check_max_frames(frames: u32) -> Result<(), SampleError> {
         )));
     }
     Ok(())
-}
-
-fn check_frequency(hz: u64) -> Result<(), SampleError> {
-    let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()
-        .and_then(|s| s.trim().parse::<u64>().ok());
-    match max {
-        Some(max) if hz > max => Err(SampleError::FrequencyTooHigh { requested: hz, max }),
-        _ => Ok(()),
-    }
 }
 
 /// The ids the program keeps samples of, and the processes whose execs, loads and tables it

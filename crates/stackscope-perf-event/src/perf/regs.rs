@@ -38,15 +38,6 @@ pub(crate) fn by_number(arch: Arch, get: impl Fn(u32) -> Option<u64>) -> Option<
     })
 }
 
-/// The registers of a sample of `arch` whose `words` are those of [`mask`], in number order.
-pub(crate) fn in_mask_order(arch: Arch, words: &[u64]) -> Option<Regs> {
-    let mask = mask(arch);
-    by_number(arch, |n| {
-        let below = mask & ((1 << n) - 1);
-        words.get(below.count_ones() as usize).copied()
-    })
-}
-
 /// The architecture whose registers a recording's `sample_regs_user` mask asks for, for a
 /// perf.data file whose header does not say: perf asks for all of an architecture's
 /// registers. x86-64 numbers none from 24 to 31 (its vector registers start at 32), aarch64
@@ -80,21 +71,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn registers_are_read_back_in_the_order_of_their_numbers() {
-        // aarch64: x29, x30, sp, pc.
-        let regs = in_mask_order(Arch::Aarch64, &[0x29, 0x30, 0x31, 0x32]).unwrap();
-        assert_eq!(
-            (regs.fp, regs.lr, regs.sp, regs.pc),
-            (0x29, 0x30, 0x31, 0x32)
-        );
-        // x86-64: bp, sp, ip; no link register.
-        let regs = in_mask_order(Arch::X86_64, &[6, 7, 8]).unwrap();
-        assert_eq!((regs.fp, regs.sp, regs.pc, regs.lr), (6, 7, 8, 0));
-        // riscv64: pc, ra, sp, s0.
-        let regs = in_mask_order(Arch::Riscv64, &[0, 1, 2, 8]).unwrap();
-        assert_eq!((regs.pc, regs.lr, regs.sp, regs.fp), (0, 1, 2, 8));
-        assert_eq!(in_mask_order(Arch::Aarch64, &[0x29, 0x30, 0x31]), None);
+    fn a_walk_starts_from_the_registers_of_its_architecture() {
+        // Each register reads back as its own number, so the fields say which was taken.
+        let number = |n: u32| Some(u64::from(n));
+        let regs = by_number(Arch::Aarch64, number).unwrap();
+        assert_eq!((regs.pc, regs.sp, regs.fp, regs.lr), (32, 31, 29, 30));
+        // x86-64 has no link register.
+        let regs = by_number(Arch::X86_64, number).unwrap();
+        assert_eq!((regs.pc, regs.sp, regs.fp, regs.lr), (8, 7, 6, 0));
+        let regs = by_number(Arch::Riscv64, number).unwrap();
+        assert_eq!((regs.pc, regs.sp, regs.fp, regs.lr), (0, 2, 8, 1));
+        // A register the sample lacks: no start.
+        assert_eq!(by_number(Arch::Aarch64, |n| (n != 30).then_some(1)), None);
         assert_eq!(mask(Arch::X86_64), 0x1c0);
+        assert_eq!(
+            mask(Arch::Aarch64),
+            (1 << 29) | (1 << 30) | (1 << 31) | (1 << 32)
+        );
     }
 
     #[test]

@@ -1,8 +1,13 @@
-//! One per-CPU perf ring buffer: mapping it, and copying out what the kernel wrote.
+//! One per-CPU perf ring buffer: mapping it, copying out what the kernel wrote, and finding
+//! the records in that copy.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+use linux_perf_data::linux_perf_event_reader::{
+    RawData, RawEventRecord, RecordParseInfo, RecordType,
+};
 
 use super::{b, page_size};
 
@@ -89,16 +94,16 @@ impl Ring {
     }
 
     /// Copies every waiting record to `out` (replacing its contents), then gives the space back
-    /// to the kernel. Returns the number of bytes copied; `out` holds them as aligned words.
-    pub fn drain_into(&mut self, out: &mut Vec<u64>) -> usize {
+    /// to the kernel.
+    pub fn drain_into(&mut self, out: &mut Vec<u8>) {
         let head = self.head().load(Ordering::Acquire);
         let tail = self.tail().load(Ordering::Relaxed);
         // The kernel never writes past our tail, so this is at most the ring size; clamp anyway
         // so a corrupt control page cannot make us read out of bounds.
         let len = (head.wrapping_sub(tail) as usize).min(self.data_size);
         out.clear();
-        out.resize(len.div_ceil(8), 0);
-        let dst = words_as_bytes_mut(out);
+        out.resize(len, 0);
+        let dst = out.as_mut_slice();
         let start = (tail as usize) % self.data_size;
         let first = len.min(self.data_size - start);
         // SAFETY: both ranges lie inside the data area of the mapping and `dst` holds `len` bytes.
@@ -111,7 +116,6 @@ impl Ring {
         fence(Ordering::SeqCst);
         self.tail()
             .store(tail.wrapping_add(len as u64), Ordering::Release);
-        len
     }
 }
 
@@ -122,7 +126,18 @@ impl Drop for Ring {
     }
 }
 
-fn words_as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
-    // SAFETY: u8 has no alignment or validity requirements; the borrow is unique.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr() as *mut u8, words.len() * 8) }
+/// The record at byte `at` of a drained copy, laid out as `layout` says, and its size in
+/// bytes. None past the last whole record, or at a header too damaged to frame one.
+pub(crate) fn record_at(
+    copy: &[u8],
+    at: usize,
+    layout: RecordParseInfo,
+) -> Option<(RawEventRecord<'_>, usize)> {
+    let header = copy.get(at..at.checked_add(8)?)?;
+    let kind = u32::from_ne_bytes(header[0..4].try_into().ok()?);
+    let misc = u16::from_ne_bytes(header[4..6].try_into().ok()?);
+    let size = usize::from(u16::from_ne_bytes(header[6..8].try_into().ok()?));
+    let body = copy.get(at + 8..at.checked_add(size)?)?;
+    let record = RawEventRecord::new(RecordType(kind), misc, RawData::Single(body), layout);
+    Some((record, size))
 }

@@ -10,35 +10,16 @@ use std::rc::Rc;
 
 use super::bounds::{Refused, Unpack, Window, RECORD_FINISHED_ROUND};
 use super::layout::{Layout, Order};
+use crate::decode::{check_mmap2, MMAP2_BUILD_ID_LEN_AT};
 
-/// Record types and the misc flag whose bodies the checks below look into.
-const RECORD_MMAP2: u32 = 10;
+/// Record types whose bodies the checks below look into.
 const RECORD_HEADER_ATTR: u32 = 64;
 const RECORD_AUXTRACE: u32 = 71;
 const RECORD_HEADER_FEATURE: u32 = 80;
 const RECORD_COMPRESSED: u32 = 81;
 const RECORD_COMPRESSED2: u32 = 83;
-const MISC_MMAP_BUILD_ID: u16 = 1 << 14;
-/// An MMAP2 record's build-id length byte, after pid, tid, address, length and page offset.
-const MMAP2_BUILD_ID_LEN_AT: usize = 32;
-/// The most bytes a build-id field holds.
-const BUILD_ID_MAX: u8 = 20;
 /// The bytes of a record the checks read: its header and the start of its body.
 const RECORD_HEAD: usize = 8 + MMAP2_BUILD_ID_LEN_AT + 1;
-
-/// Refuses an MMAP2 record whose build-id flag is set but whose build-id length byte is more
-/// than the field holds (the parser asserts it). `body` is the record after its header.
-pub(super) fn check_mmap2(record_type: u32, misc: u16, body: &[u8]) -> Result<(), String> {
-    if record_type != RECORD_MMAP2 || misc & MISC_MMAP_BUILD_ID == 0 {
-        return Ok(());
-    }
-    match body.get(MMAP2_BUILD_ID_LEN_AT) {
-        Some(&n) if n > BUILD_ID_MAX => Err(format!(
-            "an MMAP2 record gives its build-id {n} bytes (at most {BUILD_ID_MAX} fit)"
-        )),
-        _ => Ok(()),
-    }
-}
 
 /// The records, read one ahead of the parser: each is read from the file and checked when the
 /// parser comes to its first byte, then handed over. Past a bound the parser is handed the end
@@ -179,7 +160,7 @@ impl Records {
         self.ahead.resize(wanted, 0);
         inner.read_exact(&mut self.ahead[8..]).map_err(unreadable)?;
         let body = &self.ahead[8..];
-        check_mmap2(kind, misc, body).map_err(Refused::Damaged)?;
+        check_mmap2(kind, misc, body.into()).map_err(Refused::Damaged)?;
         // A pipe's first record after its event descriptions is read with them, as a record
         // alone: an AUXTRACE record's trace does not follow it there, a compressed record is
         // not unpacked.

@@ -1,20 +1,18 @@
-//! Replaying one perf.data event's records as the collector's events: samples with their
-//! callchains, registers and stack copies, and the mmap, comm, fork and exit records that
-//! tell what each process had mapped.
-
-use std::sync::Arc;
+//! Replaying one perf.data event's records through the one decoder as the collector's
+//! events, and what only a file tells: the span of its samples, its counts of lost samples,
+//! where the recorded kernel's text lay, and the build-ids in its header.
 
 use linux_perf_data::linux_perf_event_reader::{
-    AttrFlags, CpuMode, Endianness, EventRecord, Mmap2FileId, PerfEventAttr, RawEventRecord,
-    RecordType, SampleFormat, SampleRecord, SamplingPolicy,
+    AttrFlags, Endianness, EventRecord, PerfEventAttr, RawEventRecord, RecordType, SampleFormat,
+    SamplingPolicy,
 };
 
 use stackscope_stacks::arch::Arch;
 
-use super::check::check_mmap2;
 use super::BuildIds;
-use crate::event::{Event, SampleEvent};
-use crate::perf::{arch_of_mask, by_number, split_callchain};
+use crate::decode::{self, Decoder};
+use crate::event::Event;
+use crate::perf::arch_of_mask;
 use crate::record::Collector;
 use crate::sampler::{SamplerConfig, StackMode};
 
@@ -46,9 +44,8 @@ pub(super) fn sampler_config(attr: &PerfEventAttr) -> SamplerConfig {
     }
 }
 
-/// The architecture a perf.data file was recorded on, whose registers its samples carry: the
-/// one its header names (`arch`, as `uname -m` says), else the one whose registers the event
-/// asked for (`regs_mask`); not this machine's, which may be another.
+/// The architecture a recording was made on, whose registers its samples carry: as the
+/// file's header names it, else as the registers it asked for tell.
 fn recorded_arch(arch: Option<&str>, regs_mask: u64) -> Option<Arch> {
     arch.and_then(Arch::of_kernel_name)
         .or_else(|| arch_of_mask(regs_mask))
@@ -56,18 +53,13 @@ fn recorded_arch(arch: Option<&str>, regs_mask: u64) -> Option<Arch> {
 
 /// Per-file replay state.
 pub(super) struct Replay {
-    /// The sample's callchain, copied out of the record (it may not be 8-aligned there).
-    chain: Vec<u64>,
+    decoder: Decoder,
     /// First and last sample times.
     times: Option<(u64, u64)>,
     build_ids: BuildIds,
-    /// Without callchains a sample's stack is its instruction pointer alone.
-    has_callchain: bool,
     /// Where the recorded kernel's text began (perf's `[kernel.kallsyms]_text` mapping).
     kernel_text: Option<u64>,
     endian: Endianness,
-    /// The architecture of the recording machine, whose registers the samples carry.
-    arch: Option<Arch>,
     /// Samples the ring buffer lost (LOST records).
     lost_in_ring: u64,
     /// Samples the event lost, as counted by perf and the kernel (LOST_SAMPLES records).
@@ -83,13 +75,11 @@ impl Replay {
         (endian, arch): (Endianness, Option<&str>),
     ) -> Self {
         Replay {
-            chain: Vec::new(),
+            decoder: Decoder::new(recorded_arch(arch, attr.sample_regs_user)),
             times: None,
             build_ids,
-            has_callchain: attr.sample_format.contains(SampleFormat::CALLCHAIN),
             kernel_text: None,
             endian,
-            arch: recorded_arch(arch, attr.sample_regs_user),
             lost_in_ring: 0,
             lost_samples: 0,
         }
@@ -103,16 +93,23 @@ impl Replay {
         chosen: bool,
         collector: &mut Collector,
     ) -> Result<(), String> {
-        // Records inside compressed ones pass no check on their way in: this one is still
-        // unchecked when it was compressed.
-        check_mmap2(record.record_type.0, record.misc, &record.data.as_slice())?;
-        let parsed = record
-            .parse()
-            .map_err(|e| format!("a {:?} record cannot be decoded: {e}", record.record_type))?;
-        match parsed {
-            EventRecord::Sample(sample) if chosen => self.sample(&sample, collector),
-            EventRecord::Sample(_) => {}
-            EventRecord::Lost(l) => self.lost_in_ring += l.count,
+        // Records inside compressed ones pass no check on their way in: the decoder checks
+        // this one again.
+        let parsed = decode::parse(record)?;
+        match &parsed {
+            EventRecord::Sample(sample) if chosen => {
+                if let Some(t) = sample.timestamp {
+                    self.times = Some(match self.times {
+                        Some((first, last)) => (first.min(t), last.max(t)),
+                        None => (t, t),
+                    });
+                }
+            }
+            EventRecord::Sample(_) => return Ok(()),
+            EventRecord::Lost(l) => {
+                self.lost_in_ring += l.count;
+                return Ok(());
+            }
             // perf writes the event's own count of lost samples at the end of the recording
             // (the kernel's, ring buffer overflows included), and the kernel writes one for
             // samples it could not write whole.
@@ -124,8 +121,25 @@ impl Replay {
                         Endianness::BigEndian => u64::from_be_bytes(bytes),
                     };
                 }
+                return Ok(());
             }
-            other => self.other(other, collector),
+            EventRecord::Mmap(m)
+                if m.pid < 0 && m.path.as_slice().starts_with(b"[kernel.kallsyms]_text") =>
+            {
+                self.kernel_text = Some(m.page_offset);
+                return Ok(());
+            }
+            _ => {}
+        }
+        match self.decoder.event(&parsed) {
+            // The file's header knows which build of each binary ran, and where it is now.
+            Some(Event::Mmap { pid, tid, mapping }) => collector.handle(Event::Mmap {
+                pid,
+                tid,
+                mapping: self.build_ids.locate_mapping(mapping),
+            }),
+            Some(event) => collector.handle(event),
+            None => {}
         }
         Ok(())
     }
@@ -146,128 +160,6 @@ impl Replay {
     pub(super) fn kernel_text(&self) -> Option<u64> {
         self.kernel_text
     }
-
-    fn sample(&mut self, s: &SampleRecord<'_>, collector: &mut Collector) {
-        if let Some(t) = s.timestamp {
-            self.times = Some(match self.times {
-                Some((first, last)) => (first.min(t), last.max(t)),
-                None => (t, t),
-            });
-        }
-        self.chain.clear();
-        if let Some(chain) = &s.callchain {
-            self.chain
-                .extend((0..chain.len()).filter_map(|i| chain.get(i)));
-        }
-        let in_kernel = matches!(s.cpu_mode, CpuMode::Kernel);
-        let ip_only = [s.ip.unwrap_or(0)];
-        let (kernel_stack, user_callchain): (&[u64], &[u64]) = if self.has_callchain {
-            split_callchain(&self.chain)
-        } else if in_kernel {
-            (&ip_only, &[])
-        } else {
-            (&[], &ip_only)
-        };
-        let user_regs = match (&s.user_regs, self.arch) {
-            (Some(regs), Some(arch)) => by_number(arch, |n| regs.get(u64::from(n))),
-            _ => None,
-        };
-        let stack = s.user_stack.as_ref().map(|(data, dyn_size)| {
-            let bytes = data.as_slice();
-            let keep = usize::try_from(*dyn_size)
-                .unwrap_or(usize::MAX)
-                .min(bytes.len());
-            match bytes {
-                std::borrow::Cow::Borrowed(b) => std::borrow::Cow::Borrowed(&b[..keep]),
-                std::borrow::Cow::Owned(mut v) => {
-                    v.truncate(keep);
-                    std::borrow::Cow::Owned(v)
-                }
-            }
-        });
-        collector.handle(Event::Sample(SampleEvent {
-            pid: pid(s.pid),
-            tid: pid(s.tid),
-            cpu: s.cpu.unwrap_or(0),
-            time: s.timestamp.unwrap_or(0),
-            period: s.period.unwrap_or(1),
-            kernel_stack,
-            user_callchain,
-            user_regs,
-            user_stack: stack.as_deref().unwrap_or(&[]),
-            in_user: !in_kernel,
-        }));
-    }
-
-    fn other(&mut self, record: EventRecord<'_>, collector: &mut Collector) {
-        match record {
-            EventRecord::Mmap(m)
-                if m.pid < 0 && m.path.as_slice().starts_with(b"[kernel.kallsyms]_text") =>
-            {
-                self.kernel_text = Some(m.page_offset);
-            }
-            EventRecord::Mmap(m) if m.is_executable && m.pid >= 0 && is_user(m.cpu_mode) => {
-                let path = m.path.as_slice();
-                let mapping = self
-                    .build_ids
-                    .mapping(m.address, m.length, m.page_offset, &path);
-                collector.handle(Event::Mmap {
-                    pid: m.pid as u32,
-                    tid: pid(Some(m.tid)),
-                    mapping,
-                });
-            }
-            EventRecord::Mmap2(m) => {
-                let exec = m.protection & libc::PROT_EXEC as u32 != 0;
-                if exec && m.pid >= 0 && is_user(m.cpu_mode) {
-                    let path = m.path.as_slice();
-                    let mut mapping =
-                        self.build_ids
-                            .mapping(m.address, m.length, m.page_offset, &path);
-                    if let Mmap2FileId::BuildId(id) = &m.file_id {
-                        if mapping.build_id.is_none() && !id.is_empty() {
-                            mapping.build_id = Some(Arc::from(id.as_slice()));
-                        }
-                    }
-                    collector.handle(Event::Mmap {
-                        pid: m.pid as u32,
-                        tid: pid(Some(m.tid)),
-                        mapping,
-                    });
-                }
-            }
-            EventRecord::Comm(c) => {
-                let name = c.name.as_slice();
-                let comm = String::from_utf8_lossy(&name);
-                collector.handle(Event::Comm {
-                    pid: pid(Some(c.pid)),
-                    tid: pid(Some(c.tid)),
-                    comm: &comm,
-                    exec: c.is_execve,
-                });
-            }
-            EventRecord::Fork(f) => collector.handle(Event::Fork {
-                pid: pid(Some(f.pid)),
-                ppid: pid(Some(f.ppid)),
-                tid: pid(Some(f.tid)),
-                ptid: pid(Some(f.ptid)),
-            }),
-            EventRecord::Exit(e) => collector.handle(Event::Exit {
-                pid: pid(Some(e.pid)),
-                tid: pid(Some(e.tid)),
-            }),
-            _ => {}
-        }
-    }
-}
-
-/// perf writes -1 for "no task"; such records concern no process we track.
-fn pid(p: Option<i32>) -> u32 {
-    p.and_then(|p| u32::try_from(p).ok()).unwrap_or(0)
-}
-
-fn is_user(mode: CpuMode) -> bool {
-    !matches!(mode, CpuMode::Kernel | CpuMode::GuestKernel)
 }
 
 #[cfg(test)]

@@ -6,8 +6,12 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::AsRawFd;
 
+use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
+
 use super::{Kind, Sampler, SamplerConfig, StackMode};
+use crate::decode::Decoder;
 use crate::perf::{self, EventSpec, Ring};
+use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_process::kernel::{choose_cpus, read_sysctl};
 use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_process::SampleError;
@@ -27,6 +31,10 @@ impl Sampler {
     /// be found in PATH is reported here already.
     pub fn open(target: &Target, config: &SamplerConfig) -> Result<Sampler, SampleError> {
         let spec = event_spec(target, config)?;
+        let layout = spec.record_layout().map_err(|source| SampleError::Io {
+            what: "cannot read back the perf_event_attr the sampler asks for".into(),
+            source,
+        })?;
         let cpus = choose_cpus(config.cpu)?;
         let data_pages = match (config.buffer_pages, config.stack_mode) {
             (0, StackMode::Dwarf { stack_bytes }) if config.user => dwarf_ring_pages(
@@ -38,7 +46,7 @@ impl Sampler {
             (0, _) => 128,
             (n, _) => n.next_power_of_two(),
         };
-        let mut sampler = Sampler::new(target, config, spec, data_pages);
+        let mut sampler = Sampler::new(target, config, spec, layout, data_pages);
         sampler.attach(target, &cpus)?;
         sampler.buffers = vec![Vec::new(); sampler.rings.len()];
         Ok(sampler)
@@ -77,7 +85,7 @@ impl Sampler {
     /// user may not sample the kernel, and to no build-ids on kernels that lack them.
     fn open_event(&mut self, task: Task, cpu: u32) -> Result<(), SampleError> {
         let fd = loop {
-            match perf::open(&self.spec.attr(), task.tid, cpu as i32) {
+            match cpu_clock::open(&self.spec.attr(), task.tid, cpu as i32) {
                 Ok(fd) => break fd,
                 Err(e) => {
                     let errno = e.raw_os_error().unwrap_or(0);
@@ -155,7 +163,13 @@ impl Sampler {
         }
     }
 
-    fn new(target: &Target, config: &SamplerConfig, spec: EventSpec, data_pages: usize) -> Self {
+    fn new(
+        target: &Target,
+        config: &SamplerConfig,
+        spec: EventSpec,
+        layout: RecordParseInfo,
+        data_pages: usize,
+    ) -> Self {
         Sampler {
             kind: match target {
                 Target::Command(_) => Kind::Command,
@@ -163,7 +177,8 @@ impl Sampler {
                 Target::Tids(_) => Kind::Tids,
                 Target::System => Kind::System,
             },
-            format: spec.format(),
+            layout,
+            decoder: Decoder::new(spec.user_regs),
             spec: EventSpec {
                 wakeup_bytes: (data_pages * perf::page_size() / 4) as u32,
                 ..spec
@@ -268,34 +283,17 @@ fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
 }
 
 fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, SampleError> {
-    match (config.frequency, config.period) {
+    let rate = match (config.frequency, config.period) {
         (Some(_), Some(_)) => {
             return Err(SampleError::InvalidConfig(
                 "both a frequency and a period were given; give one".into(),
             ))
         }
-        (Some(0), _) => {
-            return Err(SampleError::InvalidConfig(
-                "the sampling frequency must be at least 1 Hz".into(),
-            ))
-        }
-        (_, Some(0)) => {
-            return Err(SampleError::InvalidConfig(
-                "the sampling period must be at least 1 ns".into(),
-            ))
-        }
-        (Some(hz), None) => {
-            if let Some(max) = read_sysctl("perf_event_max_sample_rate") {
-                if max > 0 && hz > max as u64 {
-                    return Err(SampleError::FrequencyTooHigh {
-                        requested: hz,
-                        max: max as u64,
-                    });
-                }
-            }
-        }
-        _ => {}
+        (Some(hz), None) => Rate::Frequency(hz),
+        (None, Some(ns)) => Rate::Period(ns),
+        (None, None) => Rate::Frequency(99),
     }
+    .check()?;
     let (user_regs, stack_bytes, user_callchain) = match config.stack_mode {
         StackMode::Dwarf { stack_bytes } => (
             config.user.then(perf::running_arch).flatten(),
@@ -309,8 +307,7 @@ fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, Samp
     };
     let launching = matches!(target, Target::Command(_));
     Ok(EventSpec {
-        frequency: config.frequency,
-        period: config.period,
+        rate,
         inherit: matches!(target, Target::Command(_) | Target::Pids(_)),
         enable_on_exec: launching,
         kernel_callchain: config.kernel,
