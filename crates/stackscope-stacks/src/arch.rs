@@ -12,11 +12,19 @@ use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder as _};
 use object::elf;
 
-use crate::module::SectionData;
+use crate::module::{ModuleFile, SectionData};
 use crate::walk::{
     walk, walk_trail, CacheRiscv64, Code, Leaf, RegsAarch64, RegsRiscv64, RegsX86_64, Trail,
     Unread, UnwinderRiscv64, WalkEnd,
 };
+
+impl ModuleFile {
+    /// The architecture the file is built for, from its header; `None` for one stackscope
+    /// does not walk.
+    pub fn arch(&self) -> Option<Arch> {
+        Arch::of_machine(self.machine)
+    }
+}
 
 /// An architecture stackscope walks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

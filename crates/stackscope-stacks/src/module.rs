@@ -10,9 +10,9 @@ use std::ops::Range;
 use std::path::Path;
 
 use framehop::ExplicitModuleSectionInfo;
+use object::elf;
 use stackscope_symbols::elf::{ElfError, ElfFile, Section, Segment};
 
-use crate::arch::Arch;
 use crate::Mapping;
 
 pub use stackscope_symbols::elf::SectionData;
@@ -46,8 +46,9 @@ pub struct ModuleFile {
     eh_frame_hdr: Option<SectionBytes>,
     debug_frame: Option<SectionData>,
     build_id: Option<Vec<u8>>,
-    /// The architecture its header names, when stackscope walks it.
-    arch: Option<Arch>,
+    /// The header's `e_machine`: which architecture it is built for ([`crate::arch`] says
+    /// which of those stackscope walks).
+    pub(crate) machine: elf::Machine,
 }
 
 impl ModuleFile {
@@ -95,7 +96,7 @@ impl ModuleFile {
             eh_frame_hdr: with_svma(".eh_frame_hdr"),
             debug_frame: debug_frame(elf),
             build_id: elf.build_id().map(<[u8]>::to_vec),
-            arch: Arch::of_machine(elf.machine()),
+            machine: elf.machine(),
         })
     }
 
@@ -110,11 +111,6 @@ impl ModuleFile {
     /// True when the file has `.eh_frame` or `.debug_frame`.
     pub fn has_unwind_info(&self) -> bool {
         self.eh_frame.is_some() || self.debug_frame.is_some()
-    }
-
-    /// The architecture the file is built for, from its header.
-    pub fn arch(&self) -> Option<Arch> {
-        self.arch
     }
 
     pub fn build_id(&self) -> Option<&[u8]> {
