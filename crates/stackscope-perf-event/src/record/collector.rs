@@ -16,7 +16,7 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::roots::{Copy, Room, Roots, Spot};
-use crate::unwind::Unwinder;
+use crate::unwind::ProcessUnwinders;
 use outer::Waiting;
 use stackscope_process::maps::read_proc_maps;
 use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, WalkEnd};
@@ -45,7 +45,7 @@ pub(crate) struct Collector {
     processes: HashMap<u32, Process>,
     /// Thread names, by tid.
     comms: HashMap<u32, Arc<str>>,
-    unwinder: Unwinder,
+    unwinder: ProcessUnwinders,
     table: StackTable,
     /// Names and merges full tables while sampling goes on; started at the first full table.
     fold: Option<BackgroundFold>,
@@ -73,7 +73,7 @@ impl Collector {
         Collector {
             processes: HashMap::new(),
             comms: HashMap::new(),
-            unwinder: Unwinder::new(),
+            unwinder: ProcessUnwinders::new(),
             table: StackTable::default(),
             fold: None,
             lost: 0,
