@@ -10,7 +10,7 @@ use stackscope_stacks::arch::WalkCache;
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable};
 use stackscope_stacks::walk::WalkEnd;
 
-use crate::client::{Answer, Ask, Client, Registers, Stop};
+use crate::client::{Answer, Ask, Client, Registers, StopReply};
 use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
@@ -147,7 +147,7 @@ impl Sampling {
         &mut self,
         client: &mut Client<S>,
         target: &Target,
-    ) -> Result<(Stop, Vec<Ask>, Vec<Answer>), Error> {
+    ) -> Result<(StopReply, Vec<Ask>, Vec<Answer>), Error> {
         let mut asks = Vec::with_capacity(target.vcpus.len() * 2);
         for &(vcpu, thread) in &target.vcpus {
             asks.push(Ask::Registers(thread));
@@ -384,10 +384,10 @@ impl Sampling {
 
 /// The signal to hand the target as it resumes after `stop`: SIGINT and SIGTRAP come from
 /// our interrupt; other signals belong to the target.
-fn signal_to_deliver(stop: Stop) -> u8 {
+fn signal_to_deliver(stop: StopReply) -> u8 {
     match stop {
-        Stop::Signal(0 | 2 | 5) => 0,
-        Stop::Signal(signal) => signal,
+        StopReply::Signal(0 | 2 | 5) => 0,
+        StopReply::Signal(signal) => signal,
         _ => 0,
     }
 }
