@@ -153,12 +153,7 @@ pub fn record(
 
     // Timing starts before the first sample and is read after the last.
     let timing = config.measure_cost.then(program::time_programs).flatten();
-    let mut sampling = match plan.timer {
-        true => Sampling::start(&skel, &cpus, config.rate)?,
-        false => Sampling::none(),
-    };
-    sampling.switches(&skel)?;
-    let mut probes = Probes::attach(&skel, &plan, &probed_pids(&config.target, child.as_ref()))?;
+    let (mut sampling, mut probes) = start_counting(&skel, &config, &plan, &cpus, child.as_ref())?;
     // Announced before a launched command runs, so its output comes after the banner.
     on_start();
     if let Some(child) = child.as_mut() {
@@ -186,11 +181,9 @@ pub fn record(
     let _ = ring.consume();
     handle_events(&mut events.borrow_mut(), &skel, &mut processes, config.user);
     processes.release_all();
-    if let Some(child) = child.as_mut() {
-        if !child.wait(false) {
-            child.end(interrupted, |child| child.wait(false));
-        }
-    }
+    let exit_status = child
+        .as_mut()
+        .and_then(|child| reap_command(child, interrupted));
 
     let meta = metadata(&config, &plan, elapsed);
     let cost = ProgramCost {
@@ -199,13 +192,36 @@ pub fn record(
     };
     let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
     Ok(Recording {
-        exit_status: child
-            .as_ref()
-            .and_then(|c| c.status)
-            .map(std::process::ExitStatus::from_raw),
+        exit_status,
         interrupted,
         ..counted
     })
+}
+
+/// Starts what counts stacks: the cpu-clock timer on each of `cpus` when the plan has one,
+/// the off-CPU switch hooks, and the probes.
+fn start_counting(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    plan: &Plan,
+    cpus: &[u32],
+    child: Option<&HeldChild>,
+) -> Result<(Sampling, Probes), BpfError> {
+    let mut sampling = match plan.timer {
+        true => Sampling::start(skel, cpus, config.rate)?,
+        false => Sampling::none(),
+    };
+    sampling.switches(skel)?;
+    let probes = Probes::attach(skel, plan, &probed_pids(&config.target, child))?;
+    Ok((sampling, probes))
+}
+
+/// Waits for a launched command, ending it first if it still runs; how it exited, when known.
+fn reap_command(child: &mut HeldChild, interrupted: bool) -> Option<std::process::ExitStatus> {
+    if !child.wait(false) {
+        child.end(interrupted, |child| child.wait(false));
+    }
+    child.status.map(std::process::ExitStatus::from_raw)
 }
 
 /// What the program is loaded with.

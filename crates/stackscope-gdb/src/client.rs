@@ -64,7 +64,7 @@ impl fmt::Display for Remote {
 
 /// Why the target stopped, from a stop reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Stop {
+pub enum StopReply {
     /// Stopped with this signal (`S`/`T`); 2 (SIGINT) or 5 (SIGTRAP) after an interrupt.
     Signal(u8),
     /// Exited with this status (`W`).
@@ -233,7 +233,7 @@ impl<S: Stream> Client<S> {
     }
 
     /// Why the target is stopped now (`?`); stubs stop the target when a client connects.
-    pub fn status(&mut self) -> Result<Stop, Error> {
+    pub fn status(&mut self) -> Result<StopReply, Error> {
         self.conn.send(b"?")?;
         self.stop_reply()
     }
@@ -281,7 +281,7 @@ impl<S: Stream> Client<S> {
     /// own (a signal) while running is returned the same way. A stub that has never stopped
     /// the target on an interrupt and lets the wait run out is said to ignore interrupts
     /// ([`Error::NoStop`]), rather than leaving an empty profile unexplained.
-    pub fn interrupt(&mut self) -> Result<Stop, Error> {
+    pub fn interrupt(&mut self) -> Result<StopReply, Error> {
         self.conn.send_raw(0x03)?;
         let start = Instant::now();
         self.stop_after_interrupt(start)
@@ -289,7 +289,7 @@ impl<S: Stream> Client<S> {
 
     /// The stop reply to an interrupt sent at `start`, a wait that runs out on a stub that
     /// never stopped the target told apart as [`Error::NoStop`].
-    fn stop_after_interrupt(&mut self, start: Instant) -> Result<Stop, Error> {
+    fn stop_after_interrupt(&mut self, start: Instant) -> Result<StopReply, Error> {
         let stop = self.stop_reply();
         let waited = start.elapsed();
         match stop {
@@ -334,16 +334,16 @@ impl<S: Stream> Client<S> {
 
     /// Waits for a stop reply, skipping console output (`O`) packets: all within one reply
     /// timeout, and at most [`MAX_CONSOLE`] bytes of them.
-    fn stop_reply(&mut self) -> Result<Stop, Error> {
+    fn stop_reply(&mut self) -> Result<StopReply, Error> {
         let deadline = self.conn.deadline();
         let mut console = 0;
         loop {
             let reply = self.conn.receive_by(deadline)?;
             let code = || reply.get(1..3).and_then(decode_hex).map(|b| b[0]);
             let stop = match reply.first() {
-                Some(b'S' | b'T') => code().map(Stop::Signal),
-                Some(b'W') => code().map(Stop::Exited),
-                Some(b'X') => code().map(Stop::Killed),
+                Some(b'S' | b'T') => code().map(StopReply::Signal),
+                Some(b'W') => code().map(StopReply::Exited),
+                Some(b'X') => code().map(StopReply::Killed),
                 Some(b'O') if reply.len() > 1 && decode_hex(&reply[1..]).is_some() => {
                     console += reply.len() / 2;
                     if console > MAX_CONSOLE {
@@ -357,10 +357,10 @@ impl<S: Stream> Client<S> {
                 _ => None,
             };
             return match stop {
-                Some(Stop::Exited(status)) => {
+                Some(StopReply::Exited(status)) => {
                     Err(Error::Exited(format!("exited with status {status}")))
                 }
-                Some(Stop::Killed(signal)) => {
+                Some(StopReply::Killed(signal)) => {
                     Err(Error::Exited(format!("was killed by signal {signal}")))
                 }
                 Some(stop) => Ok(stop),

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::time::Duration;
 
-use stackscope_gdb::client::{parse_svr4, Answer, Ask, Registers, Stop};
+use stackscope_gdb::client::{parse_svr4, Answer, Ask, Registers, StopReply};
 use stackscope_gdb::packet::{
     checksum, expand_runs, frame, scan, unescape, Connection, Scan, Token,
 };
@@ -374,7 +374,7 @@ fn notifications_and_console_output_are_skipped() {
     let console = packet("O4f4b0a");
     let stop = packet("T02thread:01;");
     let mut client = no_ack_client("QStartNoAckMode+", &[&note, &console, &stop]);
-    assert_eq!(client.interrupt().unwrap(), Stop::Signal(2));
+    assert_eq!(client.interrupt().unwrap(), StopReply::Signal(2));
 }
 
 #[test]
@@ -486,7 +486,7 @@ fn an_unasked_stop_reply_at_connection_is_not_taken_for_the_features() {
     let stream = Recorded::new(&[&stray, b"+", &supported, b"+", &ok, &status]);
     let mut client = Client::handshake(stream, TIMEOUT).expect("handshake");
     assert_eq!(client.features().packet_size, Some(0x1000));
-    assert_eq!(client.status().unwrap(), Stop::Signal(5));
+    assert_eq!(client.status().unwrap(), StopReply::Signal(5));
 }
 
 #[test]
@@ -583,7 +583,7 @@ fn interrupt_goes_out_with_the_reads_in_one_write() {
         &[&stop, &console, &stop, &ok, &regs, &words, &ok, &regs],
     );
     // The first interrupt goes alone, to learn that the stub stops the target.
-    assert_eq!(client.interrupt().unwrap(), Stop::Signal(2));
+    assert_eq!(client.interrupt().unwrap(), StopReply::Signal(2));
     let asks = [
         Ask::Registers(1),
         Ask::Memory {
@@ -594,7 +594,7 @@ fn interrupt_goes_out_with_the_reads_in_one_write() {
         Ask::Registers(2),
     ];
     let (stop, answers) = client.interrupt_and_ask(&asks).unwrap();
-    assert_eq!(stop, Stop::Signal(2));
+    assert_eq!(stop, StopReply::Signal(2));
     let regs: Vec<Registers> = answers
         .iter()
         .filter_map(|a| match a {

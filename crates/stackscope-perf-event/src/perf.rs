@@ -25,7 +25,7 @@ pub(crate) use ring::{record_at, Ring};
 /// What every event we open asks the kernel for. All events of one sampler share it, so all
 /// records in all rings have the same layout.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct EventSpec {
+pub(crate) struct EventRequest {
     pub rate: Rate,
     /// Follow new threads and children of the task the event is opened on.
     pub inherit: bool,
@@ -50,7 +50,7 @@ pub(crate) struct EventSpec {
 /// Largest `sample_stack_user` the kernel accepts: below 64 KiB and a multiple of 8.
 pub(crate) const MAX_STACK_BYTES: u32 = 65528;
 
-impl EventSpec {
+impl EventRequest {
     fn sample_type(&self) -> u64 {
         let mut t = b::PERF_SAMPLE_IP
             | b::PERF_SAMPLE_TID

@@ -21,7 +21,7 @@ use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
 
 use crate::decode::{self, Decoder};
 pub use crate::event::{Event, SampleEvent};
-use crate::perf::{self, EventSpec, Ring};
+use crate::perf::{self, EventRequest, Ring};
 use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_process::target::{self, HeldChild};
 use stackscope_process::SampleError;
@@ -67,7 +67,7 @@ pub struct SamplerConfig {
 /// `kernel`), asking what recording asks: whether recording can start on this machine, and
 /// the kernel's errno when it cannot.
 pub fn probe_cpu_clock(kernel: bool) -> io::Result<()> {
-    let spec = perf::EventSpec {
+    let spec = perf::EventRequest {
         rate: Rate::Frequency(99),
         inherit: false,
         enable_on_exec: false,
@@ -93,7 +93,7 @@ enum Kind {
 /// A running perf_event sampling session for one target.
 pub struct Sampler {
     kind: Kind,
-    spec: EventSpec,
+    spec: EventRequest,
     /// How the records in every ring are laid out (all events share the spec's).
     layout: RecordParseInfo,
     decoder: Decoder,

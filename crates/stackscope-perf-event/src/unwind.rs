@@ -56,6 +56,7 @@ impl MapsKey {
     }
 }
 
+/// The unwinder of one process, built from its mappings.
 struct ProcessUnwinder {
     built_from: MapsKey,
     /// The rules of the process's files, for the architecture its samples' registers are of.
@@ -71,7 +72,7 @@ struct ProcessUnwinder {
 struct CachedFile {
     /// `None` for a file that is not readable ELF.
     file: Option<Arc<ModuleFile>>,
-    /// [`Unwinder::clock`] when a process unwinder last took this file.
+    /// [`ProcessUnwinders::clock`] when a process unwinder last took this file.
     last_used: u64,
 }
 
@@ -82,28 +83,29 @@ impl CachedFile {
     }
 }
 
-/// Unwinds user stacks of any number of processes.
-pub struct Unwinder {
+/// Unwinds user stacks of any number of processes: one [`ProcessUnwinder`] per process, and
+/// the parsed files they share.
+pub struct ProcessUnwinders {
     /// The walk's rule caches; keyed by each process unwinder's module generation, so one
     /// cache serves all processes.
     cache: WalkCache,
     processes: HashMap<u32, ProcessUnwinder>,
-    /// Parsed files, bounded by [`Unwinder::trim`].
+    /// Parsed files, bounded by [`ProcessUnwinders::trim`].
     files: HashMap<FileId, CachedFile>,
     /// Counts file look-ups, to order idle files by last use.
     clock: u64,
     without_unwind_info: BTreeSet<Arc<str>>,
 }
 
-impl Default for Unwinder {
+impl Default for ProcessUnwinders {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Unwinder {
+impl ProcessUnwinders {
     pub fn new() -> Self {
-        Unwinder {
+        ProcessUnwinders {
             cache: WalkCache::default(),
             processes: HashMap::new(),
             files: HashMap::new(),

@@ -20,7 +20,7 @@ use qemu::{Kernel, Qemu, Stub};
 use stackscope_gdb::client::Registers;
 use stackscope_gdb::space::Space;
 use stackscope_gdb::{Client, Image, Remote, DEFAULT_TIMEOUT};
-use stackscope_perf_event::unwind::Unwinder;
+use stackscope_perf_event::unwind::ProcessUnwinders;
 use stackscope_stacks::arch::{Arch, Regs, WalkCache};
 use stackscope_stacks::walk::{Leaf, Trail, Unread, WalkEnd};
 use stackscope_stacks::AddressSpace;
@@ -60,7 +60,7 @@ fn looks(kernel: Kernel) -> (Vec<(usize, Look)>, Image) {
     client.describe(Arch::Aarch64, &path).unwrap();
     let threads = client.threads().unwrap();
     assert_eq!(threads.len(), 2, "one thread per vCPU");
-    let mut perf = Unwinder::new();
+    let mut perf = ProcessUnwinders::new();
     let mut cache = WalkCache::default();
     let mut looks = Vec::new();
     for _ in 0..STOPS {

@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use stackscope_process::maps::read_proc_maps;
 use stackscope_symbols::elf::{ElfError, ElfFile};
 
 use super::near::{did_you_mean, near_matches};
@@ -48,14 +49,18 @@ pub(super) fn find_file(file: &str, pid: Option<u32>) -> Result<PathBuf, String>
     ))
 }
 
-/// The first file the process maps whose name `wanted` accepts.
+/// The first file the process maps whose name `wanted` accepts, as the process sees it
+/// (through its root). Its executable mappings are all that count: a uprobe fires on code,
+/// and a library the process maps without code runs none to probe.
 fn mapped_library(pid: u32, wanted: &dyn Fn(&str) -> bool) -> Option<PathBuf> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
-    maps.lines()
-        .filter_map(|line| line.split_whitespace().nth(5))
+    let maps = read_proc_maps(pid).ok()?;
+    maps.iter()
+        // A library replaced on disk since it was mapped shows as `path (deleted)`: its path
+        // names the file there now, as when the user names it.
+        .map(|m| m.path.strip_suffix(" (deleted)").unwrap_or(&m.path))
         .filter(|path| path.starts_with('/'))
         .find(|path| path.rsplit('/').next().is_some_and(wanted))
-        .map(|path| Path::new(&format!("/proc/{pid}/root{path}")).to_path_buf())
+        .map(|path| PathBuf::from(format!("/proc/{pid}/root{path}")))
 }
 
 /// The dynamic loader's cache (glibc's ld.so.cache, new format): (soname, path) of the

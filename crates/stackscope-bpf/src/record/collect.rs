@@ -171,9 +171,7 @@ fn count_stacks(
 ) -> Counted {
     let mut table = StackTable::default();
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
-    let mut kernel_stacks: HashMap<i32, Option<Vec<u64>>> = HashMap::new();
-    let mut user_stacks: HashMap<i64, Option<layout::UserStack>> = HashMap::new();
-    let mut lost = Lost::default();
+    let mut read = ReadBack::default();
     let mut frames = Vec::new();
     for (key, count) in counts {
         frames.clear();
@@ -181,49 +179,11 @@ fn count_stacks(
             .entry((key.pid, key.tid))
             .or_insert_with(|| key.comm.clone());
         if config.kernel {
-            match key.kernel_stack_id {
-                id if id >= 0 => {
-                    let stack = kernel_stacks
-                        .entry(id)
-                        .or_insert_with(|| program::kernel_stack(skel, id));
-                    match stack {
-                        Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
-                        None => {
-                            lost.count(Loss::Unread);
-                            frames.push(RawFrame::Marker(MISSED_KERNEL));
-                        }
-                    }
-                }
-                id if i64::from(id) == layout::NO_STACK => {}
-                id => {
-                    lost.count(Loss::of(id.into()));
-                    frames.push(RawFrame::Marker(MISSED_KERNEL));
-                }
-            }
+            read.kernel(skel, key.kernel_stack_id, &mut frames);
         }
         let mut end = WalkEnd::NoStack;
         if config.user {
-            match key.user_stack_id {
-                id if id >= 0 => {
-                    let stack = user_stacks
-                        .entry(id)
-                        .or_insert_with(|| program::user_stack(skel, id));
-                    match stack {
-                        Some(stack) => {
-                            end = user_frames(&mut table, processes, key, stack, &mut frames)
-                        }
-                        None => {
-                            lost.count(Loss::Unread);
-                            frames.push(RawFrame::Marker(MISSED_USER));
-                        }
-                    }
-                }
-                layout::NO_STACK => {}
-                id => {
-                    lost.count(Loss::of(id));
-                    frames.push(RawFrame::Marker(MISSED_USER));
-                }
-            }
+            end = read.user(skel, &mut table, processes, key, &mut frames);
         }
         if let Some(marker) = markers.get(key.event as usize) {
             frames.push(RawFrame::Event(marker));
@@ -240,8 +200,78 @@ fn count_stacks(
         }
     }
 
-    lost.kernel_stored = kernel_stacks.values().filter(|s| s.is_some()).count() as u64;
+    let mut lost = read.lost;
+    lost.kernel_stored = read.kernel.values().filter(|s| s.is_some()).count() as u64;
     Counted { table, comms, lost }
+}
+
+/// The stacks read back from the program's stack maps, each id once, and the ones shown as
+/// missing.
+#[derive(Default)]
+struct ReadBack {
+    kernel: HashMap<i32, Option<Vec<u64>>>,
+    user: HashMap<i64, Option<layout::UserStack>>,
+    lost: Lost,
+}
+
+impl ReadBack {
+    /// Appends the kernel stack stored under `id` (leaf first), or a marker where it is
+    /// missing.
+    fn kernel(&mut self, skel: &ProfileSkel<'_>, id: i32, frames: &mut Vec<RawFrame>) {
+        match id {
+            id if id >= 0 => {
+                let stack = self
+                    .kernel
+                    .entry(id)
+                    .or_insert_with(|| program::kernel_stack(skel, id));
+                match stack {
+                    Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
+                    None => {
+                        self.lost.count(Loss::Unread);
+                        frames.push(RawFrame::Marker(MISSED_KERNEL));
+                    }
+                }
+            }
+            id if i64::from(id) == layout::NO_STACK => {}
+            id => {
+                self.lost.count(Loss::of(id.into()));
+                frames.push(RawFrame::Marker(MISSED_KERNEL));
+            }
+        }
+    }
+
+    /// Appends the user stack of `key` (leaf first), or a marker where it is missing, and
+    /// says how its walk ended.
+    fn user(
+        &mut self,
+        skel: &ProfileSkel<'_>,
+        table: &mut StackTable,
+        processes: &mut Processes,
+        key: &CountKey,
+        frames: &mut Vec<RawFrame>,
+    ) -> WalkEnd {
+        match key.user_stack_id {
+            id if id >= 0 => {
+                let stack = self
+                    .user
+                    .entry(id)
+                    .or_insert_with(|| program::user_stack(skel, id));
+                match stack {
+                    Some(stack) => return user_frames(table, processes, key, stack, frames),
+                    None => {
+                        self.lost.count(Loss::Unread);
+                        frames.push(RawFrame::Marker(MISSED_USER));
+                    }
+                }
+            }
+            layout::NO_STACK => {}
+            id => {
+                self.lost.count(Loss::of(id));
+                frames.push(RawFrame::Marker(MISSED_USER));
+            }
+        }
+        WalkEnd::NoStack
+    }
 }
 
 /// A sampled thread, named by the command names the kernel recorded (for the process, its main

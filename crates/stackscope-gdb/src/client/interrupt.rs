@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::{Answer, Ask, Client, Stop};
+use super::{Answer, Ask, Client, StopReply};
 use crate::error::Error;
 use crate::packet::Stream;
 
@@ -14,7 +14,7 @@ impl<S: Stream> Client<S> {
     /// interrupt a byte at a time while the program runs and drops what is not one, so it
     /// gets the requests after its stop reply. A stop the target made on its own while
     /// running is returned the same way.
-    pub fn interrupt_and_ask(&mut self, asks: &[Ask]) -> Result<(Stop, Vec<Answer>), Error> {
+    pub fn interrupt_and_ask(&mut self, asks: &[Ask]) -> Result<(StopReply, Vec<Answer>), Error> {
         // The first interrupt goes alone: a stub that ignores it (QEMU's user-mode stub) is
         // told apart before anything is sent after it.
         if !self.interrupt_stops || self.features.auxv || self.features.libraries_svr4 {

@@ -13,7 +13,7 @@ use crate::space::Space;
 const CHUNK: u64 = 512;
 
 /// What the stub gave for each read: `None` where it could not read.
-type Contents = Vec<Option<Vec<u8>>>;
+pub(super) type Contents = Vec<Option<Vec<u8>>>;
 
 /// A stretch of target memory as asked for, and what the stub gave (`None`: it could not
 /// read it).

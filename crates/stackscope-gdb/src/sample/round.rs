@@ -10,12 +10,12 @@ use stackscope_stacks::arch::WalkCache;
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable};
 use stackscope_stacks::walk::WalkEnd;
 
-use crate::client::{Answer, Ask, Client, Registers, Stop};
+use crate::client::{Answer, Ask, Client, Registers, StopReply};
 use crate::error::Error;
 use crate::packet::Stream;
 use crate::space::Space;
 
-use super::memory::Memory;
+use super::memory::{Contents, Memory};
 use super::reach::{Reach, PAGE};
 use super::steps::{Step, Steps};
 use super::Target;
@@ -73,6 +73,15 @@ pub(super) struct Sampling {
     pub(super) runs: Vec<Duration>,
 }
 
+/// What a round learnt of each sampled vCPU at the stop, in `Target::vcpus` order.
+struct Looks {
+    regs: Vec<Registers>,
+    /// The stack read ahead with the stop, where the stub answered.
+    ahead: Vec<Option<(u64, Vec<u8>)>>,
+    /// Whether the registers are all as they were at the vCPU's last look.
+    unchanged: Vec<bool>,
+}
+
 impl Sampling {
     /// Memory reads of at most `packet_size` bytes of reply (the stub's `PacketSize`).
     pub(super) fn new(stacks: StackTable, process: String, packet_size: Option<usize>) -> Sampling {
@@ -116,7 +125,29 @@ impl Sampling {
         if let Some(resumed) = self.resumed.take() {
             self.runs.push(resumed.elapsed());
         }
-        // Each vCPU's registers, and the stack its last look walked, in the stop's round trip.
+        let (stop, asks, answers) = self.stop_and_ask(client, target)?;
+        self.steps.end(Step::StopAndRegisters);
+        let mut looks = self.looks(target, &asks, answers);
+        let idle = target.space.main().arch().idle_instruction();
+        let probes = self.idle_probes(target, &looks, idle);
+        let memories = self.stack_memories(client, target, &mut looks, &probes, idle)?;
+        self.steps.end(Step::StackMemory);
+        self.walk_and_count(client, target, &looks, memories)?;
+        self.steps.end(Step::Walk);
+        self.refresh_libraries(client, &mut target.space)?;
+        client.resume(signal_to_deliver(stop))?;
+        self.resumed();
+        self.steps.end(Step::Resume);
+        Ok(())
+    }
+
+    /// Stops the target and asks, in the stop's round trip, each vCPU's registers and the
+    /// stack its last look walked.
+    fn stop_and_ask<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        target: &Target,
+    ) -> Result<(StopReply, Vec<Ask>, Vec<Answer>), Error> {
         let mut asks = Vec::with_capacity(target.vcpus.len() * 2);
         for &(vcpu, thread) in &target.vcpus {
             asks.push(Ask::Registers(thread));
@@ -126,17 +157,22 @@ impl Sampling {
         }
         let (stop, answers) = client.interrupt_and_ask(&asks)?;
         self.running = false;
-        self.steps.end(Step::StopAndRegisters);
+        Ok((stop, asks, answers))
+    }
+
+    /// Each vCPU's look from the answers to `asks`: its registers, the stack read ahead with
+    /// them, and whether they are as they were at its last look.
+    fn looks(&mut self, target: &Target, asks: &[Ask], answers: Vec<Answer>) -> Looks {
         let mut regs = Vec::with_capacity(target.vcpus.len());
-        let mut read_ahead = Vec::with_capacity(target.vcpus.len());
+        let mut ahead = Vec::with_capacity(target.vcpus.len());
         for (ask, answer) in asks.iter().zip(answers) {
             match (ask, answer) {
                 (_, Answer::Registers(r)) => {
                     regs.push(r);
-                    read_ahead.push(None);
+                    ahead.push(None);
                 }
                 (&Ask::Memory { addr, .. }, Answer::Memory(Some(bytes))) => {
-                    if let Some(last) = read_ahead.last_mut() {
+                    if let Some(last) = ahead.last_mut() {
                         *last = Some((addr, bytes));
                     }
                 }
@@ -144,29 +180,50 @@ impl Sampling {
             }
         }
         let unchanged = self.unchanged(target, &regs);
-        // The instruction before the pc of each vCPU that seems not to have run, where not
-        // known yet: one that waits for an interrupt says it idles instead.
-        let idle = target.space.main().arch().idle_instruction();
-        let probes: Vec<(u64, u64, usize)> = target
+        Looks {
+            regs,
+            ahead,
+            unchanged,
+        }
+    }
+
+    /// The instruction before the pc of each vCPU that seems not to have run, where not known
+    /// yet, as `(thread, addr, len)` reads: one that waits for an interrupt says it idles
+    /// instead.
+    fn idle_probes(&self, target: &Target, looks: &Looks, idle: &[u8]) -> Vec<(u64, u64, usize)> {
+        target
             .vcpus
             .iter()
-            .zip(&regs)
-            .zip(&unchanged)
+            .zip(&looks.regs)
+            .zip(&looks.unchanged)
             .filter(|((_, r), &same)| same && !self.idles_at.contains_key(&r.pc))
             .map(|((&(_, thread), r), _)| {
                 (thread, r.pc.wrapping_sub(idle.len() as u64), idle.len())
             })
-            .collect();
-        // Each stack's words: from what was read ahead where that covers them, else read now.
-        let mut memories: Vec<Option<Memory>> = Vec::with_capacity(regs.len());
+            .collect()
+    }
+
+    /// Each stack's words, `None` for a look known to repeat the last: from what was read
+    /// ahead where that covers them, else read now in one round trip with `probes`, whose
+    /// answers teach which pcs idle.
+    fn stack_memories<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        target: &Target,
+        looks: &mut Looks,
+        probes: &[(u64, u64, usize)],
+        idle: &[u8],
+    ) -> Result<Vec<Option<Memory>>, Error> {
+        let mut memories: Vec<Option<Memory>> = Vec::with_capacity(looks.regs.len());
         let mut stacks = Vec::new();
         let mut unread = Vec::new();
+        let read_ahead = std::mem::take(&mut looks.ahead);
         for (((&(_, thread), r), ahead), &same) in target
             .vcpus
             .iter()
-            .zip(&regs)
+            .zip(&looks.regs)
             .zip(read_ahead)
-            .zip(&unchanged)
+            .zip(&looks.unchanged)
         {
             // A look known to repeat the last is not walked.
             if same && self.idles_at.get(&r.pc) == Some(&false) {
@@ -183,27 +240,48 @@ impl Sampling {
             memories.push(memory);
         }
         if !stacks.is_empty() || !probes.is_empty() {
-            let (read, probed) = Memory::of_stacks(client, &stacks, &probes)?;
+            let (read, probed) = Memory::of_stacks(client, &stacks, probes)?;
             for (i, memory) in unread.into_iter().zip(read) {
                 memories[i] = Some(memory);
             }
-            for (&(_, addr, _), bytes) in probes.iter().zip(probed) {
-                let pc = addr.wrapping_add(idle.len() as u64);
-                if self.idles_at.len() >= MAX_IDLE_PCS {
-                    self.idles_at.clear();
-                }
-                // Unreadable code is not known not to idle: asked again next time.
-                if let Some(bytes) = bytes {
-                    self.idles_at.insert(pc, bytes == idle);
-                }
+            self.learn_idles(probes, probed, idle);
+        }
+        Ok(memories)
+    }
+
+    /// Remembers, per probed pc, whether the instruction before it is `idle`.
+    fn learn_idles(&mut self, probes: &[(u64, u64, usize)], probed: Contents, idle: &[u8]) {
+        for (&(_, addr, _), bytes) in probes.iter().zip(probed) {
+            let pc = addr.wrapping_add(idle.len() as u64);
+            if self.idles_at.len() >= MAX_IDLE_PCS {
+                self.idles_at.clear();
+            }
+            // Unreadable code is not known not to idle: asked again next time.
+            if let Some(bytes) = bytes {
+                self.idles_at.insert(pc, bytes == idle);
             }
         }
-        self.steps.end(Step::StackMemory);
+    }
+
+    /// Walks each stack read and counts it, or holds it by address when it reaches code a
+    /// library list read later may place; a vCPU that has not run since its last look (and
+    /// does not idle) is left uncounted as stale.
+    fn walk_and_count<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        target: &Target,
+        looks: &Looks,
+        memories: Vec<Option<Memory>>,
+    ) -> Result<(), Error> {
         let may_place_later = client.features().libraries_svr4;
-        for (i, ((&(vcpu, _), regs), memory)) in
-            target.vcpus.iter().zip(regs).zip(memories).enumerate()
+        for (((&(vcpu, _), &regs), memory), &same) in target
+            .vcpus
+            .iter()
+            .zip(&looks.regs)
+            .zip(memories)
+            .zip(&looks.unchanged)
         {
-            if unchanged[i] && self.idles_at.get(&regs.pc) != Some(&true) {
+            if same && self.idles_at.get(&regs.pc) != Some(&true) {
                 self.stale += 1;
                 continue;
             }
@@ -224,17 +302,6 @@ impl Sampling {
                 self.addrs = addrs;
             }
         }
-        self.steps.end(Step::Walk);
-        self.refresh_libraries(client, &mut target.space)?;
-        // SIGINT and SIGTRAP come from our interrupt; other signals belong to the target.
-        let deliver = match stop {
-            Stop::Signal(0 | 2 | 5) => 0,
-            Stop::Signal(signal) => signal,
-            _ => 0,
-        };
-        client.resume(deliver)?;
-        self.resumed();
-        self.steps.end(Step::Resume);
         Ok(())
     }
 
@@ -312,6 +379,16 @@ impl Sampling {
             }
         }
         Ok(())
+    }
+}
+
+/// The signal to hand the target as it resumes after `stop`: SIGINT and SIGTRAP come from
+/// our interrupt; other signals belong to the target.
+fn signal_to_deliver(stop: StopReply) -> u8 {
+    match stop {
+        StopReply::Signal(0 | 2 | 5) => 0,
+        StopReply::Signal(signal) => signal,
+        _ => 0,
     }
 }
 

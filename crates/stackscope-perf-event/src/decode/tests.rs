@@ -1,11 +1,11 @@
 use super::*;
-use crate::perf::{record_at, EventSpec};
+use crate::perf::{record_at, EventRequest};
 use linux_perf_data::linux_perf_event_reader::{RecordParseInfo, RecordType};
 use stackscope_stacks::arch::Arch;
 
 /// What the sampler asks for in DWARF mode: callchains, user registers and a stack copy.
 fn dwarf_layout() -> RecordParseInfo {
-    EventSpec {
+    EventRequest {
         rate: stackscope_process::cpu_clock::Rate::Frequency(99),
         inherit: true,
         enable_on_exec: false,

@@ -1,11 +1,13 @@
 //! Turning a source's events into counted raw stacks: each process's comm and mappings are
 //! tracked from the events, every sample's user stack is unwound (or taken from its
-//! frame-pointer callchain), and the stacks are counted, then named into a profile.
+//! frame-pointer callchain), and the stacks are counted, then named into a profile. Stacks
+//! deeper than their copy wait for their outer frames in `outer`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use stackscope_profile::{Metadata, Thread};
+use stackscope_stacks::arch::Regs;
 use stackscope_stacks::table::{BackgroundFold, RawFrame, Sampled, StackTable, UNREADABLE};
 use stackscope_stacks::{AddressSpace, Recording};
 use stackscope_symbols::Symbolizer;
@@ -14,9 +16,10 @@ use super::hints;
 use crate::event::{Event, SampleEvent};
 use crate::sampler::{SamplerConfig, StackMode};
 use crate::unwind::roots::{Copy, Room, Roots, Spot};
-use crate::unwind::Unwinder;
+use crate::unwind::ProcessUnwinders;
+use outer::Waiting;
 use stackscope_process::maps::read_proc_maps;
-use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, WalkEnd, MAX_FRAMES};
+use stackscope_stacks::walk::{lookup_addresses, Stop, Trail, WalkEnd};
 
 /// Unique frames a stack table holds before it is named and merged by function: a few MiB of
 /// table.
@@ -42,7 +45,7 @@ pub(crate) struct Collector {
     processes: HashMap<u32, Process>,
     /// Thread names, by tid.
     comms: HashMap<u32, Arc<str>>,
-    unwinder: Unwinder,
+    unwinder: ProcessUnwinders,
     table: StackTable,
     /// Names and merges full tables while sampling goes on; started at the first full table.
     fold: Option<BackgroundFold>,
@@ -70,7 +73,7 @@ impl Collector {
         Collector {
             processes: HashMap::new(),
             comms: HashMap::new(),
-            unwinder: Unwinder::new(),
+            unwinder: ProcessUnwinders::new(),
             table: StackTable::default(),
             fold: None,
             lost: 0,
@@ -184,34 +187,13 @@ impl Collector {
         let comm = self.comm(sample.pid, sample.tid);
         let process = self.comm(sample.pid, sample.pid);
         if end == WalkEnd::Truncated {
-            // The stack's outer frames may be known from earlier walks of the thread, or
-            // found by later ones.
-            if let Some(spot) = Spot::outermost(&self.trail) {
-                let copy = Copy {
-                    sp: sample.user_regs.map_or(0, |r| r.sp),
-                    bytes: sample.user_stack,
-                };
-                let from = (spot, copy.print(spot.sp));
-                if let Some(end) = self.outer_frames(sample.pid, sample.tid, from, false) {
-                    let names = (&*comm, &*process);
-                    let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
-                    self.count((pid, tid), names, cpu, end);
-                    return;
-                }
-                let waiting = Waiting {
-                    pid: sample.pid,
-                    tid: sample.tid,
-                    cpu: sample.cpu,
-                    names: (comm, process),
-                    frames: self.frames.clone(),
-                    from,
-                };
-                for waiting in self.roots.wait(sample.tid, waiting) {
-                    self.count_waiting(waiting);
-                }
+            let Some(spot) = Spot::outermost(&self.trail) else {
+                self.frames.push(RawFrame::Truncated);
+                let names = (&*comm, &*process);
+                self.count((sample.pid, sample.tid), names, sample.cpu, end);
                 return;
-            }
-            self.frames.push(RawFrame::Truncated);
+            };
+            return self.count_ran_out(sample, spot, (comm, process));
         }
         let names = (&*comm, &*process);
         let (pid, tid, cpu) = (sample.pid, sample.tid, sample.cpu);
@@ -230,71 +212,6 @@ impl Collector {
         if self.table.nodes() >= FOLD_AT_NODES {
             self.fold_table();
         }
-    }
-
-    /// Counts the samples of thread `tid` that wait for their outer frames, with what its
-    /// walks found.
-    fn settle(&mut self, tid: u32) {
-        for waiting in self.roots.take_waiting(tid) {
-            self.count_waiting(waiting);
-        }
-    }
-
-    /// Counts a sample whose walk ran out of stack copy, its outer frames taken from the
-    /// thread's other walks where they found them, else marked `[truncated]`.
-    fn count_waiting(&mut self, waiting: Waiting) {
-        let Waiting {
-            pid,
-            tid,
-            cpu,
-            names,
-            frames,
-            from,
-        } = waiting;
-        self.frames = frames;
-        let end = self.outer_frames(pid, tid, from, true);
-        let end = end.unwrap_or(WalkEnd::Truncated);
-        self.count((pid, tid), (&names.0, &names.1), cpu, end);
-    }
-
-    /// Appends the outer frames of a stack whose walk ran out at `from`, as far as the
-    /// thread's walks found them; says how the stack ends. Unless this is the `last` chance,
-    /// a stack whose end is not known yet is left as it was and `None` returned; at the last
-    /// one, it ends in `[truncated]`.
-    fn outer_frames(
-        &mut self,
-        pid: u32,
-        tid: u32,
-        from: (Spot, Option<u64>),
-        last: bool,
-    ) -> Option<WalkEnd> {
-        let user = self
-            .frames
-            .iter()
-            .filter(|f| !matches!(f, RawFrame::Kernel(_)));
-        let room = MAX_FRAMES.saturating_sub(user.count());
-        let mut outer = Vec::new();
-        let end = self.roots.recover(tid, from, room, &mut outer);
-        if end.is_none() && !last {
-            return None;
-        }
-        let maps = self.processes.get(&pid).map(|p| &p.maps);
-        for &addr in &outer {
-            let frame = self
-                .table
-                .user_frame(pid, addr, maps.and_then(|m| m.find(addr)));
-            self.frames.push(frame);
-        }
-        Some(match end {
-            Some(end) => {
-                self.room.recovered += 1;
-                end
-            }
-            None => {
-                self.frames.push(RawFrame::Truncated);
-                WalkEnd::Truncated
-            }
-        })
     }
 
     /// Hands the table over to be named and merged by function, and starts a new one: the
@@ -322,58 +239,12 @@ impl Collector {
     /// Unwinds the sample's user stack onto `self.frames`; says how the unwinding ended.
     fn user_stack(&mut self, sample: &SampleEvent<'_>) -> WalkEnd {
         let pid = sample.pid;
-        let process = self.processes.entry(pid).or_default();
-        if !process.known {
-            // A process we have no events for (it raced our start): read its maps once.
-            if self.live {
-                process.maps = read_proc_maps(pid).unwrap_or_default();
-            }
-            process.known = true;
-        }
+        self.know_process(pid);
         let end = match (self.stack_bytes, sample.user_regs) {
             (Some(_), Some(regs)) if sample.user_stack.is_empty() => {
-                // Nothing to unwind; the sampled instruction is still known, in the program
-                // the thread runs or, inside execve, in the one it is leaving.
-                let maps = match &process.before_exec {
-                    Some(old) if process.maps.find(regs.pc).is_none() => old,
-                    _ => &process.maps,
-                };
-                let frame = self.table.user_frame(pid, regs.pc, maps.find(regs.pc));
-                self.frames.push(frame);
-                self.frames.push(RawFrame::Marker(UNREADABLE));
-                return WalkEnd::Unreadable;
+                return self.sampled_instruction(pid, regs.pc);
             }
-            (Some(bytes), Some(regs)) => {
-                let mut stack = sample.user_stack;
-                let end = if self.read_on {
-                    let (space, out) = ((pid, &process.maps), &mut self.trail);
-                    let end = self.unwinder.unwind_reading_on(
-                        space,
-                        regs,
-                        stack,
-                        out,
-                        &mut self.extended,
-                    );
-                    if !self.extended.is_empty() && end != WalkEnd::Truncated {
-                        stack = &self.extended;
-                        self.room.read_on += 1;
-                    }
-                    end
-                } else {
-                    let maps = &process.maps;
-                    self.unwinder
-                        .unwind(pid, maps, regs, stack, &mut self.trail)
-                };
-                let copy = Copy {
-                    sp: regs.sp,
-                    bytes: stack,
-                };
-                self.roots.learn(sample.tid, copy, &self.trail, &end);
-                if end == WalkEnd::Truncated {
-                    self.room.measure(&self.trail, bytes);
-                }
-                end
-            }
+            (Some(bytes), Some(regs)) => self.unwind_copy(sample, regs, bytes),
             (None, _) if !sample.user_callchain.is_empty() => {
                 self.trail.addrs.clear();
                 let chain = lookup_addresses(sample.user_callchain);
@@ -386,9 +257,10 @@ impl Collector {
         if self.trail.addrs.is_empty() {
             return WalkEnd::NoStack;
         }
+        let maps = self.processes.get(&pid).map(|p| &p.maps);
         for &addr in &self.trail.addrs {
-            let frame = self.table.user_frame(pid, addr, process.maps.find(addr));
-            self.frames.push(frame);
+            let mapping = maps.and_then(|m| m.find(addr));
+            self.frames.push(self.table.user_frame(pid, addr, mapping));
         }
         if matches!(
             end,
@@ -398,6 +270,62 @@ impl Collector {
             }
         ) {
             self.frames.push(RawFrame::Truncated);
+        }
+        end
+    }
+
+    /// Marks `pid` known, reading its maps once when no event told them (it raced our start).
+    fn know_process(&mut self, pid: u32) {
+        let process = self.processes.entry(pid).or_default();
+        if !process.known {
+            if self.live {
+                process.maps = read_proc_maps(pid).unwrap_or_default();
+            }
+            process.known = true;
+        }
+    }
+
+    /// Nothing to unwind: the sampled instruction `pc` alone, in the program the thread runs
+    /// or, inside execve, in the one it is leaving, and the stack marked unreadable.
+    fn sampled_instruction(&mut self, pid: u32, pc: u64) -> WalkEnd {
+        let process = self.processes.entry(pid).or_default();
+        let maps = match &process.before_exec {
+            Some(old) if process.maps.find(pc).is_none() => old,
+            _ => &process.maps,
+        };
+        let frame = self.table.user_frame(pid, pc, maps.find(pc));
+        self.frames.push(frame);
+        self.frames.push(RawFrame::Marker(UNREADABLE));
+        WalkEnd::Unreadable
+    }
+
+    /// Unwinds the sample's copy of `bytes` of user stack into `self.trail` (reading on from
+    /// the live thread where asked), and learns from it what the thread's deeper walks need.
+    fn unwind_copy(&mut self, sample: &SampleEvent<'_>, regs: Regs, bytes: u32) -> WalkEnd {
+        let pid = sample.pid;
+        let maps = &self.processes.entry(pid).or_default().maps;
+        let mut stack = sample.user_stack;
+        let end = if self.read_on {
+            let (space, out) = ((pid, maps), &mut self.trail);
+            let end = self
+                .unwinder
+                .unwind_reading_on(space, regs, stack, out, &mut self.extended);
+            if !self.extended.is_empty() && end != WalkEnd::Truncated {
+                stack = &self.extended;
+                self.room.read_on += 1;
+            }
+            end
+        } else {
+            self.unwinder
+                .unwind(pid, maps, regs, stack, &mut self.trail)
+        };
+        let copy = Copy {
+            sp: regs.sp,
+            bytes: stack,
+        };
+        self.roots.learn(sample.tid, copy, &self.trail, &end);
+        if end == WalkEnd::Truncated {
+            self.room.measure(&self.trail, bytes);
         }
         end
     }
@@ -452,19 +380,6 @@ impl Collector {
     }
 }
 
-/// A sample whose walk ran out of stack copy, waiting for the thread's outer frames.
-struct Waiting {
-    pid: u32,
-    tid: u32,
-    cpu: u32,
-    /// The thread's and its process's names when sampled.
-    names: (Arc<str>, Arc<str>),
-    /// Its frames, leaf first, as far as the walk went.
-    frames: Vec<RawFrame>,
-    /// The outermost frame the walk reached, with its print in the sample's copy.
-    from: (Spot, Option<u64>),
-}
-
 /// Names for a (pid, tid) pair counted without them. Every sample here is counted with its
 /// thread's names, so this is never asked; the table wants an answer all the same.
 fn thread_names(live: bool) -> impl Fn(u32, u32) -> Thread + Send + 'static {
@@ -496,5 +411,6 @@ fn thread_comm(pid: u32, tid: u32, live: bool) -> String {
         .unwrap_or_else(|_| format!("[pid {tid}]"))
 }
 
+mod outer;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use linux_perf_data::linux_perf_event_reader::RecordParseInfo;
 
 use super::{Kind, Sampler, SamplerConfig, StackMode};
 use crate::decode::Decoder;
-use crate::perf::{self, EventSpec, Ring};
+use crate::perf::{self, EventRequest, Ring};
 use stackscope_process::cpu_clock::{self, Rate};
 use stackscope_process::kernel::{choose_cpus, read_sysctl};
 use stackscope_process::target::{self, HeldChild, Target};
@@ -166,7 +166,7 @@ impl Sampler {
     fn new(
         target: &Target,
         config: &SamplerConfig,
-        spec: EventSpec,
+        spec: EventRequest,
         layout: RecordParseInfo,
         data_pages: usize,
     ) -> Self {
@@ -179,7 +179,7 @@ impl Sampler {
             },
             layout,
             decoder: Decoder::new(spec.user_regs),
-            spec: EventSpec {
+            spec: EventRequest {
                 wakeup_bytes: (data_pages * perf::page_size() / 4) as u32,
                 ..spec
             },
@@ -282,7 +282,7 @@ fn dwarf_ring_pages(frequency: Option<u64>, stack_bytes: u32) -> usize {
     pages.clamp(512, 2048).next_power_of_two()
 }
 
-fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, SampleError> {
+fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventRequest, SampleError> {
     let rate = match (config.frequency, config.period) {
         (Some(_), Some(_)) => {
             return Err(SampleError::InvalidConfig(
@@ -306,7 +306,7 @@ fn event_spec(target: &Target, config: &SamplerConfig) -> Result<EventSpec, Samp
         StackMode::FramePointer => (None, 0, config.user),
     };
     let launching = matches!(target, Target::Command(_));
-    Ok(EventSpec {
+    Ok(EventRequest {
         rate,
         inherit: matches!(target, Target::Command(_) | Target::Pids(_)),
         enable_on_exec: launching,

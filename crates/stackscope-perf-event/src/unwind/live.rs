@@ -4,7 +4,7 @@
 //! That holds when the end of the copy, from the outermost frame the walk reached on, still
 //! matches the thread's memory; the read is used only then.
 
-use super::Unwinder;
+use super::ProcessUnwinders;
 use stackscope_stacks::arch::Regs;
 use stackscope_stacks::walk::{Trail, WalkEnd};
 use stackscope_stacks::AddressSpace;
@@ -17,11 +17,11 @@ const CHECKED: usize = 256;
 const FIRST: usize = 64 << 10;
 const MOST: usize = 8 << 20;
 
-impl Unwinder {
-    /// Unwinds a sample of the live process `pid` as [`Unwinder::unwind`] does, and when the
-    /// copy `stack` runs out, again over the copy extended with the thread's stack memory
-    /// above it, read now, for as long as the walk runs out and the memory goes on. `scratch`
-    /// is left holding the extended copy, or empty when the copy was not extended.
+impl ProcessUnwinders {
+    /// Unwinds a sample of the live process `pid` as [`ProcessUnwinders::unwind`] does, and
+    /// when the copy `stack` runs out, again over the copy extended with the thread's stack
+    /// memory above it, read now, for as long as the walk runs out and the memory goes on.
+    /// `scratch` is left holding the extended copy, or empty when the copy was not extended.
     pub fn unwind_reading_on(
         &mut self,
         (pid, maps): (u32, &AddressSpace),

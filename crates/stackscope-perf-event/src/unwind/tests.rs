@@ -278,7 +278,7 @@ impl Tracee {
         buf
     }
 
-    fn unwind_with(&self, unwinder: &mut Unwinder, stack: &[u8]) -> (Vec<u64>, WalkEnd) {
+    fn unwind_with(&self, unwinder: &mut ProcessUnwinders, stack: &[u8]) -> (Vec<u64>, WalkEnd) {
         let mut out = Trail {
             addrs: vec![0xdead],
             ..Trail::default()
@@ -289,7 +289,7 @@ impl Tracee {
     }
 
     fn unwind(&self) -> (Vec<u64>, WalkEnd) {
-        self.unwind_with(&mut Unwinder::new(), &self.stack)
+        self.unwind_with(&mut ProcessUnwinders::new(), &self.stack)
     }
 
     fn function(&self, path: &Path, matches: impl Fn(&str) -> bool) -> Range<u64> {
@@ -469,7 +469,7 @@ fn rust_deep_recursion_unwinds_completely() {
 fn short_stack_copy_is_truncated() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
-    let (out, end) = t.unwind_with(&mut Unwinder::new(), &t.stack[..64]);
+    let (out, end) = t.unwind_with(&mut ProcessUnwinders::new(), &t.stack[..64]);
     assert_eq!(end, WalkEnd::Truncated, "stack:\n{}", describe(&t, &out));
     assert_eq!(out[0], t.regs.pc);
     // Whatever was unwound before running out is still right.
@@ -480,7 +480,7 @@ fn short_stack_copy_is_truncated() {
 fn unmapped_ip_and_bad_return_address_are_broken() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, t) = simple_in_leaf(dir.path(), "simple", NO_FP);
-    let mut unwinder = Unwinder::new();
+    let mut unwinder = ProcessUnwinders::new();
 
     let mut out = Trail::default();
     let regs = Regs { pc: 0x10, ..t.regs };
@@ -518,7 +518,7 @@ fn one_unwinder_serves_several_processes() {
         "nopie",
         &["-O2", "-fomit-frame-pointer", "-no-pie"],
     );
-    let mut unwinder = Unwinder::new();
+    let mut unwinder = ProcessUnwinders::new();
     for _ in 0..2 {
         for (t, exe) in [(&a, &pie), (&b, &nopie)] {
             let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
@@ -564,7 +564,7 @@ fn binary_without_unwind_info_is_listed_and_unwinds_by_frame_pointer() {
     }
 
     let t = Tracee::start(&exe, &[], Target::Function(&exe, &leaf));
-    let mut unwinder = Unwinder::new();
+    let mut unwinder = ProcessUnwinders::new();
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
     let listed = unwinder.modules_without_unwind_info();
     assert_eq!(listed, [Arc::<str>::from(exe.to_str().unwrap())]);
@@ -584,7 +584,7 @@ fn files_no_live_process_maps_are_dropped_beyond_the_idle_bound() {
     let (exe, t) = simple_in_leaf(dir.path(), "simple", &["-O2", "-fomit-frame-pointer"]);
     let exe = std::fs::canonicalize(&exe).unwrap();
     let maps_text = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
-    let mut unwinder = Unwinder::new();
+    let mut unwinder = ProcessUnwinders::new();
     // Short processes, each running its own copy of the program (a new file to the cache),
     // unwound once and then gone, as under a shell loop or a build.
     let copies = IDLE_FILES + 8;

@@ -7,13 +7,14 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use stackscope_profile::{
-    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, UnwindStats, UNKNOWN,
+    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, ThreadId, UnwindStats,
+    UNKNOWN,
 };
 use stackscope_symbols::elf::build_id_hex;
 use stackscope_symbols::Symbolizer;
 
 use super::names::{file_name, Names};
-use super::{ModuleId, ModuleKey, NameId, RawFrame, StackTable};
+use super::{ModuleId, ModuleKey, NameId, RawFrame, StackKey, StackTable};
 use crate::walk::{Stop, WalkEnd};
 
 impl StackTable {
@@ -51,83 +52,110 @@ impl StackTable {
         let names = Names::resolve(&self, symbolizer, builder);
         let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
-        let mut threads: HashMap<(u32, u32, NameId, NameId), u32> = HashMap::new();
+        let mut threads: HashMap<(u32, u32, NameId, NameId), ThreadId> = HashMap::new();
         for (key, count) in &self.counts {
             self.frames_of(key.stack, &mut raw);
-            chain.clear();
-            let mut unknown_user = false;
-            let mut unnamed_user = false;
-            let mut in_exec = false;
-            // The innermost frame of user code in a file, and whether a symbol names it.
-            let mut leaf: Option<(ModuleId, bool)> = None;
-            // Root first; one address may expand to several frames (inlined functions),
-            // already outermost first.
-            let mut rooted = None;
-            for raw in &raw {
-                // An event's root frame says what counted the stack, not where it began.
-                let judged = !matches!(raw, RawFrame::Event(_));
-                unnamed_user |= names.is_unnamed(raw);
-                match *raw {
-                    RawFrame::User { module, .. } if self.is_user_file(module) => {
-                        leaf = Some((module, names.is_unnamed(raw)));
-                    }
-                    // User code in no file (the vDSO, JIT code, unmapped) is no file's time.
-                    RawFrame::User { .. } | RawFrame::Jit { .. } | RawFrame::Unmapped(_) => {
-                        leaf = None
-                    }
-                    _ => {}
-                }
-                for &id in names.frames(raw) {
-                    let frame = builder.frame_at(id);
-                    match frame.kind {
-                        FrameKind::User => unknown_user |= frame.name == UNKNOWN,
-                        FrameKind::Kernel => in_exec |= is_exec(&frame.name),
-                        _ => {}
-                    }
-                    if judged {
-                        rooted
-                            .get_or_insert_with(|| is_entry(frame) || names.is_unnamed_entry(raw));
-                    }
-                    chain.push(id);
-                }
-            }
-            let rooted = rooted.unwrap_or(false);
-            tally.count(&key.end, *count, unknown_user, rooted);
-            if unnamed_user && key.end != WalkEnd::NoStack {
-                tally.stats.with_unnamed += count;
-            }
-            if key.end == WalkEnd::Unreadable && in_exec {
-                tally.unreadable_in_exec += count;
-            }
-            if let (Some((module, unnamed)), false) = (leaf, key.end == WalkEnd::NoStack) {
-                if let ModuleKey::File { path, .. } = &self.modules[module as usize] {
-                    let used = tally.modules.entry(path.clone()).or_default();
-                    used.leaf += count;
-                    if unnamed {
-                        used.unnamed_leaf += count;
-                    }
-                }
-            }
+            let seen = self.name_stack(&names, builder, &raw, &mut chain);
+            self.tally_stack(tally, key, *count, &seen);
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid, key.comm, key.process))
-                .or_insert_with(|| {
-                    let named = match (
-                        self.names.get(key.comm as usize),
-                        self.names.get(key.process as usize),
-                    ) {
-                        (Some(comm), Some(process)) => Thread {
-                            pid: key.pid,
-                            tid: key.tid,
-                            comm: comm.to_string(),
-                            process_name: process.to_string(),
-                        },
-                        _ => thread(key.pid, key.tid),
-                    };
-                    builder.thread(named)
-                });
+                .or_insert_with(|| builder.thread(self.thread_of(key, thread)));
             builder.add(tid, stack, Some(key.cpu), *count);
         }
+        self.note_modules(&names, tally, build_ids);
+    }
+
+    /// Names the frames of one stack, root first, into `chain`, and says what they show of
+    /// how whole it is.
+    fn name_stack(
+        &self,
+        names: &Names,
+        builder: &ProfileBuilder,
+        raw: &[RawFrame],
+        chain: &mut Vec<FrameId>,
+    ) -> StackSeen {
+        chain.clear();
+        let mut seen = StackSeen::default();
+        // Root first; one address may expand to several frames (inlined functions),
+        // already outermost first.
+        let mut rooted = None;
+        for raw in raw {
+            // An event's root frame says what counted the stack, not where it began.
+            let judged = !matches!(raw, RawFrame::Event(_));
+            seen.unnamed_user |= names.is_unnamed(raw);
+            match *raw {
+                RawFrame::User { module, .. } if self.is_user_file(module) => {
+                    seen.leaf = Some((module, names.is_unnamed(raw)));
+                }
+                // User code in no file (the vDSO, JIT code, unmapped) is no file's time.
+                RawFrame::User { .. } | RawFrame::Jit { .. } | RawFrame::Unmapped(_) => {
+                    seen.leaf = None
+                }
+                _ => {}
+            }
+            for &id in names.frames(raw) {
+                let frame = builder.frame_at(id);
+                match frame.kind {
+                    FrameKind::User => seen.unknown_user |= frame.name == UNKNOWN,
+                    FrameKind::Kernel => seen.in_exec |= is_exec(&frame.name),
+                    _ => {}
+                }
+                if judged {
+                    rooted.get_or_insert_with(|| is_entry(frame) || names.is_unnamed_entry(raw));
+                }
+                chain.push(id);
+            }
+        }
+        seen.rooted = rooted.unwrap_or(false);
+        seen
+    }
+
+    /// Adds `count` samples of the stack counted under `key` to the figures on how whole
+    /// stacks are and where each file's time went.
+    fn tally_stack(&self, tally: &mut Tally, key: &StackKey, count: u64, seen: &StackSeen) {
+        tally.count(&key.end, count, seen.unknown_user, seen.rooted);
+        if seen.unnamed_user && key.end != WalkEnd::NoStack {
+            tally.stats.with_unnamed += count;
+        }
+        if key.end == WalkEnd::Unreadable && seen.in_exec {
+            tally.unreadable_in_exec += count;
+        }
+        if let (Some((module, unnamed)), false) = (seen.leaf, key.end == WalkEnd::NoStack) {
+            if let ModuleKey::File { path, .. } = &self.modules[module as usize] {
+                let used = tally.modules.entry(path.clone()).or_default();
+                used.leaf += count;
+                if unnamed {
+                    used.unnamed_leaf += count;
+                }
+            }
+        }
+    }
+
+    /// The thread the stack counted under `key` belongs to: by the names it was sampled
+    /// with, else as `thread` names it.
+    fn thread_of(&self, key: &StackKey, thread: &dyn Fn(u32, u32) -> Thread) -> Thread {
+        match (
+            self.names.get(key.comm as usize),
+            self.names.get(key.process as usize),
+        ) {
+            (Some(comm), Some(process)) => Thread {
+                pid: key.pid,
+                tid: key.tid,
+                comm: comm.to_string(),
+                process_name: process.to_string(),
+            },
+            _ => thread(key.pid, key.tid),
+        }
+    }
+
+    /// Notes which files were named with source lines, and each file's build-id.
+    fn note_modules(
+        &self,
+        names: &Names,
+        tally: &mut Tally,
+        build_ids: &mut BTreeMap<String, String>,
+    ) {
         for (id, key) in self.modules.iter().enumerate() {
             if let (ModuleKey::File { path, .. }, true) = (key, names.has_lines(id as ModuleId)) {
                 tally.modules.entry(path.clone()).or_default().lines = true;
@@ -145,6 +173,21 @@ impl StackTable {
             }
         }
     }
+}
+
+/// What the frames of one stack show of how whole it is and where its time went.
+#[derive(Default)]
+struct StackSeen {
+    /// A user frame is named `UNKNOWN`.
+    unknown_user: bool,
+    /// A frame is user code of a known file that no symbol names.
+    unnamed_user: bool,
+    /// A kernel frame runs an execve.
+    in_exec: bool,
+    /// The innermost frame of user code in a file, and whether a symbol names it.
+    leaf: Option<(ModuleId, bool)>,
+    /// The outermost frame that says where the stack began is an entry point.
+    rooted: bool,
 }
 
 /// Stacks named and counted so far: what [`StackTable`]s fold into.
