@@ -14,8 +14,8 @@ use object::elf;
 
 use crate::module::{ModuleFile, SectionData};
 use crate::walk::{
-    walk, walk_trail, CacheRiscv64, Code, Leaf, RegsAarch64, RegsRiscv64, RegsX86_64, Trail,
-    Unread, UnwinderRiscv64, WalkEnd,
+    addresses_only, walk_trail, CacheRiscv64, Code, Leaf, RegsAarch64, RegsRiscv64, RegsX86_64,
+    Trail, Unread, UnwinderRiscv64, WalkEnd,
 };
 
 impl ModuleFile {
@@ -144,22 +144,9 @@ impl Unwinder {
         read: impl FnMut(u64) -> Result<u64, Unread<E>>,
         out: &mut Vec<u64>,
     ) -> Result<WalkEnd, E> {
-        debug_assert_eq!(regs.arch, self.arch(), "registers of another architecture");
-        let Regs { pc, sp, fp, lr, .. } = regs;
-        match self {
-            Unwinder::X86_64(unwinder) => {
-                let regs = RegsX86_64 { ip: pc, sp, bp: fp };
-                walk(unwinder, cache.x86_64(), regs, leaf, is_code, read, out)
-            }
-            Unwinder::Aarch64(unwinder) => {
-                let regs = RegsAarch64 { pc, sp, fp, lr };
-                walk(unwinder, cache.aarch64(), regs, leaf, is_code, read, out)
-            }
-            Unwinder::Riscv64(unwinder) => {
-                let regs = RegsRiscv64 { pc, sp, fp, ra: lr };
-                walk(unwinder, cache.riscv64(), regs, leaf, is_code, read, out)
-            }
-        }
+        addresses_only(is_code, out, |code, trail| {
+            self.walk_trail(cache, (regs, leaf), code, read, trail)
+        })
     }
 
     /// Walks one stack from `regs` into `out`, keeping each frame's stack pointer and why

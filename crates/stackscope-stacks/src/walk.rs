@@ -223,6 +223,18 @@ pub fn walk<R: ArchRegs, E>(
     read: impl FnMut(u64) -> Result<u64, Unread<E>>,
     out: &mut Vec<u64>,
 ) -> Result<WalkEnd, E> {
+    addresses_only(is_code, out, |code, trail| {
+        walk_trail(unwinder, cache, (regs, leaf), code, read, trail)
+    })
+}
+
+/// Runs a walk that keeps a [`Trail`] as one that keeps only the addresses, into `out`: what
+/// [`walk`] is to [`walk_trail`], for every way of calling one.
+pub(crate) fn addresses_only<E>(
+    is_code: impl Fn(u64) -> bool,
+    out: &mut Vec<u64>,
+    walk: impl FnOnce(&dyn Fn(u64) -> Code, &mut Trail) -> Result<WalkEnd, E>,
+) -> Result<WalkEnd, E> {
     let code = |addr| match is_code(addr) {
         true => Code::Tabled,
         false => Code::Outside,
@@ -231,7 +243,7 @@ pub fn walk<R: ArchRegs, E>(
         addrs: std::mem::take(out),
         ..Trail::default()
     };
-    let end = walk_trail(unwinder, cache, (regs, leaf), code, read, &mut trail);
+    let end = walk(&code, &mut trail);
     *out = trail.addrs;
     end
 }
