@@ -32,10 +32,7 @@ pub fn write_all(profile: &Profile) {
         annotate_kernel: true,
         title: None,
     };
-    for name in Format::NAMES {
-        let Some(format) = Format::from_name(name) else {
-            continue;
-        };
+    for format in Format::ALL {
         let _ = format::write(profile, format, &opts, &mut Bounded(0));
     }
 }

@@ -9,20 +9,6 @@ use stackscope_profile::format::{read, write, Format, ReadError, WriteOptions};
 use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
 use std::io::Read;
 
-const EVERY_FORMAT: [Format; 11] = [
-    Format::Folded,
-    Format::Bcc,
-    Format::Svg,
-    Format::Json,
-    Format::Pprof,
-    Format::Speedscope,
-    Format::Firefox,
-    Format::Osdk,
-    Format::PerfScript,
-    Format::Dtrace,
-    Format::Top,
-];
-
 /// What a process can put in its name (`prctl(PR_SET_NAME)`) or a symbol table in a function's:
 /// a terminal escape, C0 and C1 controls, NUL, DEL, XML's specials and folded's separators.
 const HOSTILE: &str = "\x1b[31mevil\x01;x\nnext\0nul\r\t<&>\"'\x7f\u{85}\u{fffe}";
@@ -75,7 +61,7 @@ fn render(profile: &Profile, format: Format) -> Vec<u8> {
 #[test]
 fn no_writer_lets_a_control_character_of_a_name_through() {
     let profile = profile_of(HOSTILE, &[vec!["main", HOSTILE], vec![HOSTILE]]);
-    for format in EVERY_FORMAT {
+    for format in Format::ALL {
         let bytes = render(&profile, format);
         let text = match format {
             Format::Pprof => {

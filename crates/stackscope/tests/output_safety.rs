@@ -592,7 +592,7 @@ fn assert_well_formed_xml(svg: &Path) {
 /// them); returns each format's name and the text its reader saw.
 fn through_every_writer(dir: &Path, input: &Path) -> Vec<(&'static str, String)> {
     let mut seen = Vec::new();
-    for &name in Format::NAMES {
+    for name in Format::ALL.map(|f| f.name()) {
         let out = dir.join(format!("out.{name}"));
         stackscope(
             dir,

@@ -132,7 +132,7 @@ fn wall_profile_shows_the_measured_split_of_sleeping_and_burning() {
 
     // Every writer takes a profile of time.
     let json = dir.path().join("profile.json");
-    for format in stackscope_profile::format::Format::NAMES {
+    for format in stackscope_profile::format::Format::ALL.map(|f| f.name()) {
         let out = dir.path().join(format!("wall.{format}"));
         let args = [
             os("report"),

@@ -57,23 +57,22 @@ pub enum Format {
 }
 
 impl Format {
-    /// The canonical names [`Format::from_name`] accepts, in the order a help text should list
-    /// them.
-    pub const NAMES: &'static [&'static str] = &[
-        "folded",
-        "bcc",
-        "svg",
-        "json",
-        "pprof",
-        "speedscope",
-        "firefox",
-        "osdk",
-        "perf-script",
-        "dtrace",
-        "top",
+    /// Every format, in the order a help text should list them.
+    pub const ALL: [Format; 11] = [
+        Format::Folded,
+        Format::Bcc,
+        Format::Svg,
+        Format::Json,
+        Format::Pprof,
+        Format::Speedscope,
+        Format::Firefox,
+        Format::Osdk,
+        Format::PerfScript,
+        Format::Dtrace,
+        Format::Top,
     ];
 
-    /// Parses a format name, one of [`Format::NAMES`], plus the aliases `collapsed` (folded),
+    /// Parses a format's [`Format::name`], plus the aliases `collapsed` (folded),
     /// `flamegraph` (svg) and `firefox-profiler` (firefox). Case does not matter.
     pub fn from_name(name: &str) -> Option<Format> {
         match name.to_ascii_lowercase().as_str() {
@@ -138,7 +137,7 @@ impl Format {
         }
     }
 
-    /// The canonical name, one of [`Format::NAMES`].
+    /// The canonical name, the one [`Format::from_name`] gives back as this format.
     pub fn name(self) -> &'static str {
         match self {
             Format::Folded => "folded",
@@ -400,8 +399,8 @@ mod tests {
 
     #[test]
     fn names_and_aliases() {
-        for &name in Format::NAMES {
-            assert_eq!(Format::from_name(name).unwrap().name(), name);
+        for format in Format::ALL {
+            assert_eq!(Format::from_name(format.name()), Some(format));
         }
         assert_eq!(Format::from_name("collapsed"), Some(Format::Folded));
         assert_eq!(Format::from_name("flamegraph"), Some(Format::Svg));
@@ -435,22 +434,8 @@ mod tests {
 
     #[test]
     fn every_format_has_a_name_and_a_default_file() {
-        let all = [
-            Format::Folded,
-            Format::Bcc,
-            Format::Svg,
-            Format::Json,
-            Format::Pprof,
-            Format::Speedscope,
-            Format::Firefox,
-            Format::Osdk,
-            Format::PerfScript,
-            Format::Dtrace,
-            Format::Top,
-        ];
-        assert_eq!(all.len(), Format::NAMES.len());
-        for format in all {
-            assert!(Format::NAMES.contains(&format.name()), "{format}");
+        // Each name reads back as its own format: `names_and_aliases`.
+        for format in Format::ALL {
             if format == Format::Top {
                 // Made for a terminal: standard output unless told, and no file ending.
                 assert_eq!(format.default_file(), "-");

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use stackscope_profile::format::Format;
 
 use super::flags::{format_name, OutputArgs};
 
@@ -23,7 +24,7 @@ use super::flags::{format_name, OutputArgs};
             "`svg` (differential flamegraph) or `folded` (`stack BEFORE AFTER` lines). Default: \
              from the --output extension, else svg"
         )
-        .value_parser(format_name(&["svg", "folded"]))),
+        .value_parser(format_name(&[Format::Svg, Format::Folded]))),
 )]
 pub struct DiffArgs {
     /// The profile before the change.

@@ -107,7 +107,7 @@ pub struct OutputArgs {
     pub output: Option<PathBuf>,
 
     /// Output format [default: from the -o extension, else svg].
-    #[arg(long, value_name = "FORMAT", value_parser = format_name(Format::NAMES))]
+    #[arg(long, value_name = "FORMAT", value_parser = format_name(&Format::ALL))]
     pub format: Option<Format>,
 
     #[command(flatten)]
@@ -149,10 +149,10 @@ pub struct StyleArgs {
     pub title: Option<String>,
 }
 
-/// The `--format` values a command writes, named as [`Format::NAMES`] names them, so every
-/// format is named in one place and `--help` shows them all.
-pub(crate) fn format_name(names: &'static [&'static str]) -> impl TypedValueParser<Value = Format> {
-    PossibleValuesParser::new(names)
+/// The `--format` values a command writes, each named by [`Format::name`], so every format is
+/// named in one place and `--help` shows them all.
+pub(crate) fn format_name(formats: &[Format]) -> impl TypedValueParser<Value = Format> {
+    PossibleValuesParser::new(formats.iter().map(|format| format.name()))
         .try_map(|s: String| Format::from_name(&s).ok_or_else(|| format!("unknown format {s}")))
 }
 
