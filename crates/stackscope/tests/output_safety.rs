@@ -652,14 +652,16 @@ fn through_every_writer(dir: &Path, input: &Path) -> Vec<(&'static str, String)>
     seen
 }
 
-/// The name evil_name.c gives itself.
+/// A name for the spin workload to give itself, with what a profile's writers must not pass on
+/// raw: a terminal escape, XML's specials, a C0 control, folded's frame separator and a newline.
+/// At most 15 bytes, the kernel's limit for a process's name.
 const EVIL_COMM: &str = "\x1b[m<&evil\x01;x\n";
 
 #[test]
 fn a_process_name_with_control_characters_reaches_every_writer_replaced() {
     let _serial = serial();
     let dir = tempdir();
-    let evil = Background::spawn(Command::new(workload("evil_name")).arg("20"));
+    let evil = Background::spawn(Command::new(workload("spin")).args(["20", EVIL_COMM]));
     let pid = evil.pid().to_string();
     wait_until("the workload named itself", || {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;

@@ -48,7 +48,6 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "forker" => c("forker.c", &[]),
         "crasher" => c("crasher.c", &[]),
         "spin" => c("spin.c", &[]),
-        "evil_name" => c("evil_name.c", &[]),
         "blocking" => c("blocking.c", &[]),
         "churn" => c("churn.c", &[]),
         "syscalls" => c("syscalls.c", &[]),
