@@ -11,7 +11,6 @@ mod common;
 
 use common::*;
 use stackscope_testkit::shipped::{add_debug_link, keep_debug, strip};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -245,7 +244,7 @@ fn a_library_replaced_by_a_fifo_by_another_user_does_not_cost_a_system_profile()
     let main = theirs.join("dlopen_main");
     std::fs::copy(workload("dlopen_main"), &main).unwrap();
     for path in [dir.path(), &theirs] {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        open_to_others(path);
     }
     stackscope_testkit::run(Command::new("chown").arg("-R").arg("nobody").arg(&theirs));
 
@@ -259,17 +258,7 @@ fn a_library_replaced_by_a_fifo_by_another_user_does_not_cost_a_system_profile()
         main = main.display(),
         lib = lib.display()
     );
-    stackscope_testkit::run(
-        Command::new("setpriv")
-            .args([
-                "--reuid=nobody",
-                "--regid=nogroup",
-                "--clear-groups",
-                "sh",
-                "-c",
-            ])
-            .arg(&script),
-    );
+    stackscope_testkit::run(as_nobody("sh").arg("-c").arg(&script));
     let run = wait_output(recorder, start);
     assert!(
         lib.metadata().is_ok_and(|m| {
@@ -292,7 +281,7 @@ fn a_library_replaced_by_a_fifo_by_another_user_does_not_cost_a_system_profile()
 fn a_fifo_perf_map_left_by_another_user_does_not_cost_a_system_profile() {
     let _serial = serial();
     let dir = tempdir();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    open_to_others(dir.path());
     let jit = dir.path().join("jit");
     std::fs::copy(workload("jit"), &jit).unwrap();
 
@@ -301,9 +290,7 @@ fn a_fifo_perf_map_left_by_another_user_does_not_cost_a_system_profile() {
     let start = Instant::now();
     let recorder = spawn_piped(&mut cmd);
     std::thread::sleep(Duration::from_millis(500));
-    let theirs = Command::new("setpriv")
-        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-        .arg(&jit)
+    let theirs = as_nobody(&jit)
         .args(["1000", "fifo"])
         .output()
         .expect("run the JIT as nobody");

@@ -393,13 +393,11 @@ fn unwritable_directory_is_refused_before_sampling_for_an_unprivileged_user() {
     let _serial = serial();
     let dir = tempdir();
     // The user can reach the directory but not create files in it.
-    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    open_to_others(dir.path());
     let out = dir.path().join("out.folded");
     let spin = workload("spin");
-    let mut cmd = Command::new("setpriv");
+    let mut cmd = as_nobody(stackscope_bin());
     cmd.current_dir("/")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(stackscope_bin())
         .args(record_args(&out, &[], &[spin.as_os_str(), os("1")]));
     let run = run_with_deadline(cmd);
     run.assert_one_line_error(&[out.to_str().unwrap(), "Permission denied"]);
@@ -433,25 +431,11 @@ impl Drop for FsSetting {
 /// A directory as `/tmp` is (sticky, mode 1777) in `dir`, which is opened so that other users
 /// reach it.
 fn sticky_dir(dir: &Path) -> PathBuf {
-    std::fs::set_permissions(dir, PermissionsExt::from_mode(0o755)).unwrap();
+    open_to_others(dir);
     let sticky = dir.join("sticky");
     std::fs::create_dir(&sticky).unwrap();
     std::fs::set_permissions(&sticky, PermissionsExt::from_mode(0o1777)).unwrap();
     sticky
-}
-
-/// Runs `program ARGS` as user nobody, as another user plants files.
-fn as_nobody(program: &str, args: &[&OsStr]) {
-    stackscope_testkit::run(
-        Command::new("setpriv")
-            .args([
-                "--reuid=nobody",
-                "--regid=nogroup",
-                "--clear-groups",
-                program,
-            ])
-            .args(args),
-    );
 }
 
 #[test]
@@ -464,7 +448,7 @@ fn a_link_another_user_planted_in_a_sticky_directory_is_not_followed() {
     let victim = dir.path().join("victim");
     std::fs::write(&victim, "precious\n").unwrap();
     let planted = sticky.join("planted.folded");
-    as_nobody("ln", &[os("-s"), victim.as_os_str(), planted.as_os_str()]);
+    stackscope_testkit::run(as_nobody("ln").arg("-s").arg(&victim).arg(&planted));
 
     let planted_name = planted.to_str().unwrap();
     report_folded(dir.path(), &input, &planted).assert_one_line_error(&[
@@ -516,9 +500,9 @@ fn a_file_or_fifo_another_user_owns_in_a_sticky_directory_is_not_written() {
     let sticky = sticky_dir(dir.path());
     let theirs = sticky.join("theirs.folded");
     let script = format!("echo theirs > '{}'", theirs.display());
-    as_nobody("sh", &[os("-c"), os(&script)]);
+    stackscope_testkit::run(as_nobody("sh").arg("-c").arg(&script));
     let pipe = sticky.join("pipe");
-    as_nobody("mkfifo", &[pipe.as_os_str()]);
+    stackscope_testkit::run(as_nobody("mkfifo").arg(&pipe));
 
     report_folded(dir.path(), &input, &theirs).assert_one_line_error(&[
         theirs.to_str().unwrap(),

@@ -596,6 +596,23 @@ pub fn tempdir() -> tempfile::TempDir {
         .expect("create temp dir")
 }
 
+/// `program` to be run as user nobody: another user of the machine, who plants files or runs
+/// programs where root's stackscope meets them.
+pub fn as_nobody(program: impl AsRef<OsStr>) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
+        .arg(program);
+    cmd
+}
+
+/// Lets other users ([`as_nobody`]) reach `dir` and read what is in it (mode 755), as a
+/// temporary directory (700) does not.
+#[cfg(unix)]
+pub fn open_to_others(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// A workload process started directly (not by stackscope), killed when dropped.
 pub struct Background(pub Child);
 
