@@ -1,6 +1,6 @@
 //! Shared by the whole-program tests: builds the workload programs in `tests/workloads/`
-//! (once per test binary), runs the real `stackscope` binary on them with a deadline, and
-//! reads and measures the profiles it writes.
+//! (once per test binary), runs the real `stackscope` binary on them with a deadline, runs
+//! programs as another user (nobody), and reads and measures the profiles it writes.
 #![allow(dead_code)]
 
 use stackscope_profile::{Frame, FrameKind, Profile};
