@@ -365,28 +365,39 @@ fn an_unreachable_server_is_asked_once() {
     assert_eq!(client.fetch_debuginfo(&elf.build_id), Some(cached));
 }
 
-/// A Ctrl-C that stopped the recording leaves the fetching after it alone; one during the
-/// fetching stops it.
+/// A Ctrl-C that only ended sampling leaves the fetching after it alone; one that stops naming
+/// stops the fetching under way. Naming's stop is the process's own, so this runs alone in a
+/// process of its own: the test binary again, with only this test.
 #[test]
-fn ctrl_c_stops_fetching_only_once_it_began() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
+fn ctrl_c_stops_fetching_only_once_naming_is_told_to_stop() {
     use super::session::Session;
+    use crate::interrupt;
+
+    const ALONE: &str = "STACKSCOPE_NAMING_STOP_TEST_ALONE";
+    const NAME: &str = "debuginfod::tests::ctrl_c_stops_fetching_only_once_naming_is_told_to_stop";
+    if std::env::var_os(ALONE).is_none() {
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && stdout.contains("1 passed"),
+            "{}\n{stdout}\n{}",
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+        return;
+    }
 
     let limits = Limits::from_env();
-    let stop = Arc::new(AtomicBool::new(true));
+    interrupt::sampling_ended();
     let session = Session::new(limits);
-    session.stop_on(Arc::clone(&stop));
     session.begin("after a stopped recording");
     assert!(session.budget("http://server").is_ok());
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let session = Session::new(limits);
-    session.stop_on(Arc::clone(&stop));
-    session.begin("first");
-    assert!(session.budget("http://server").is_ok());
-    stop.store(true, Ordering::Relaxed);
+    interrupt::stop_naming();
     assert!(session.budget("http://server").is_err());
 }
 
