@@ -857,125 +857,136 @@ fn a_server_answering_with_another_build_s_debug_file_names_nothing_from_it_and_
     );
 }
 
-#[test]
-fn a_stated_length_of_10_gib_is_refused_before_a_byte_is_written() {
+/// A server with files over the size bound, the bound (`DEBUGINFOD_MAXSIZE`, unset for
+/// none), and what the one warning naming the server says.
+struct OverTheBound {
+    /// The profile's file name, which says the case.
+    name: &'static str,
+    server: BoundServer,
+    max_size: Option<u64>,
+    said: String,
+}
+
+/// Who answers in a case over the size bound.
+enum BoundServer {
+    /// A hostile server; the most bytes the cache may hold at any look, and what must hold of
+    /// what the server saw.
+    Hostile {
+        answer: Hostile,
+        peak_cache: u64,
+        saw: fn(&HostileServer),
+    },
+    /// elfutils' own server, with the program's debug file of some kilobytes.
+    Elfutils,
+}
+
+/// Records the program against the case's server, which is left alone and said once.
+fn refuse_over_the_bound(case: OverTheBound) {
+    eprintln!("case: {}", case.name);
     let dir = tempfile::tempdir().unwrap();
     let built = build(dir.path());
-    let server = HostileServer::start(Hostile::HugeLength);
-
-    let watched = record_watched(
-        dir.path(),
-        "huge.json",
-        &[("DEBUGINFOD_URLS", &server.url)],
-        &built,
-    );
-    // The default bound, with DEBUGINFOD_MAXSIZE unset.
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only as 10737418240 bytes, over the bound of 2147483648 bytes",
-    );
+    // elfutils' server runs until `_elfutils` is dropped, after the recording.
+    let (url, hostile, _elfutils) = match case.server {
+        BoundServer::Hostile {
+            answer,
+            peak_cache,
+            saw,
+        } => {
+            let server = HostileServer::start(answer);
+            (server.url.clone(), Some((server, peak_cache, saw)), None)
+        }
+        BoundServer::Elfutils => {
+            let server = Server::start(dir.path(), &built.served);
+            server.wait_for(&built.build_id);
+            (server.url.clone(), None, Some(server))
+        }
+    };
+    let max_size = case.max_size.map(|size| size.to_string());
+    let mut env = vec![("DEBUGINFOD_URLS", url.as_str())];
+    env.extend(max_size.as_deref().map(|size| ("DEBUGINFOD_MAXSIZE", size)));
+    let watched = record_watched(dir.path(), case.name, &env, &built);
+    let warned = assert_left_alone(&watched, &url, &case.said);
     // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert_eq!(watched.peak_cache, 0, "part of the body was written");
-    // What the socket buffers took before stackscope hung up, no more.
-    let sent = server.sent.load(Ordering::Relaxed);
-    assert!(sent < 64 << 20, "the server sent {sent} bytes");
+    assert_eq!(warned.len(), 1, "{}: {warned:?}", case.name);
+    if let Some((server, peak_cache, saw)) = hostile {
+        assert_cache_empty(&watched);
+        assert!(
+            watched.peak_cache <= peak_cache,
+            "{}: the cache held {} bytes",
+            case.name,
+            watched.peak_cache
+        );
+        saw(&server);
+    }
 }
 
 #[test]
-fn an_endless_body_is_dropped_at_debuginfod_maxsize_and_its_server_not_asked_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = HostileServer::start(Hostile::EndlessChunks);
-    let max_size: u64 = 32 << 20;
-
-    let watched = record_watched(
-        dir.path(),
-        "endless.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", &max_size.to_string()),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        &format!("sent more than {max_size} bytes"),
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert!(
-        watched.peak_cache <= max_size,
-        "the cache held {} bytes",
-        watched.peak_cache
-    );
-    let asked = server.requests().len();
-    assert_eq!(asked, 1, "asked {asked} times");
-}
-
-#[test]
-fn a_file_over_debuginfod_maxsize_is_refused_by_its_stated_length() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = HostileServer::start(Hostile::Sized(8 << 20));
-
-    let watched = record_watched(
-        dir.path(),
-        "sized.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", "1048576"),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only as 8388608 bytes, over the bound of 1048576 bytes (DEBUGINFOD_MAXSIZE)",
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert_eq!(watched.peak_cache, 0, "part of the body was written");
-    let requests = server.requests();
-    assert!(
-        requests.iter().all(|r| r
-            .to_ascii_lowercase()
-            .contains("x-debuginfod-maxsize: 1048576\r\n")),
-        "the bound was not sent as elfutils sends it: {requests:?}"
-    );
-    // Honest about its sizes, it is still asked for the library's file.
-    assert!(requests.len() >= 2, "asked {} times", requests.len());
-}
-
-#[test]
-fn elfutils_server_refuses_a_file_over_debuginfod_maxsize_and_nothing_is_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = Server::start(dir.path(), &built.served);
-    server.wait_for(&built.build_id);
-
-    // The split-off debug file is some kilobytes.
-    let watched = record_watched(
-        dir.path(),
-        "refused.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", "100"),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only over the bound of 100 bytes (DEBUGINFOD_MAXSIZE; it answered 406)",
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
+fn answers_over_the_size_bound_are_refused_and_nothing_is_kept() {
+    let endless_bound: u64 = 32 << 20;
+    let cases = [
+        OverTheBound {
+            name: "huge.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::HugeLength,
+                // Refused by its stated length before a byte is written.
+                peak_cache: 0,
+                saw: |server| {
+                    // What the socket buffers took before stackscope hung up, no more.
+                    let sent = server.sent.load(Ordering::Relaxed);
+                    assert!(sent < 64 << 20, "the server sent {sent} bytes");
+                },
+            },
+            // The default bound.
+            max_size: None,
+            said: "only as 10737418240 bytes, over the bound of 2147483648 bytes".to_string(),
+        },
+        OverTheBound {
+            name: "endless.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::EndlessChunks,
+                // Dropped at the bound.
+                peak_cache: endless_bound,
+                saw: |server| {
+                    // Not asked again.
+                    let asked = server.requests().len();
+                    assert_eq!(asked, 1, "asked {asked} times");
+                },
+            },
+            max_size: Some(endless_bound),
+            said: format!("sent more than {endless_bound} bytes"),
+        },
+        OverTheBound {
+            name: "sized.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::Sized(8 << 20),
+                peak_cache: 0,
+                saw: |server| {
+                    let requests = server.requests();
+                    assert!(
+                        requests.iter().all(|r| r
+                            .to_ascii_lowercase()
+                            .contains("x-debuginfod-maxsize: 1048576\r\n")),
+                        "the bound was not sent as elfutils sends it: {requests:?}"
+                    );
+                    // Honest about its sizes, it is still asked for the library's file.
+                    assert!(requests.len() >= 2, "asked {} times", requests.len());
+                },
+            },
+            max_size: Some(1 << 20),
+            said: "only as 8388608 bytes, over the bound of 1048576 bytes (DEBUGINFOD_MAXSIZE)"
+                .to_string(),
+        },
+        OverTheBound {
+            name: "refused.json",
+            server: BoundServer::Elfutils,
+            max_size: Some(100),
+            said: "only over the bound of 100 bytes (DEBUGINFOD_MAXSIZE; it answered 406)"
+                .to_string(),
+        },
+    ];
+    for case in cases {
+        refuse_over_the_bound(case);
+    }
 }
 
 #[test]
