@@ -3,7 +3,8 @@
 //! here with -g and shipped stripped: its hot static functions are named, with source lines,
 //! only through the server; a second run reads elfutils' cache with the server gone; and
 //! servers that cannot be reached cost the timeout once, are named in one warning each, and
-//! the profile is written all the same.
+//! the profile is written all the same. A Ctrl-C during a download stops it, whether it is
+//! the first stop or the one after a stopped recording, and the profile is written.
 //!
 //! Hostile servers, on loopback ports too, answer with the debug file of a decoy build (the
 //! same program with its functions renamed), with a 10 GiB length, with a body without end,
@@ -445,13 +446,16 @@ fn trickling_server() -> String {
     url
 }
 
-#[test]
-fn ctrl_c_during_a_download_still_writes_the_profile() {
+/// Records the program against a server whose download never ends, sends SIGINT once the
+/// download began, and asserts that it stopped the download and the profile was written.
+/// With `rounds` long enough to be stopped, a first SIGINT ends the recording before any
+/// download: the one during the download is then a second stop, which stops naming as well.
+fn ctrl_c_during_a_download(rounds: &str, stop_recording_first: bool) {
     let dir = tempfile::tempdir().unwrap();
     let built = build(dir.path());
     let url = trickling_server();
     let out = dir.path().join("interrupted.json");
-    let command = [built.program.as_os_str(), OsStr::new("100")];
+    let command = [built.program.as_os_str(), OsStr::new(rounds)];
     let stderr_path = dir.path().join("stderr.txt");
     let mut cmd = record_command(dir.path(), &out, &["--format", "json"], &command);
     cmd.env("DEBUGINFOD_URLS", &url)
@@ -463,23 +467,36 @@ fn ctrl_c_during_a_download_still_writes_the_profile() {
         .stderr(std::fs::File::create(&stderr_path).unwrap());
     let mut stackscope = Running(cmd.spawn().expect("start stackscope"));
     let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let pid = stackscope.0.id() as libc::pid_t;
+    // SAFETY: kill only sends a signal, to the child this test started and still holds.
+    let interrupt = || unsafe { libc::kill(pid, libc::SIGINT) };
     let start = Instant::now();
-    while !stderr().contains("fetching the debug info") {
-        assert!(
-            start.elapsed() < common::DEADLINE,
-            "no download began:\n{}",
-            stderr()
-        );
-        if let Some(status) = stackscope.0.try_wait().unwrap() {
-            panic!(
-                "stackscope ended ({status}) before downloading:\n{}",
+    let mut wait_for = |said: &str| {
+        while !stderr().contains(said) {
+            assert!(
+                start.elapsed() < common::DEADLINE,
+                "never said {said:?}:\n{}",
                 stderr()
             );
+            if let Some(status) = stackscope.0.try_wait().unwrap() {
+                panic!(
+                    "stackscope ended ({status}) before saying {said:?}:\n{}",
+                    stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
+    };
+    if stop_recording_first {
+        wait_for("stackscope: sampling");
+        std::thread::sleep(Duration::from_millis(500));
+        interrupt();
+        // Past the time within which a second SIGINT counts as a copy of the first; the
+        // download, which never ends, is still under way after it.
+        std::thread::sleep(Duration::from_millis(1500));
     }
-    // SAFETY: kill only sends a signal, to the child this test started and still holds.
-    unsafe { libc::kill(stackscope.0.id() as libc::pid_t, libc::SIGINT) };
+    wait_for("fetching the debug info");
+    interrupt();
     // The download would last for hours: ending at all within the deadline is the stop.
     let status = loop {
         if let Some(status) = stackscope.0.try_wait().unwrap() {
@@ -492,21 +509,37 @@ fn ctrl_c_during_a_download_still_writes_the_profile() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(status.success(), "{status}:\n{}", stderr());
+    // A recording stopped early passes on its program's end by SIGINT, as a shell would.
+    let code = if stop_recording_first {
+        128 + libc::SIGINT
+    } else {
+        0
+    };
+    assert_eq!(status.code(), Some(code), "{status}:\n{}", stderr());
     assert!(stderr().contains("stopped at Ctrl-C"), "{}", stderr());
     let profile = read_json(&out);
     assert!(profile.total_samples() > 0, "an empty profile was written");
     // Nothing half-downloaded passes for a debug file.
     let entry = dir
         .path()
-        .join("cache")
-        .join(&built.build_id)
-        .join("debuginfo");
+        .join(format!("cache/{}/debuginfo", built.build_id));
     assert!(
         !entry.exists(),
         "a partial download was kept as {}",
         entry.display()
     );
+}
+
+#[test]
+fn ctrl_c_during_a_download_still_writes_the_profile() {
+    ctrl_c_during_a_download("100", false);
+}
+
+/// The first Ctrl-C ends the recording and leaves the fetching after it alone; the next one
+/// stops naming, and the download under way with it.
+#[test]
+fn ctrl_c_during_a_download_after_a_stopped_recording_still_writes_the_profile() {
+    ctrl_c_during_a_download("1000000", true);
 }
 
 /// The split-off debug file of a decoy: the program with its hot functions renamed
