@@ -2,6 +2,7 @@
 //! process's fetcher, set once before any naming begins, so that every source's naming step
 //! uses it.
 
+#[cfg(not(windows))]
 use std::sync::Arc;
 
 use stackscope_symbols::debug_file::set_process_fetcher;
