@@ -9,7 +9,8 @@
 //! `DEBUGINFOD_MAXTIME` (seconds, default none) for one whole file, and
 //! [`OVERALL_BOUND`] for all fetching in one process. A server that cannot be reached is
 //! named in one warning and not asked again, so it costs the timeout once, not once per file.
-//! A Ctrl-C while fetching stops it, so the profile is written with the names it has.
+//! A Ctrl-C that stops naming ([`crate::interrupt`]) stops fetching too, the download under
+//! way included, so the profile is written with the names it has.
 //!
 //! Size is bounded by `DEBUGINFOD_MAXSIZE` (bytes), else [`DEFAULT_MAX_SIZE`]: sent to the
 //! server as elfutils sends it (`X-DEBUGINFOD-MAXSIZE`, which elfutils' server answers with
@@ -36,7 +37,6 @@ mod transport;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -149,13 +149,6 @@ impl Debuginfod {
             cache: Cache::new(cache.to_path_buf()),
             session,
         }))
-    }
-
-    /// Stops fetching when `stop` is set (by Ctrl-C) after fetching began: the files not
-    /// yet fetched are left out, and the download under way is dropped.
-    pub fn stop_on(self, stop: Arc<AtomicBool>) -> Self {
-        self.session.stop_on(stop);
-        self
     }
 
     /// The separate debug file of the binary with `build_id`, from the cache or else fetched

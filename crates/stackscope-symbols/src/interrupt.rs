@@ -2,7 +2,8 @@
 //! means at each stage; this module holds what naming needs of that: whether sampling has
 //! ended ([`sampling_ended`], said by the naming step when it begins its last round), and
 //! whether naming was told to stop ([`stop_naming`]), which every long step of naming (a
-//! module's symbols, a debug link's CRC, a decompression) asks through [`interrupted`]. A
+//! module's symbols, a debug link's CRC, a decompression, a debuginfod download) asks through
+//! [`interrupted`]. A
 //! naming step that stops leaves what it has not named as module and address, and the profile
 //! is written at once.
 

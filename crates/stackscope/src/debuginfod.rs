@@ -2,7 +2,7 @@
 //! process's fetcher, set once before any naming begins, so that every source's naming step
 //! uses it.
 
-use std::sync::atomic::AtomicBool;
+#[cfg(not(windows))]
 use std::sync::Arc;
 
 use stackscope_symbols::debug_file::set_process_fetcher;
@@ -13,27 +13,21 @@ use stackscope_symbols::debuginfod::Debuginfod;
 
 use crate::cli::DebuginfodArg;
 
-/// Fetches from the servers `DEBUGINFOD_URLS` names, unless `--no-debuginfod` says not to;
-/// a Ctrl-C that sets `stop` while fetching stops it, so that the profile is written at once
-/// with the names it has.
+/// Fetches from the servers `DEBUGINFOD_URLS` names, unless `--no-debuginfod` says not to. A
+/// stop signal that stops naming ([`crate::status`]) stops fetching too, so that the profile
+/// is written at once with the names it has.
 #[cfg(not(windows))]
-pub(crate) fn install(arg: &DebuginfodArg, stop: Option<&Arc<AtomicBool>>) {
+pub(crate) fn install(arg: &DebuginfodArg) {
     let fetcher = if arg.no_debuginfod {
         None
     } else {
-        Debuginfod::from_env().map(|client| {
-            let client = match stop {
-                Some(stop) => client.stop_on(Arc::clone(stop)),
-                None => client,
-            };
-            Arc::new(client) as Arc<dyn FetchDebugFile>
-        })
+        Debuginfod::from_env().map(|client| Arc::new(client) as Arc<dyn FetchDebugFile>)
     };
     set_process_fetcher(fetcher);
 }
 
 /// Windows binaries name their frames from PDBs, not from debuginfod's ELF debug files.
 #[cfg(windows)]
-pub(crate) fn install(_: &DebuginfodArg, _: Option<&Arc<AtomicBool>>) {
+pub(crate) fn install(_: &DebuginfodArg) {
     set_process_fetcher(None);
 }

@@ -36,7 +36,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
     };
     let banner = (!args.folded).then(|| banner(&args, frequency, period));
     let stop = stop_on_signals()?;
-    crate::debuginfod::install(&args.debuginfod, Some(&stop));
+    crate::debuginfod::install(&args.debuginfod);
     let rate = match period {
         Some(ns) => Rate::Period(ns),
         None => Rate::Frequency(frequency.unwrap_or(PROFILE_FREQUENCY)),

@@ -51,7 +51,7 @@ pub(crate) fn run_with(
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
-    crate::debuginfod::install(&args.debuginfod, Some(&stop));
+    crate::debuginfod::install(&args.debuginfod);
     let duration = args.duration.duration;
     let announcement = match (&probes, &time) {
         (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
@@ -119,7 +119,7 @@ pub(crate) fn run_with(
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
-    crate::debuginfod::install(&args.debuginfod, Some(&stop));
+    crate::debuginfod::install(&args.debuginfod);
     let announcement = format!(
         "stackscope: sampling {what} {}",
         until(&target, args.duration.duration)

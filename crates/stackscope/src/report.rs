@@ -19,7 +19,7 @@ pub fn run(mut args: ReportArgs) -> Result<i32> {
     }
     let mut output = Output::from_args(&args.output, Fallback::file(String::new()))?;
     output.check_writable()?;
-    crate::debuginfod::install(&args.debuginfod, None);
+    crate::debuginfod::install(&args.debuginfod);
     let profile = read_profile(&args.input)?;
     crate::summary::say_naming();
     if args.output.style.title.is_none() {

@@ -115,8 +115,8 @@ fn on_stop(stop: &AtomicBool) {
         return;
     }
     if !interrupt::interrupted() {
-        // Fetching debug info stops on the same flag.
         stop.store(true, Ordering::SeqCst);
+        // Fetching debug info is a step of naming: it stops here too.
         interrupt::stop_naming();
         return;
     }

@@ -3,7 +3,8 @@
 //! here with -g and shipped stripped: its hot static functions are named, with source lines,
 //! only through the server; a second run reads elfutils' cache with the server gone; and
 //! servers that cannot be reached cost the timeout once, are named in one warning each, and
-//! the profile is written all the same.
+//! the profile is written all the same. A Ctrl-C during a download stops it, whether it is
+//! the first stop or the one after a stopped recording, and the profile is written.
 //!
 //! Hostile servers, on loopback ports too, answer with the debug file of a decoy build (the
 //! same program with its functions renamed), with a 10 GiB length, with a body without end,
@@ -445,13 +446,16 @@ fn trickling_server() -> String {
     url
 }
 
-#[test]
-fn ctrl_c_during_a_download_still_writes_the_profile() {
+/// Records the program against a server whose download never ends, sends SIGINT once the
+/// download began, and asserts that it stopped the download and the profile was written.
+/// With `rounds` long enough to be stopped, a first SIGINT ends the recording before any
+/// download: the one during the download is then a second stop, which stops naming as well.
+fn ctrl_c_during_a_download(rounds: &str, stop_recording_first: bool) {
     let dir = tempfile::tempdir().unwrap();
     let built = build(dir.path());
     let url = trickling_server();
     let out = dir.path().join("interrupted.json");
-    let command = [built.program.as_os_str(), OsStr::new("100")];
+    let command = [built.program.as_os_str(), OsStr::new(rounds)];
     let stderr_path = dir.path().join("stderr.txt");
     let mut cmd = record_command(dir.path(), &out, &["--format", "json"], &command);
     cmd.env("DEBUGINFOD_URLS", &url)
@@ -463,23 +467,36 @@ fn ctrl_c_during_a_download_still_writes_the_profile() {
         .stderr(std::fs::File::create(&stderr_path).unwrap());
     let mut stackscope = Running(cmd.spawn().expect("start stackscope"));
     let stderr = || std::fs::read_to_string(&stderr_path).unwrap_or_default();
+    let pid = stackscope.0.id() as libc::pid_t;
+    // SAFETY: kill only sends a signal, to the child this test started and still holds.
+    let interrupt = || unsafe { libc::kill(pid, libc::SIGINT) };
     let start = Instant::now();
-    while !stderr().contains("fetching the debug info") {
-        assert!(
-            start.elapsed() < common::DEADLINE,
-            "no download began:\n{}",
-            stderr()
-        );
-        if let Some(status) = stackscope.0.try_wait().unwrap() {
-            panic!(
-                "stackscope ended ({status}) before downloading:\n{}",
+    let mut wait_for = |said: &str| {
+        while !stderr().contains(said) {
+            assert!(
+                start.elapsed() < common::DEADLINE,
+                "never said {said:?}:\n{}",
                 stderr()
             );
+            if let Some(status) = stackscope.0.try_wait().unwrap() {
+                panic!(
+                    "stackscope ended ({status}) before saying {said:?}:\n{}",
+                    stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
+    };
+    if stop_recording_first {
+        wait_for("stackscope: sampling");
+        std::thread::sleep(Duration::from_millis(500));
+        interrupt();
+        // Past the time within which a second SIGINT counts as a copy of the first; the
+        // download, which never ends, is still under way after it.
+        std::thread::sleep(Duration::from_millis(1500));
     }
-    // SAFETY: kill only sends a signal, to the child this test started and still holds.
-    unsafe { libc::kill(stackscope.0.id() as libc::pid_t, libc::SIGINT) };
+    wait_for("fetching the debug info");
+    interrupt();
     // The download would last for hours: ending at all within the deadline is the stop.
     let status = loop {
         if let Some(status) = stackscope.0.try_wait().unwrap() {
@@ -492,21 +509,37 @@ fn ctrl_c_during_a_download_still_writes_the_profile() {
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    assert!(status.success(), "{status}:\n{}", stderr());
+    // A recording stopped early passes on its program's end by SIGINT, as a shell would.
+    let code = if stop_recording_first {
+        128 + libc::SIGINT
+    } else {
+        0
+    };
+    assert_eq!(status.code(), Some(code), "{status}:\n{}", stderr());
     assert!(stderr().contains("stopped at Ctrl-C"), "{}", stderr());
     let profile = read_json(&out);
     assert!(profile.total_samples() > 0, "an empty profile was written");
     // Nothing half-downloaded passes for a debug file.
     let entry = dir
         .path()
-        .join("cache")
-        .join(&built.build_id)
-        .join("debuginfo");
+        .join(format!("cache/{}/debuginfo", built.build_id));
     assert!(
         !entry.exists(),
         "a partial download was kept as {}",
         entry.display()
     );
+}
+
+#[test]
+fn ctrl_c_during_a_download_still_writes_the_profile() {
+    ctrl_c_during_a_download("100", false);
+}
+
+/// The first Ctrl-C ends the recording and leaves the fetching after it alone; the next one
+/// stops naming, and the download under way with it.
+#[test]
+fn ctrl_c_during_a_download_after_a_stopped_recording_still_writes_the_profile() {
+    ctrl_c_during_a_download("1000000", true);
 }
 
 /// The split-off debug file of a decoy: the program with its hot functions renamed
@@ -857,125 +890,136 @@ fn a_server_answering_with_another_build_s_debug_file_names_nothing_from_it_and_
     );
 }
 
-#[test]
-fn a_stated_length_of_10_gib_is_refused_before_a_byte_is_written() {
+/// A server with files over the size bound, the bound (`DEBUGINFOD_MAXSIZE`, unset for
+/// none), and what the one warning naming the server says.
+struct OverTheBound {
+    /// The profile's file name, which says the case.
+    name: &'static str,
+    server: BoundServer,
+    max_size: Option<u64>,
+    said: String,
+}
+
+/// Who answers in a case over the size bound.
+enum BoundServer {
+    /// A hostile server; the most bytes the cache may hold at any look, and what must hold of
+    /// what the server saw.
+    Hostile {
+        answer: Hostile,
+        peak_cache: u64,
+        saw: fn(&HostileServer),
+    },
+    /// elfutils' own server, with the program's debug file of some kilobytes.
+    Elfutils,
+}
+
+/// Records the program against the case's server, which is left alone and said once.
+fn refuse_over_the_bound(case: OverTheBound) {
+    eprintln!("case: {}", case.name);
     let dir = tempfile::tempdir().unwrap();
     let built = build(dir.path());
-    let server = HostileServer::start(Hostile::HugeLength);
-
-    let watched = record_watched(
-        dir.path(),
-        "huge.json",
-        &[("DEBUGINFOD_URLS", &server.url)],
-        &built,
-    );
-    // The default bound, with DEBUGINFOD_MAXSIZE unset.
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only as 10737418240 bytes, over the bound of 2147483648 bytes",
-    );
+    // elfutils' server runs until `_elfutils` is dropped, after the recording.
+    let (url, hostile, _elfutils) = match case.server {
+        BoundServer::Hostile {
+            answer,
+            peak_cache,
+            saw,
+        } => {
+            let server = HostileServer::start(answer);
+            (server.url.clone(), Some((server, peak_cache, saw)), None)
+        }
+        BoundServer::Elfutils => {
+            let server = Server::start(dir.path(), &built.served);
+            server.wait_for(&built.build_id);
+            (server.url.clone(), None, Some(server))
+        }
+    };
+    let max_size = case.max_size.map(|size| size.to_string());
+    let mut env = vec![("DEBUGINFOD_URLS", url.as_str())];
+    env.extend(max_size.as_deref().map(|size| ("DEBUGINFOD_MAXSIZE", size)));
+    let watched = record_watched(dir.path(), case.name, &env, &built);
+    let warned = assert_left_alone(&watched, &url, &case.said);
     // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert_eq!(watched.peak_cache, 0, "part of the body was written");
-    // What the socket buffers took before stackscope hung up, no more.
-    let sent = server.sent.load(Ordering::Relaxed);
-    assert!(sent < 64 << 20, "the server sent {sent} bytes");
+    assert_eq!(warned.len(), 1, "{}: {warned:?}", case.name);
+    if let Some((server, peak_cache, saw)) = hostile {
+        assert_cache_empty(&watched);
+        assert!(
+            watched.peak_cache <= peak_cache,
+            "{}: the cache held {} bytes",
+            case.name,
+            watched.peak_cache
+        );
+        saw(&server);
+    }
 }
 
 #[test]
-fn an_endless_body_is_dropped_at_debuginfod_maxsize_and_its_server_not_asked_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = HostileServer::start(Hostile::EndlessChunks);
-    let max_size: u64 = 32 << 20;
-
-    let watched = record_watched(
-        dir.path(),
-        "endless.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", &max_size.to_string()),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        &format!("sent more than {max_size} bytes"),
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert!(
-        watched.peak_cache <= max_size,
-        "the cache held {} bytes",
-        watched.peak_cache
-    );
-    let asked = server.requests().len();
-    assert_eq!(asked, 1, "asked {asked} times");
-}
-
-#[test]
-fn a_file_over_debuginfod_maxsize_is_refused_by_its_stated_length() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = HostileServer::start(Hostile::Sized(8 << 20));
-
-    let watched = record_watched(
-        dir.path(),
-        "sized.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", "1048576"),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only as 8388608 bytes, over the bound of 1048576 bytes (DEBUGINFOD_MAXSIZE)",
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
-    assert_cache_empty(&watched);
-    assert_eq!(watched.peak_cache, 0, "part of the body was written");
-    let requests = server.requests();
-    assert!(
-        requests.iter().all(|r| r
-            .to_ascii_lowercase()
-            .contains("x-debuginfod-maxsize: 1048576\r\n")),
-        "the bound was not sent as elfutils sends it: {requests:?}"
-    );
-    // Honest about its sizes, it is still asked for the library's file.
-    assert!(requests.len() >= 2, "asked {} times", requests.len());
-}
-
-#[test]
-fn elfutils_server_refuses_a_file_over_debuginfod_maxsize_and_nothing_is_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let built = build(dir.path());
-    let server = Server::start(dir.path(), &built.served);
-    server.wait_for(&built.build_id);
-
-    // The split-off debug file is some kilobytes.
-    let watched = record_watched(
-        dir.path(),
-        "refused.json",
-        &[
-            ("DEBUGINFOD_URLS", &server.url),
-            ("DEBUGINFOD_MAXSIZE", "100"),
-        ],
-        &built,
-    );
-    let warned = assert_left_alone(
-        &watched,
-        &server.url,
-        "only over the bound of 100 bytes (DEBUGINFOD_MAXSIZE; it answered 406)",
-    );
-    // Said once for the server, whatever else it is asked.
-    assert_eq!(warned.len(), 1, "{warned:?}");
+fn answers_over_the_size_bound_are_refused_and_nothing_is_kept() {
+    let endless_bound: u64 = 32 << 20;
+    let cases = [
+        OverTheBound {
+            name: "huge.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::HugeLength,
+                // Refused by its stated length before a byte is written.
+                peak_cache: 0,
+                saw: |server| {
+                    // What the socket buffers took before stackscope hung up, no more.
+                    let sent = server.sent.load(Ordering::Relaxed);
+                    assert!(sent < 64 << 20, "the server sent {sent} bytes");
+                },
+            },
+            // The default bound.
+            max_size: None,
+            said: "only as 10737418240 bytes, over the bound of 2147483648 bytes".to_string(),
+        },
+        OverTheBound {
+            name: "endless.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::EndlessChunks,
+                // Dropped at the bound.
+                peak_cache: endless_bound,
+                saw: |server| {
+                    // Not asked again.
+                    let asked = server.requests().len();
+                    assert_eq!(asked, 1, "asked {asked} times");
+                },
+            },
+            max_size: Some(endless_bound),
+            said: format!("sent more than {endless_bound} bytes"),
+        },
+        OverTheBound {
+            name: "sized.json",
+            server: BoundServer::Hostile {
+                answer: Hostile::Sized(8 << 20),
+                peak_cache: 0,
+                saw: |server| {
+                    let requests = server.requests();
+                    assert!(
+                        requests.iter().all(|r| r
+                            .to_ascii_lowercase()
+                            .contains("x-debuginfod-maxsize: 1048576\r\n")),
+                        "the bound was not sent as elfutils sends it: {requests:?}"
+                    );
+                    // Honest about its sizes, it is still asked for the library's file.
+                    assert!(requests.len() >= 2, "asked {} times", requests.len());
+                },
+            },
+            max_size: Some(1 << 20),
+            said: "only as 8388608 bytes, over the bound of 1048576 bytes (DEBUGINFOD_MAXSIZE)"
+                .to_string(),
+        },
+        OverTheBound {
+            name: "refused.json",
+            server: BoundServer::Elfutils,
+            max_size: Some(100),
+            said: "only over the bound of 100 bytes (DEBUGINFOD_MAXSIZE; it answered 406)"
+                .to_string(),
+        },
+    ];
+    for case in cases {
+        refuse_over_the_bound(case);
+    }
 }
 
 #[test]

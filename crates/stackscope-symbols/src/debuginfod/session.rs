@@ -1,16 +1,17 @@
 //! What one process has learnt of its debuginfod servers while fetching: which could not be
-//! reached (named once, not asked again), how much of the overall bound is left, whether
-//! Ctrl-C came, and what the user is shown meanwhile.
+//! reached (named once, not asked again), how much of the overall bound is left, and what the
+//! user is shown meanwhile. Whether to stop is naming's ([`crate::interrupt`]): a fetch is a
+//! step of naming, and stops when naming is told to.
 
 use std::fmt;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::progress::Progress;
 use super::Limits;
+use crate::interrupt;
 
 /// What one process has learnt of its servers, shared by the transport and the fetching.
 #[derive(Debug)]
@@ -18,10 +19,6 @@ pub(super) struct Session {
     pub(super) limits: Limits,
     /// When the first fetch began: the overall bound counts from there.
     began: OnceLock<Instant>,
-    /// Set by Ctrl-C, and whether it was set when fetching began: a Ctrl-C that stopped
-    /// the recording must not stop the fetching that follows; one during it does.
-    stop: OnceLock<Arc<AtomicBool>>,
-    stop_at_start: OnceLock<bool>,
     state: Mutex<State>,
 }
 
@@ -54,24 +51,14 @@ impl Session {
         Session {
             limits,
             began: OnceLock::new(),
-            stop: OnceLock::new(),
-            stop_at_start: OnceLock::new(),
             state: Mutex::new(State::default()),
         }
     }
 
-    /// Fetching stops when `stop` is set after it began.
-    pub(super) fn stop_on(&self, stop: Arc<AtomicBool>) {
-        let _ = self.stop.set(stop);
-    }
-
-    /// Whether Ctrl-C came since fetching began; the first time it did, says so.
+    /// Whether naming was told to stop (a Ctrl-C that only ended sampling does not tell it);
+    /// the first time it was, says so.
     pub(super) fn interrupted(&self) -> bool {
-        let interrupted = self.stop.get().is_some_and(|flag| {
-            let now = flag.load(Ordering::Relaxed);
-            let at_start = *self.stop_at_start.get_or_init(|| now);
-            now && !at_start
-        });
+        let interrupted = interrupt::interrupted();
         if interrupted {
             let mut state = self.state();
             if !std::mem::replace(&mut state.interrupt_said, true) {
@@ -92,7 +79,6 @@ impl Session {
     /// A fetch of what `name` says begins.
     pub(super) fn begin(&self, name: &str) {
         self.began.get_or_init(Instant::now);
-        self.interrupted();
         self.state().fetching = name.to_string();
     }
 

@@ -248,61 +248,74 @@ fn a_server_answering_with_another_file_leaves_it_to_the_next_server() {
     assert_eq!(std::fs::read(&path).unwrap(), asked.bytes());
 }
 
-#[test]
-fn a_stated_size_over_the_bound_is_refused_before_any_byte_is_kept() {
-    let (url, requests) = serve(|stream| {
-        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10737418240\r\n\r\n");
-        while stream.write_all(&[0; 65536]).is_ok() {}
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let client = Debuginfod::new(&[&url], dir.path(), limits(1 << 20))
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    assert_eq!(client.fetch_debuginfo(&[6; 20]), None);
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
-    assert!(files_under(dir.path()).is_empty());
-    // Honest about its size: its smaller files are still asked for.
-    assert!(
-        client.session.budget(&url).is_ok(),
-        "the server was given up on"
-    );
-    let head = requests.lock().unwrap()[0].to_ascii_lowercase();
-    assert!(head.contains("x-debuginfod-maxsize: 1048576\r\n"), "{head}");
+/// A server whose answer is over the size bound, and whether it is asked again after.
+struct OverTheBound {
+    what: &'static str,
+    answer: fn(&mut TcpStream),
+    /// Honest about its size, a server is still asked for its smaller files.
+    asked_again: bool,
+}
+
+/// A stated length of 10 GiB, and a body that goes on.
+fn stated_10_gib(stream: &mut TcpStream) {
+    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10737418240\r\n\r\n");
+    while stream.write_all(&[0; 65536]).is_ok() {}
+}
+
+/// A chunked body without end, and no length.
+fn endless_chunks(stream: &mut TcpStream) {
+    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let chunk = [b'x'; 65536];
+    while stream
+        .write_all(b"10000\r\n")
+        .and_then(|()| stream.write_all(&chunk))
+        .and_then(|()| stream.write_all(b"\r\n"))
+        .is_ok()
+    {}
 }
 
 #[test]
-fn an_endless_body_is_dropped_at_the_bound_and_its_server_not_asked_again() {
-    let (url, _) = serve(|stream| {
-        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
-        let chunk = [b'x'; 65536];
-        while stream
-            .write_all(b"10000\r\n")
-            .and_then(|()| stream.write_all(&chunk))
-            .and_then(|()| stream.write_all(b"\r\n"))
-            .is_ok()
-        {}
-    });
-    let dir = tempfile::tempdir().unwrap();
-    let client = Debuginfod::new(&[&url], dir.path(), limits(1 << 20))
-        .unwrap()
-        .unwrap();
-    let start = Instant::now();
-    assert_eq!(client.fetch_debuginfo(&[7; 20]), None);
-    assert!(
-        start.elapsed() < Duration::from_secs(10),
-        "{:?}",
-        start.elapsed()
-    );
-    assert!(files_under(dir.path()).is_empty());
-    assert!(
-        client.session.budget(&url).is_err(),
-        "the server is asked again"
-    );
+fn an_answer_over_the_size_bound_is_dropped_before_any_byte_is_kept() {
+    let cases = [
+        OverTheBound {
+            what: "a stated size over the bound",
+            answer: stated_10_gib,
+            asked_again: true,
+        },
+        OverTheBound {
+            what: "an endless body",
+            answer: endless_chunks,
+            asked_again: false,
+        },
+    ];
+    for (n, case) in (6..).zip(cases) {
+        let (url, requests) = serve(case.answer);
+        let dir = tempfile::tempdir().unwrap();
+        let client = Debuginfod::new(&[&url], dir.path(), limits(1 << 20))
+            .unwrap()
+            .unwrap();
+        let start = Instant::now();
+        assert_eq!(client.fetch_debuginfo(&[n; 20]), None, "{}", case.what);
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{}: {:?}",
+            case.what,
+            start.elapsed()
+        );
+        assert!(files_under(dir.path()).is_empty(), "{}", case.what);
+        assert_eq!(
+            client.session.budget(&url).is_ok(),
+            case.asked_again,
+            "{}: whether the server is asked again",
+            case.what
+        );
+        let head = requests.lock().unwrap()[0].to_ascii_lowercase();
+        assert!(
+            head.contains("x-debuginfod-maxsize: 1048576\r\n"),
+            "{}: {head}",
+            case.what
+        );
+    }
 }
 
 #[test]
@@ -365,28 +378,39 @@ fn an_unreachable_server_is_asked_once() {
     assert_eq!(client.fetch_debuginfo(&elf.build_id), Some(cached));
 }
 
-/// A Ctrl-C that stopped the recording leaves the fetching after it alone; one during the
-/// fetching stops it.
+/// A Ctrl-C that only ended sampling leaves the fetching after it alone; one that stops naming
+/// stops the fetching under way. Naming's stop is the process's own, so this runs alone in a
+/// process of its own: the test binary again, with only this test.
 #[test]
-fn ctrl_c_stops_fetching_only_once_it_began() {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
+fn ctrl_c_stops_fetching_only_once_naming_is_told_to_stop() {
     use super::session::Session;
+    use crate::interrupt;
+
+    const ALONE: &str = "STACKSCOPE_NAMING_STOP_TEST_ALONE";
+    const NAME: &str = "debuginfod::tests::ctrl_c_stops_fetching_only_once_naming_is_told_to_stop";
+    if std::env::var_os(ALONE).is_none() {
+        let run = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&run.stdout);
+        assert!(
+            run.status.success() && stdout.contains("1 passed"),
+            "{}\n{stdout}\n{}",
+            run.status,
+            String::from_utf8_lossy(&run.stderr)
+        );
+        return;
+    }
 
     let limits = Limits::from_env();
-    let stop = Arc::new(AtomicBool::new(true));
+    interrupt::sampling_ended();
     let session = Session::new(limits);
-    session.stop_on(Arc::clone(&stop));
     session.begin("after a stopped recording");
     assert!(session.budget("http://server").is_ok());
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let session = Session::new(limits);
-    session.stop_on(Arc::clone(&stop));
-    session.begin("first");
-    assert!(session.budget("http://server").is_ok());
-    stop.store(true, Ordering::Relaxed);
+    interrupt::stop_naming();
     assert!(session.budget("http://server").is_err());
 }
 
