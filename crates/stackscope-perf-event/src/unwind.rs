@@ -35,30 +35,10 @@ use stackscope_symbols::FileId;
 /// time, few enough that a whole-system recording does not hold every binary it ever saw.
 pub const IDLE_FILES: usize = 32;
 
-/// What a process's unwinder was built from; `generation` alone could repeat for a
-/// process's maps re-read from scratch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct MapsKey {
-    generation: u64,
-    len: usize,
-    first_start: u64,
-    last_end: u64,
-}
-
-impl MapsKey {
-    fn of(maps: &AddressSpace) -> Self {
-        MapsKey {
-            generation: maps.generation(),
-            len: maps.iter().count(),
-            first_start: maps.iter().next().map_or(0, |m| m.start),
-            last_end: maps.iter().last().map_or(0, |m| m.end),
-        }
-    }
-}
-
 /// The unwinder of one process, built from its mappings.
 struct ProcessUnwinder {
-    built_from: MapsKey,
+    /// The generation of the address space it was built from.
+    built_from: u64,
     /// The rules of the process's files, for the architecture its samples' registers are of.
     unwinder: arch::Unwinder,
     /// The address ranges the unwinder has tables for, sorted: other mapped code is walked
@@ -132,7 +112,7 @@ impl ProcessUnwinders {
     ) -> WalkEnd {
         out.addrs.clear();
         out.sps.clear();
-        let key = MapsKey::of(maps);
+        let key = maps.generation();
         let built = self.processes.get(&pid);
         if built.map(|p| (p.built_from, p.unwinder.arch())) != Some((key, regs.arch)) {
             let process = self.build(pid, maps, (key, regs.arch));
@@ -197,7 +177,7 @@ impl ProcessUnwinders {
         &mut self,
         pid: u32,
         maps: &AddressSpace,
-        (built_from, arch): (MapsKey, Arch),
+        (built_from, arch): (u64, Arch),
     ) -> ProcessUnwinder {
         let mut unwinder = arch::Unwinder::new(arch);
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();

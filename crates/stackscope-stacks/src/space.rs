@@ -4,7 +4,12 @@
 //! mmap records, a Windows process's (and the Windows kernel's) from image loads, a GDB guest's
 //! from its ELF files' loadable segments.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::Mapping;
+
+/// The last generation given out, by any address space.
+static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Mappings sorted by address, never overlapping, with a generation that changes whenever they
 /// do, so that what is built from them (an unwinder, unwind tables) knows when to rebuild.
@@ -43,7 +48,7 @@ impl AddressSpace {
             });
         let pieces = head.into_iter().chain([new]).chain(tail);
         self.mappings.splice(first..past, pieces);
-        self.generation += 1;
+        self.changed();
     }
 
     /// Removes the mapping that begins at `start` (a module unloaded), if there is one.
@@ -52,14 +57,14 @@ impl AddressSpace {
             .mappings
             .binary_search_by_key(&start, |m| m.start)
             .ok()?;
-        self.generation += 1;
+        self.changed();
         Some(self.mappings.remove(at))
     }
 
     /// Forgets every mapping (the process called exec).
     pub fn clear(&mut self) {
         self.mappings.clear();
-        self.generation += 1;
+        self.changed();
     }
 
     /// The mapping holding `addr`.
@@ -78,10 +83,15 @@ impl AddressSpace {
         self.mappings.is_empty()
     }
 
-    /// Changes on every insert, removal and clear; equal generations of one address space
-    /// mean the same mappings.
+    /// Changes on every insert, removal and clear. Generations are unique across address
+    /// spaces, so equal generations mean the same mappings, even of a process whose maps were
+    /// read again from scratch (0: no mapping was ever added).
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    fn changed(&mut self) {
+        self.generation = GENERATIONS.fetch_add(1, Ordering::Relaxed) + 1;
     }
 }
 
