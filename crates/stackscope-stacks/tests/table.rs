@@ -5,8 +5,7 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -67,7 +66,7 @@ impl Program {
 
     /// An address inside function `name`, as the process would have it.
     fn address_in(&self, name: &str) -> u64 {
-        let vaddr = symbol_vaddr(&self.path, name);
+        let vaddr = stackscope_testkit::shipped::function_address(&self.path, name);
         let offset = self
             .elf
             .segments()
@@ -87,23 +86,6 @@ impl Program {
             })
             .collect()
     }
-}
-
-/// The address `nm` gives the defined function `name` of `binary`.
-fn symbol_vaddr(binary: &Path, name: &str) -> u64 {
-    let out = Command::new("nm")
-        .args(["--format=posix", "--defined-only"])
-        .arg(binary)
-        .output()
-        .expect("run nm (binutils)");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            (words.next()? == name && matches!(words.next()?, "T" | "t"))
-                .then(|| u64::from_str_radix(words.next()?, 16).ok())?
-        })
-        .unwrap_or_else(|| panic!("nm lists no function {name}"))
 }
 
 fn sampled(pid: u32, tid: u32, cpu: u32) -> Sampled<'static> {

@@ -78,6 +78,25 @@ pub fn add_mini_debuginfo(binary: &Path, stripped: &Path) {
 /// The names `nm` lists as defined in `binary` (its dynamic symbols when `dynamic`) whose
 /// one-letter kind `kind` accepts.
 fn defined_symbols(binary: &Path, dynamic: bool, kind: impl Fn(&str) -> bool) -> BTreeSet<String> {
+    listed_by_nm(binary, dynamic)
+        .into_iter()
+        .filter(|(_, k, _)| kind(k))
+        .map(|(name, _, _)| name)
+        .collect()
+}
+
+/// The address `nm` gives the defined function `name` of `binary` (a `T` or `t` symbol).
+pub fn function_address(binary: &Path, name: &str) -> u64 {
+    listed_by_nm(binary, false)
+        .into_iter()
+        .find(|(n, kind, _)| n == name && matches!(kind.as_str(), "T" | "t"))
+        .map(|(_, _, address)| address)
+        .unwrap_or_else(|| panic!("nm lists no function {name} in {}", binary.display()))
+}
+
+/// Every symbol `nm` lists as defined in `binary` (its dynamic symbols when `dynamic`): name,
+/// one-letter kind, address.
+fn listed_by_nm(binary: &Path, dynamic: bool) -> Vec<(String, String, u64)> {
     let mut nm = Command::new("nm");
     if dynamic {
         nm.arg("-D");
@@ -91,8 +110,10 @@ fn defined_symbols(binary: &Path, dynamic: bool, kind: impl Fn(&str) -> bool) ->
         .lines()
         .filter_map(|line| {
             let mut words = line.split_whitespace();
-            let name = words.next()?;
-            kind(words.next()?).then(|| name.to_string())
+            let name = words.next()?.to_string();
+            let kind = words.next()?.to_string();
+            let address = words.next().and_then(|a| u64::from_str_radix(a, 16).ok());
+            Some((name, kind, address.unwrap_or(0)))
         })
         .collect()
 }

@@ -10,7 +10,7 @@ mod common;
 use common::*;
 use stackscope_profile::{Frame, FrameKind, Profile, UNKNOWN};
 use stackscope_testkit::shipped::{
-    add_debug_link, add_mini_debuginfo, build_id_path, keep_debug, strip,
+    add_debug_link, add_mini_debuginfo, build_id_path, function_address, keep_debug, strip,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,19 +127,6 @@ fn debug_info_only_under_a_build_id_directory() {
     assert_hot_functions_named(&profile, true);
 }
 
-/// The virtual address of `name` in `binary`'s symbol table, as `nm` lists it.
-fn symbol_address(binary: &Path, name: &str) -> u64 {
-    let out = Command::new("nm").arg(binary).output().expect("run nm");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .find_map(|line| {
-            let mut words = line.split_whitespace();
-            let address = words.next()?;
-            (words.nth(1)? == name).then(|| u64::from_str_radix(address, 16).ok())?
-        })
-        .unwrap_or_else(|| panic!("{name} not in {}", binary.display()))
-}
-
 /// The distinct leaf frames of `profile` in `module` that no symbol names.
 fn unnamed_leaves_in<'a>(profile: &'a Profile, module: &str) -> Vec<&'a Frame> {
     let mut leaves: Vec<&Frame> = profile
@@ -182,7 +169,7 @@ fn a_stripped_librarys_static_functions_are_two_module_address_frames() {
 
     let expected: Vec<String> = ["hot_alpha", "hot_beta"]
         .iter()
-        .map(|f| format!("libtwo_hot.so+{:#x}", symbol_address(&lib, f)))
+        .map(|f| format!("libtwo_hot.so+{:#x}", function_address(&lib, f)))
         .collect();
     let leaves: Vec<&str> = unnamed_leaves_in(&profile, "libtwo_hot.so")
         .iter()
