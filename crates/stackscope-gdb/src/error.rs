@@ -95,6 +95,20 @@ pub enum Error {
     /// The target exited or was killed (`W`/`X` stop reply).
     #[error("the target {0}")]
     Exited(String),
+    /// Rounds as often as asked would stop the target more than the share of the time it may
+    /// be stopped: what the first rounds' pause allows instead.
+    #[error("a round every {:.3} ms would stop the target {:.1}% of the time, more than the {:.1}% allowed: a round pauses it {:.3} ms here (median of the first {rounds}), so at most one every {:.3} ms", ms(*interval), pause.as_secs_f64() / interval.as_secs_f64() * 100.0, share * 100.0, ms(*pause), ms(*least_interval))]
+    TooFrequent {
+        interval: std::time::Duration,
+        least_interval: std::time::Duration,
+        pause: std::time::Duration,
+        share: f64,
+        rounds: usize,
+    },
+}
+
+fn ms(d: std::time::Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 impl Error {

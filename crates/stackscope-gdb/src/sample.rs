@@ -3,6 +3,7 @@
 //! pointers where there is none), and resumes it, at a jittered pace ([`pace`]); at the end
 //! the counted stacks are named once each into a [`Profile`] by the stack table's naming step.
 
+mod budget;
 mod memory;
 mod pace;
 mod reach;
@@ -33,15 +34,26 @@ const AT_ENTRY: u64 = 9;
 /// Longest wait for the stub to stop and let go of the target once a recording's duration
 /// is over.
 const DETACH_GRACE: Duration = Duration::from_secs(2);
+/// Rounds whose median pause decides whether an interval asked for is allowed.
+const FIRST_ROUNDS: usize = 8;
+/// One round in this many only stops the target, reads the registers and resumes it: the
+/// floor that the pause of the others is weighed against, measured under the same host load.
+const FLOOR_EVERY: u64 = 10;
 
 /// What to sample and for how long.
 #[derive(Debug, Clone)]
 pub struct SamplerOptions {
-    /// Mean time between the starts of two rounds; zero samples as often as the target lets
-    /// (it runs at least as long as each round held it). Each gap is
-    /// drawn between half and one and a half of it, so sampling never runs in lockstep with
-    /// periodic work in the guest (timer ticks, loops) and over- or under-counts it.
+    /// Mean time between the starts of two rounds; zero samples as often as `max_slowdown`
+    /// lets. Each gap is drawn between half and one and a half of the mean, so sampling never
+    /// runs in lockstep with periodic work in the guest (timer ticks, loops) and over- or
+    /// under-counts it.
     pub interval: Duration,
+    /// The share of wall time the target may be stopped (above 0, at most 0.5): rounds wait
+    /// until the time stopped so far allows them.
+    pub max_slowdown: f64,
+    /// The interval was asked for: one shorter than the first rounds' pause allows under
+    /// `max_slowdown` is refused ([`Error::TooFrequent`]) rather than stretched.
+    pub interval_asked: bool,
     /// Stop after this many rounds.
     pub rounds: Option<u64>,
     /// Stop after this long, even in the middle of a round: no wait for the stub lasts past
@@ -138,15 +150,23 @@ fn load_bias<S: Stream>(client: &mut Client<S>, image: &Image) -> Result<u64, Er
 }
 
 /// Samples until the options' limit, `stop`, or the target's end, then detaches (leaving the
-/// target running) and symbolizes. Errors before the first round are returned; later ones end
-/// sampling and are reported in [`Recording::failure`] beside what was collected.
+/// target running) and symbolizes. Errors end sampling and are reported in
+/// [`Recording::failure`] beside what was collected; an interval asked for that the first
+/// rounds show stops the target more than `max_slowdown` allows is refused
+/// ([`Error::TooFrequent`]), the target let go.
 pub fn record<S: Stream>(
     client: &mut Client<S>,
     mut target: Target,
     options: &SamplerOptions,
     stop: &AtomicBool,
     mut on_round: impl FnMut(Progress),
-) -> Recording {
+) -> Result<Recording, Error> {
+    // A share of nothing would never let a round start; past half, the target runs less than
+    // it is stopped.
+    let options = &SamplerOptions {
+        max_slowdown: options.max_slowdown.clamp(0.001, 0.5),
+        ..options.clone()
+    };
     let mut stacks = StackTable::default();
     stacks.set_naming(Naming {
         short_rust_names: options.rust_clean,
@@ -164,29 +184,55 @@ pub fn record<S: Stream>(
     if failure.is_none() {
         sampling.resumed();
     }
-    let mut pace = Pace::new(start, end, options.interval);
+    let mut pace = Pace::new(start, end, options.interval, options.max_slowdown);
+    let mut floor_pauses = Vec::new();
     let mut rounds = 0u64;
+    let mut refusal = None;
     while failure.is_none() {
         let Some(now) = pace.wait(options, rounds, stop) else {
             break;
         };
-        match sampling.round(client, &mut target) {
-            Ok(()) => {
-                let pause = now.elapsed();
-                pace.paused(pause);
-                pauses.push(pause);
-                rounds += 1;
-                on_round(Progress {
-                    rounds,
-                    elapsed: start.elapsed(),
-                });
-            }
-            Err(e) => failure = Some(e),
+        let slot = rounds + floor_pauses.len() as u64;
+        let floor = slot % FLOOR_EVERY == FLOOR_EVERY - 1;
+        let done = if floor {
+            sampling.floor_round(client, &target)
+        } else {
+            sampling.round(client, &mut target)
+        };
+        if let Err(e) = done {
+            failure = Some(e);
+            break;
         }
+        let pause = now.elapsed();
+        pace.paused(pause, Instant::now());
+        if floor {
+            floor_pauses.push(pause);
+            continue;
+        }
+        pauses.push(pause);
+        rounds += 1;
+        if pauses.len() == FIRST_ROUNDS {
+            refusal = too_frequent(options, &pauses);
+            if refusal.is_some() {
+                break;
+            }
+        }
+        on_round(Progress {
+            rounds,
+            elapsed: start.elapsed(),
+        });
+    }
+    // Fewer rounds than the check takes are checked all the same.
+    if pauses.len() < FIRST_ROUNDS && failure.is_none() {
+        refusal = too_frequent(options, &pauses);
     }
     let elapsed = start.elapsed();
     detach(client, end, sampling.running, &mut failure);
+    if let Some(refusal) = refusal {
+        return Err(refusal);
+    }
     pauses.sort();
+    floor_pauses.sort();
     sampling.runs.sort();
     let figures = Rounds {
         rounds,
@@ -199,6 +245,11 @@ pub fn record<S: Stream>(
         pause_steps: std::mem::replace(&mut sampling.steps, Steps::new()).medians(),
         stale_looks: sampling.stale,
         run_median: percentile(&sampling.runs, 50),
+        paused: pace.total_paused(),
+        max_slowdown: options.max_slowdown,
+        late_rounds: pace.late,
+        floor_rounds: floor_pauses.len() as u64,
+        floor_median: percentile(&floor_pauses, 50),
     };
     let meta = metadata(&target, options, elapsed);
     let thread = vcpu_thread(target.image().name());
@@ -206,12 +257,31 @@ pub fn record<S: Stream>(
         sampling
             .into_table(&target.space)
             .into_profile(&mut Symbolizer::new(), meta, &thread);
-    Recording {
+    Ok(Recording {
         profile,
         failure: failure.map(|e| e.to_string()),
         figures: Some(SourceFigures::Gdb(figures)),
         ..Recording::default()
+    })
+}
+
+/// The refusal of an interval asked for that stops the target more than `max_slowdown`
+/// allows at the median of `pauses`, the first rounds' pauses.
+fn too_frequent(options: &SamplerOptions, pauses: &[Duration]) -> Option<Error> {
+    if !options.interval_asked || options.interval.is_zero() || pauses.is_empty() {
+        return None;
     }
+    let mut sorted = pauses.to_vec();
+    sorted.sort();
+    let pause = percentile(&sorted, 50);
+    let least_interval = pause.div_f64(options.max_slowdown);
+    (options.interval < least_interval).then_some(Error::TooFrequent {
+        interval: options.interval,
+        least_interval,
+        pause,
+        share: options.max_slowdown,
+        rounds: pauses.len(),
+    })
 }
 
 /// Lets go of the target, leaving it running, unless it is gone; a failure to is the

@@ -67,6 +67,16 @@ pub struct Rounds {
     pub stale_looks: u64,
     /// How long the target ran between two rounds (median): the time each round's looks cover.
     pub run_median: Duration,
+    /// How long all rounds, floor rounds included, held the target.
+    pub paused: Duration,
+    /// The share of wall time the target was allowed to be stopped.
+    pub max_slowdown: f64,
+    /// Rounds that started later than their schedule to keep within `max_slowdown`.
+    pub late_rounds: u64,
+    /// Rounds that only stopped the target, read its registers and resumed it, counting
+    /// nothing (not among `rounds`), and their median pause: the least a round costs there.
+    pub floor_rounds: u64,
+    pub floor_median: Duration,
 }
 
 impl Rounds {
@@ -74,7 +84,19 @@ impl Rounds {
         self.rounds as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
+    /// Stacks counted per second: each a look at a thread that ran since the round before.
     pub fn stacks_per_sec(&self) -> f64 {
         self.stacks as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The share of the wall time the target was stopped: what sampling slowed it by.
+    pub fn slowdown(&self) -> f64 {
+        self.paused.as_secs_f64() / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The median pause of a round against the floor's; `None` without floor rounds.
+    pub fn pause_over_floor(&self) -> Option<f64> {
+        (self.floor_rounds > 0 && !self.floor_median.is_zero())
+            .then(|| self.pause_median.as_secs_f64() / self.floor_median.as_secs_f64())
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use stackscope_gdb::{Client, Image, Remote, SamplerOptions};
+use stackscope_gdb::{Client, Error, Image, Remote, SamplerOptions};
 
 use crate::cli::{GdbArgs, GDB_FREQUENCY};
 use crate::output::{Fallback, Output};
@@ -41,7 +41,9 @@ pub fn run(args: GdbArgs) -> Result<i32> {
 
     let rate = match frequency_hz {
         Some(hz) => format!("{hz} Hz"),
-        None if interval.is_zero() => "back to back".to_string(),
+        None if interval.is_zero() => {
+            format!("as often as --max-slowdown {}% allows", args.max_slowdown)
+        }
         None => format!("every {} s", interval.as_secs_f64()),
     };
     let until = match (args.samples, duration) {
@@ -63,6 +65,8 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     let progress = progress_bar(args.samples, duration);
     let options = SamplerOptions {
         interval,
+        max_slowdown: args.max_slowdown / 100.0,
+        interval_asked: args.frequency.frequency.is_some() || args.interval.is_some(),
         rounds: args.samples,
         duration,
         cpu_mask: args.cpu_mask,
@@ -80,6 +84,7 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     if let Some(bar) = progress {
         bar.finish_and_clear();
     }
+    let recording = recording.map_err(|e| refusal(e, &args))?;
     let ending = Ending {
         command: &[],
         why_empty: "",
@@ -101,6 +106,41 @@ fn pace(args: &GdbArgs) -> Result<(Duration, Option<u64>)> {
             Some(GDB_FREQUENCY),
         ),
     })
+}
+
+/// A refused rate in the flags' own terms: the -F or --interval that would keep within
+/// --max-slowdown.
+fn refusal(e: Error, args: &GdbArgs) -> anyhow::Error {
+    let Error::TooFrequent {
+        least_interval,
+        pause,
+        rounds,
+        ..
+    } = &e
+    else {
+        return e.into();
+    };
+    let (asked, allowed) = match args.frequency.frequency {
+        Some(hz) => (
+            format!("-F {hz}"),
+            format!(
+                "-F {}",
+                (1.0 / least_interval.as_secs_f64()).floor().max(1.0)
+            ),
+        ),
+        None => (
+            format!(
+                "--interval {}",
+                args.interval.unwrap_or_default().as_secs_f64()
+            ),
+            format!("--interval {:.6}", least_interval.as_secs_f64()),
+        ),
+    };
+    anyhow::anyhow!(
+        "{asked} would stop the guest more than --max-slowdown {}% of the time: a round pauses it {:.3} ms here (median of the first {rounds}), so {allowed} at most (or raise --max-slowdown)",
+        args.max_slowdown,
+        pause.as_secs_f64() * 1e3,
+    )
 }
 
 /// A bar on standard error when it is a terminal: by rounds, by time, or a spinner.

@@ -144,11 +144,31 @@ fn describe_cost(cost: &ProgramCost) -> String {
     )
 }
 
-/// How fast a stop-the-world source went and how long the target was held per round; then
-/// where the pause went, how long the target ran between rounds, and the looks left out.
+/// What a stop-the-world source got and what the target paid: fresh stacks a second, the
+/// share of the time the target was stopped, and a round's pause against the stub's floor;
+/// then how fast it went and how long the target was held per round, where the pause went,
+/// how long the target ran between rounds, and the looks left out.
 fn describe_rounds(rounds: &Rounds) -> String {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let floor = match rounds.pause_over_floor() {
+        Some(ratio) => format!(
+            "pause {ratio:.2}x the stub's floor (median {:.3} ms against {:.3} ms for {} rounds that only stopped the guest, read its registers and resumed it)",
+            ms(rounds.pause_median),
+            ms(rounds.floor_median),
+            rounds.floor_rounds,
+        ),
+        None => "no floor round measured (one round in 10 is one)".to_string(),
+    };
     let mut text = format!(
+        "stackscope: gdb: {:.1} fresh stacks/s (looks at a vCPU that ran since the round before); guest slowed {:.2}%: stopped {:.3} s of {:.3} s (--max-slowdown {:.1}%, {} rounds waited for it); {floor}\n",
+        rounds.stacks_per_sec(),
+        rounds.slowdown() * 100.0,
+        rounds.paused.as_secs_f64(),
+        rounds.elapsed.as_secs_f64(),
+        rounds.max_slowdown * 100.0,
+        rounds.late_rounds,
+    );
+    text.push_str(&format!(
         "stackscope: gdb: {} rounds, {} stacks in {:.3} s: {:.1} rounds/s, {:.1} stacks/s; guest paused per round: median {:.3} ms, p95 {:.3} ms",
         rounds.rounds,
         rounds.stacks,
@@ -157,7 +177,7 @@ fn describe_rounds(rounds: &Rounds) -> String {
         rounds.stacks_per_sec(),
         ms(rounds.pause_median),
         ms(rounds.pause_p95),
-    );
+    ));
     if !rounds.pause_steps.is_empty() {
         let steps: Vec<String> = rounds
             .pause_steps

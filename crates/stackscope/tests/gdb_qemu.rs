@@ -113,7 +113,16 @@ fn vcpus_of_osdk(text: &str) -> BTreeMap<u32, Stacks> {
 /// `stackscope gdb --remote REMOTE --kernel KERNEL ARGS...` in `dir`, to its end.
 fn gdb(dir: &Path, qemu: &Qemu, kernel: Kernel, args: &[&str]) -> Run {
     let kernel = kernel.path();
-    let mut all = vec!["gdb", "--remote", &qemu.remote, "--kernel"];
+    // What these tests check is what is sampled at a set rate, not the pacing: the loosest
+    // slowdown limit keeps a loaded host's pauses from refusing their rates.
+    let mut all = vec![
+        "gdb",
+        "--remote",
+        &qemu.remote,
+        "--max-slowdown",
+        "50",
+        "--kernel",
+    ];
     let kernel = kernel.to_str().expect("UTF-8 path");
     all.push(kernel);
     all.extend_from_slice(args);
@@ -296,7 +305,15 @@ fn qemu_killed_mid_run_keeps_the_profile_so_far() {
     cmd.current_dir(dir.path())
         .args(["gdb", "--remote", &qemu.remote, "--kernel"])
         .arg(&kernel)
-        .args(["-F", "100", "--samples", "100000", "-o"])
+        .args([
+            "-F",
+            "100",
+            "--max-slowdown",
+            "50",
+            "--samples",
+            "100000",
+            "-o",
+        ])
         .arg(&out);
     let start = Instant::now();
     let child = spawn_piped(&mut cmd);

@@ -54,6 +54,10 @@ fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, W
             &rounds,
             "-F",
             HZ,
+            // The split at a set rate is checked here, not the pacing: the loosest slowdown
+            // limit keeps a loaded host's pauses from refusing the rate.
+            "--max-slowdown",
+            "50",
             "--cpu-mask",
             &mask,
             "-o",

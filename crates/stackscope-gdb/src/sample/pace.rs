@@ -1,11 +1,13 @@
-//! When rounds start: a jittered gap around the mean interval, and the end of sampling by
-//! rounds, duration or a stop request.
+//! When rounds start: a jittered gap around the mean interval, never before the slowdown
+//! budget ([`Budget`]) lets the target be stopped again, and the end of sampling by rounds,
+//! duration or a stop request.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::packet::later;
 
+use super::budget::Budget;
 use super::SamplerOptions;
 
 /// The start of the next round.
@@ -14,15 +16,22 @@ pub(super) struct Pace {
     start: Instant,
     end: Option<Instant>,
     next: Instant,
-    /// How long the last round held the target, and a running mean of how long rounds held
-    /// it (each round weighing an eighth).
-    last_pause: Duration,
+    /// A running mean of how long rounds held the target (each round weighing an eighth).
     typical_pause: Duration,
+    budget: Budget,
+    /// Rounds that started later than their schedule to keep within the budget.
+    pub(super) late: u64,
 }
 
 impl Pace {
-    /// Rounds from `start` until `end`, the options' duration after it.
-    pub(super) fn new(start: Instant, end: Option<Instant>, interval: Duration) -> Pace {
+    /// Rounds from `start` until `end`, the options' duration after it, stopping the target
+    /// at most `share` of the time.
+    pub(super) fn new(
+        start: Instant,
+        end: Option<Instant>,
+        interval: Duration,
+        share: f64,
+    ) -> Pace {
         let mut jitter = Jitter::seeded();
         let next = after(start, jitter.around(interval));
         Pace {
@@ -30,26 +39,35 @@ impl Pace {
             start,
             end,
             next,
-            last_pause: Duration::ZERO,
             typical_pause: Duration::ZERO,
+            budget: Budget::new(share, start),
+            late: 0,
         }
     }
 
-    /// The round that just ended held the target for `pause`.
-    pub(super) fn paused(&mut self, pause: Duration) {
-        self.last_pause = pause;
+    /// The round that just ended, now, held the target for `pause`.
+    pub(super) fn paused(&mut self, pause: Duration, now: Instant) {
         self.typical_pause = if self.typical_pause.is_zero() {
             pause
         } else {
             (self.typical_pause * 7 + pause) / 8
         };
+        self.budget.spend(pause, now);
     }
 
-    /// How long the target runs at least before the next round: as long as the last round
-    /// held it, but no longer than rounds typically do, so that one round the host stalled
-    /// does not stall the next as long.
-    fn least_run(&self) -> Duration {
-        self.last_pause.min(self.typical_pause)
+    /// Time the rounds stopped the target, in all.
+    pub(super) fn total_paused(&self) -> Duration {
+        self.budget.paused
+    }
+
+    /// The mean gap between the starts of two rounds: the interval asked for or, back to
+    /// back, what the budget allows at a typical round's pause.
+    fn mean_gap(&self, interval: Duration) -> Duration {
+        if interval.is_zero() {
+            self.typical_pause.div_f64(self.budget.share())
+        } else {
+            interval
+        }
     }
 
     /// Waits for the next round after `rounds` and returns when it starts; `None` when
@@ -68,14 +86,14 @@ impl Pace {
         }) {
             return None;
         }
-        // Back to back, the target runs at least as long as the round before held it: a
-        // guest let run for microseconds between rounds would hardly move, every look would
-        // repeat the one before, and the guest would crawl. At a set rate the jittered
-        // schedule alone gives it time: pushing a round later by how long the one before took
-        // would space looks by what the last look found: under gdbserver at 400 Hz it took a
-        // program's measured 30/70 split to 42-45/55-58 (32-37/63-68 without it).
-        if options.interval.is_zero() {
-            self.next = self.next.max(after(Instant::now(), self.least_run()));
+        // The budget, not the last round, decides how soon the target is stopped again: a
+        // round pushed later by how long the one before took would space looks by what the
+        // last look found (under gdbserver at 400 Hz that took a program's measured 30/70
+        // split to 42-45/55-58), while the budget repays pauses over many rounds.
+        let earliest = self.budget.earliest();
+        if earliest > self.next {
+            self.next = earliest;
+            self.late += 1;
         }
         // A round due after the end would only be cut off; an interval longer than the
         // whole duration still gets its one round, at once.
@@ -91,8 +109,9 @@ impl Pace {
         let now = Instant::now();
         // Late rounds are made up for, but never closer than a quarter of the mean gap: samples
         // taken in a burst after a stall would all land on the same spot and count it many times.
-        let gap = self.jitter.around(options.interval);
-        self.next = after(self.next, gap).max(after(now, options.interval / 4));
+        let mean = self.mean_gap(options.interval);
+        let gap = self.jitter.around(mean);
+        self.next = after(self.next, gap).max(after(now, mean / 4));
         Some(now)
     }
 }
@@ -143,16 +162,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_target_runs_as_long_as_a_typical_round_held_it() {
+    fn back_to_back_rounds_are_spaced_by_what_the_budget_allows() {
         let ms = Duration::from_millis;
-        let mut pace = Pace::new(Instant::now(), None, Duration::ZERO);
-        pace.paused(ms(1));
-        assert_eq!(pace.least_run(), ms(1));
-        // One round the host stalled: the next waits longer, not as long.
-        pace.paused(ms(81));
-        assert_eq!(pace.least_run(), ms(11));
-        pace.paused(ms(1));
-        assert_eq!(pace.least_run(), ms(1));
+        let mut pace = Pace::new(Instant::now(), None, Duration::ZERO, 0.05);
+        pace.paused(ms(1), Instant::now());
+        assert_eq!(pace.mean_gap(Duration::ZERO), ms(20));
+        // A set interval is kept, whatever the pause.
+        assert_eq!(pace.mean_gap(ms(3)), ms(3));
     }
 
     #[test]

@@ -141,6 +141,26 @@ impl Sampling {
         Ok(())
     }
 
+    /// A round that only stops the target with every sampled vCPU's registers read and
+    /// resumes it: the least any round costs on this stub and host, against which the
+    /// others' pause is weighed. Nothing is walked or counted.
+    pub(super) fn floor_round<S: Stream>(
+        &mut self,
+        client: &mut Client<S>,
+        target: &Target,
+    ) -> Result<(), Error> {
+        let asks: Vec<Ask> = target
+            .vcpus
+            .iter()
+            .map(|&(_, thread)| Ask::Registers(thread))
+            .collect();
+        let (stop, _) = client.interrupt_and_ask(&asks)?;
+        self.running = false;
+        client.resume(signal_to_deliver(stop))?;
+        self.resumed();
+        Ok(())
+    }
+
     /// Stops the target and asks, in the stop's round trip, each vCPU's registers and the
     /// stack its last look walked.
     fn stop_and_ask<S: Stream>(

@@ -17,7 +17,10 @@ use super::flags::{
     gdbserver 127.0.0.1:2345 ./prog & stackscope gdb --remote 127.0.0.1:2345 --kernel ./prog -o prog.svg\n\n\
     x86-64, riscv64 and aarch64 targets: the ELF file's architecture is checked against the \
     stub's target description. \
-    Each round stops the guest, reads every selected vCPU's registers and stack, and resumes it. \
+    Each round stops the guest, reads every selected vCPU's registers and stack, and resumes it; \
+    rounds wait as long as it takes to keep the guest stopped at most --max-slowdown of the \
+    time, and a -F or --interval that would stop it more (by the first rounds' pause) is \
+    refused with the rate that would not. \
     Each vCPU is a thread of the profile (cpu0, cpu1, ...). Sampling ends after --samples \
     rounds, after --duration, at Ctrl-C, or when the guest exits; in every case the profile \
     collected so far is written, and stackscope detaches, leaving the guest running.")]
@@ -50,6 +53,12 @@ pub struct GdbArgs {
     #[arg(long, value_name = "SECS", value_parser = seconds, conflicts_with = "frequency")]
     pub interval: Option<Duration>,
 
+    /// The most the guest may be slowed down: the share of the time it may be stopped, in
+    /// percent (above 0, at most 50). Rounds wait until the time stopped so far allows them;
+    /// with --interval 0 they come as often as it allows.
+    #[arg(long, value_name = "PCT", default_value = "5", value_parser = parse_percent)]
+    pub max_slowdown: f64,
+
     /// Stop after this many rounds (each gives one stack per selected vCPU).
     #[arg(long, value_name = "N", conflicts_with = "duration")]
     pub samples: Option<u64>,
@@ -73,6 +82,16 @@ pub struct GdbArgs {
 
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('%').parse::<f64>() {
+        Ok(p) if p > 0.0 && p <= 50.0 => Ok(p),
+        Ok(p) => Err(format!(
+            "{p} is not above 0 and at most 50 (past half the guest runs less than it is stopped)"
+        )),
+        Err(_) => Err(format!("{s:?} is not a percentage such as 5 or 2.5")),
+    }
 }
 
 fn parse_mask(s: &str) -> Result<u128, String> {

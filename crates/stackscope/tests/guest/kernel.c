@@ -6,7 +6,9 @@
  * need not take equal time), in the rounds the host ran it through. CPU 0 enters through
  * kmain, the others through ap_main. Every CPU prints its measured times to the serial port
  * about every REPORT_TICKS, one line at a time under a lock: "stackscope-guest: cpuN a=HEX
- * b=HEX".
+ * b=HEX u=HEX t=HEX", with the units of work it has done (its own progress) and the counter
+ * as it reported. The counter holds while the guest is stopped (by a debugger too), so
+ * against the host's clock it tells how much of the time the guest was stopped.
  *
  * The architecture's part (board.h in x86_64/, riscv64/ or aarch64/) gives uart_putc,
  * counter_now, counter_hz, and start_others, which starts the other CPUs and returns how many
@@ -53,7 +55,8 @@ static struct {
     volatile u64 value;
     volatile u64 time_a, time_b, last_report;
     u64 best; /* fewest ticks a unit of work has taken */
-    u8 pad[24];
+    volatile u64 units; /* units of work done */
+    u8 pad[16];
 } per_cpu[MAX_CPUS];
 
 static void serial_write(const char *s)
@@ -101,7 +104,7 @@ OWN_FRAME void spin_b(u32 cpu, u64 n)
     per_cpu[cpu].value = acc;
 }
 
-OWN_FRAME static void report(u32 cpu)
+OWN_FRAME static void report(u32 cpu, u64 now)
 {
     lock();
     serial_write("stackscope-guest: cpu");
@@ -110,6 +113,10 @@ OWN_FRAME static void report(u32 cpu)
     serial_hex(per_cpu[cpu].time_a);
     serial_write(" b=");
     serial_hex(per_cpu[cpu].time_b);
+    serial_write(" u=");
+    serial_hex(per_cpu[cpu].units);
+    serial_write(" t=");
+    serial_hex(now);
     serial_write("\n");
     unlock();
 }
@@ -131,6 +138,7 @@ OWN_FRAME void work_loop(u32 cpu)
         u64 t1 = counter_now();
         spin_b(cpu, b);
         u64 t2 = counter_now();
+        per_cpu[cpu].units += units;
         u64 per_unit = (t2 - t0) / units;
         if (per_cpu[cpu].best == 0 || per_unit < per_cpu[cpu].best)
             per_cpu[cpu].best = per_unit;
@@ -146,7 +154,7 @@ OWN_FRAME void work_loop(u32 cpu)
         }
         if (t2 - per_cpu[cpu].last_report >= REPORT_TICKS) {
             per_cpu[cpu].last_report = t2;
-            report(cpu);
+            report(cpu, t2);
         }
     }
 }
