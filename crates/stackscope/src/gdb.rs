@@ -124,7 +124,7 @@ fn refusal(e: Error, args: &GdbArgs) -> anyhow::Error {
         Some(hz) => (
             format!("-F {hz}"),
             format!(
-                "-F {}",
+                "-F {} at most",
                 (1.0 / least_interval.as_secs_f64()).floor().max(1.0)
             ),
         ),
@@ -133,11 +133,11 @@ fn refusal(e: Error, args: &GdbArgs) -> anyhow::Error {
                 "--interval {}",
                 args.interval.unwrap_or_default().as_secs_f64()
             ),
-            format!("--interval {:.6}", least_interval.as_secs_f64()),
+            format!("--interval {:.6} at least", least_interval.as_secs_f64()),
         ),
     };
     anyhow::anyhow!(
-        "{asked} would stop the guest more than --max-slowdown {}% of the time: a round pauses it {:.3} ms here (median of the first {rounds}), so {allowed} at most (or raise --max-slowdown)",
+        "{asked} would stop the guest more than --max-slowdown {}% of the time: a round pauses it {:.3} ms here (median of the first {rounds}), so {allowed} (or raise --max-slowdown)",
         args.max_slowdown,
         pause.as_secs_f64() * 1e3,
     )

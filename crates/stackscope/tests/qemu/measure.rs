@@ -1,9 +1,11 @@
 //! What the test kernel measured of itself, and the one comparison of a sampled split with
 //! it. Every vCPU of the kernel adds up, with its architecture's counter, the time it spent
 //! in `spin_a` and in `spin_b` in the rounds the host ran it through, and prints the totals
-//! on the serial port a few times a second (`stackscope-guest: cpuN a=HEX b=HEX`). The
-//! difference between a report before sampling and one after is the split the samples must
-//! show.
+//! on the serial port a few times a second (`stackscope-guest: cpuN a=HEX b=HEX u=HEX
+//! t=HEX`). The difference between a report before sampling and one after is the split the
+//! samples must show. Each report also gives the units of work done (the guest's own
+//! progress) and the counter, which holds while the guest is stopped: against the host's
+//! clock ([`follow_reports`], [`rate_of`]) they tell what sampling cost the guest.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -146,4 +148,71 @@ pub fn assert_split(what: &str, stacks: &[(Vec<String>, u64)], truth: &Truth) {
         tolerance * 100.0,
         describe(stacks)
     );
+}
+
+/// One report as the host saw it arrive: which vCPU, the units of work it had done, and its
+/// counter, which holds while the guest is stopped.
+#[derive(Clone, Copy, Debug)]
+pub struct Report {
+    pub at: std::time::Instant,
+    pub cpu: u32,
+    pub units: u64,
+    pub counter: u64,
+}
+
+/// The reports that arrive in the serial log at `serial` while `keep_on` holds, each stamped
+/// with the host's clock as it arrives (the log is polled every 2 ms).
+pub fn follow_reports(serial: &Path, mut keep_on: impl FnMut() -> bool) -> Vec<Report> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(serial).expect("open the serial log");
+    file.seek(SeekFrom::End(0)).expect("seek the serial log");
+    let (mut pending, mut got) = (String::new(), Vec::new());
+    while keep_on() {
+        let _ = file.read_to_string(&mut pending);
+        let at = std::time::Instant::now();
+        while let Some(end) = pending.find('\n') {
+            let line: String = pending.drain(..=end).collect();
+            got.extend(report_of(line.trim_end(), at));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    got
+}
+
+/// A report line `stackscope-guest: cpuN a=HEX b=HEX u=HEX t=HEX` that arrived `at`.
+fn report_of(line: &str, at: std::time::Instant) -> Option<Report> {
+    let rest = line.strip_prefix("stackscope-guest: cpu")?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let hex = |i: usize, key: &str| u64::from_str_radix(fields.get(i)?.strip_prefix(key)?, 16).ok();
+    Some(Report {
+        at,
+        cpu: fields.first()?.parse().ok()?,
+        units: hex(3, "u=")?,
+        counter: hex(4, "t=")?,
+    })
+}
+
+/// How fast `value` of vCPU `cpu`'s reports grew per second of the host's clock: the
+/// least-squares slope, so that a line the host was late to write moves it little.
+pub fn rate_of(reports: &[Report], cpu: u32, value: impl Fn(&Report) -> u64) -> f64 {
+    let points: Vec<(f64, f64)> = reports
+        .iter()
+        .filter(|r| r.cpu == cpu)
+        .map(|r| {
+            (
+                r.at.duration_since(reports[0].at).as_secs_f64(),
+                value(r) as f64,
+            )
+        })
+        .collect();
+    assert!(
+        points.len() >= 4,
+        "too few reports of vCPU {cpu}: {points:?}"
+    );
+    let n = points.len() as f64;
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let covariance: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let variance: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    covariance / variance
 }
