@@ -48,8 +48,8 @@ pub struct SamplerOptions {
     /// runs in lockstep with periodic work in the guest (timer ticks, loops) and over- or
     /// under-counts it.
     pub interval: Duration,
-    /// The share of wall time the target may be stopped (above 0, at most 0.5): rounds wait
-    /// until the time stopped so far allows them.
+    /// The share of wall time the target may be stopped (above 0, at most 1: no limit):
+    /// rounds wait until the time stopped so far allows them.
     pub max_slowdown: f64,
     /// The interval was asked for: one shorter than the first rounds' pause allows under
     /// `max_slowdown` is refused ([`Error::TooFrequent`]) rather than stretched.
@@ -161,10 +161,9 @@ pub fn record<S: Stream>(
     stop: &AtomicBool,
     mut on_round: impl FnMut(Progress),
 ) -> Result<Recording, Error> {
-    // A share of nothing would never let a round start; past half, the target runs less than
-    // it is stopped.
+    // A share of nothing would never let a round start.
     let options = &SamplerOptions {
-        max_slowdown: options.max_slowdown.clamp(0.001, 0.5),
+        max_slowdown: options.max_slowdown.clamp(0.001, 1.0),
         ..options.clone()
     };
     let mut stacks = StackTable::default();
@@ -268,7 +267,8 @@ pub fn record<S: Stream>(
 /// The refusal of an interval asked for that stops the target more than `max_slowdown`
 /// allows at the median of `pauses`, the first rounds' pauses.
 fn too_frequent(options: &SamplerOptions, pauses: &[Duration]) -> Option<Error> {
-    if !options.interval_asked || options.interval.is_zero() || pauses.is_empty() {
+    let unlimited = options.max_slowdown >= 1.0;
+    if unlimited || !options.interval_asked || options.interval.is_zero() || pauses.is_empty() {
         return None;
     }
     let mut sorted = pauses.to_vec();

@@ -54,10 +54,10 @@ fn sample(arch: Arch, kernel: Kernel, cpus: &[u32]) -> (BTreeMap<u32, Stacks>, W
             &rounds,
             "-F",
             HZ,
-            // The split at a set rate is checked here, not the pacing: the loosest slowdown
-            // limit keeps a loaded host's pauses from refusing the rate.
+            // The split at a set rate is checked here, not the pacing: no slowdown limit,
+            // so that a loaded host's pauses do not refuse the rate.
             "--max-slowdown",
-            "50",
+            "100",
             "--cpu-mask",
             &mask,
             "-o",

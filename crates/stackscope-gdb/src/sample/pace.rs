@@ -61,10 +61,12 @@ impl Pace {
     }
 
     /// The mean gap between the starts of two rounds: the interval asked for or, back to
-    /// back, what the budget allows at a typical round's pause.
+    /// back, what the budget allows at a typical round's pause. Even without a limit the
+    /// target runs as long as a typical round stops it: a guest let run for microseconds
+    /// between rounds would hardly move, and every look would repeat the one before.
     fn mean_gap(&self, interval: Duration) -> Duration {
         if interval.is_zero() {
-            self.typical_pause.div_f64(self.budget.share())
+            self.typical_pause.div_f64(self.budget.share().min(0.5))
         } else {
             interval
         }
