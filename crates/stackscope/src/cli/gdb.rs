@@ -49,7 +49,7 @@ pub struct GdbArgs {
     #[command(flatten)]
     pub frequency: FrequencyArg,
 
-    /// Seconds between rounds (as the OSDK's --interval); 0 samples as often as the guest allows: it runs at least as long as each round paused it
+    /// Seconds between rounds (as the OSDK's --interval); 0 samples as often as --max-slowdown allows
     #[arg(long, value_name = "SECS", value_parser = seconds, conflicts_with = "frequency")]
     pub interval: Option<Duration>,
 
