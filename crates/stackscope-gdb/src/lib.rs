@@ -10,8 +10,8 @@
 //! Layers: [`packet`] (framing over any byte stream, so it is tested on recorded exchanges),
 //! [`client`] (the commands, and where the registers sit in the stub's replies for the
 //! target's architecture, [`stackscope_stacks::arch::Arch`]), [`image`] (an ELF file at its load address), [`space`] (the
-//! target's files), [`sample`] (the sampling loop: its rounds, the memory it reads and the
-//! pace).
+//! target's files), [`sample`] (the sampling loop: its rounds, the memory it reads, and the
+//! pace, held to the share of the time the target may be stopped).
 //! It does not parse arguments nor format output.
 
 pub mod client;

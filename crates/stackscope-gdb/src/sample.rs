@@ -1,7 +1,10 @@
 //! The sampling loop: each round ([`round`]) stops the target, reads every selected vCPU's
 //! registers, walks its stack from target memory ([`memory`]: DWARF CFI from the ELF, frame
-//! pointers where there is none), and resumes it, at a jittered pace ([`pace`]); at the end
-//! the counted stacks are named once each into a [`Profile`] by the stack table's naming step.
+//! pointers where there is none), and resumes it, at a jittered pace ([`pace`]) that never
+//! stops the target more than the share of the time it may be stopped ([`budget`]); one
+//! round in ten only stops and resumes it, the floor the others' pause is weighed against. At
+//! the end the counted stacks are named once each into a [`Profile`] by the stack table's
+//! naming step.
 
 mod budget;
 mod memory;
