@@ -101,3 +101,69 @@ pub(crate) fn choose(
         "the default where eBPF runs: whole stacks; --backend perf for stack copies",
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    /// The choice for `stackscope record WORDS...`, with a launched command unless `target`.
+    fn choice(words: &[&str], target: Target) -> Result<Choice> {
+        let argv = ["stackscope", "record"].iter().chain(words);
+        let Command::Record(args) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!("a record command line");
+        };
+        choose(&args, &target, None)
+    }
+
+    fn command() -> Target {
+        Target::Command(vec!["prog".into()])
+    }
+
+    #[test]
+    fn a_flag_of_one_backend_picks_it_and_is_the_reason() {
+        for (words, backend, why) in [
+            (&["--unwind", "fp"][..], BackendArg::Perf, "--unwind"),
+            (&["--stack-size", "4096"], BackendArg::Perf, "--stack-size"),
+            (&["--read-stack-on"], BackendArg::Perf, "--read-stack-on"),
+            (&["--max-stack", "64"], BackendArg::Bpf, "--max-stack"),
+            (&["--backend", "perf"], BackendArg::Perf, "--backend"),
+            (&["--backend", "bpf"], BackendArg::Bpf, "--backend"),
+        ] {
+            let c = choice(words, command()).unwrap();
+            assert!(
+                c.backend == backend && c.why.contains(why),
+                "{words:?}: {}",
+                c.line()
+            );
+        }
+    }
+
+    #[test]
+    fn the_whole_system_takes_the_perf_source_and_a_command_takes_ebpf_where_it_runs() {
+        let c = choice(&[], Target::System).unwrap();
+        assert!(
+            c.backend == BackendArg::Perf && c.why.starts_with("-a"),
+            "{}",
+            c.line()
+        );
+        let c = choice(&[], command()).unwrap();
+        let (_, missing) = crate::doctor::bpf_missing();
+        match missing.is_empty() {
+            true => assert!(c.backend == BackendArg::Bpf, "{}", c.line()),
+            false => assert!(
+                c.backend == BackendArg::Perf && c.why.contains(missing[0]),
+                "{}",
+                c.line()
+            ),
+        }
+        assert!(c.line().starts_with("stackscope: sampled with "));
+    }
+
+    #[test]
+    fn the_perf_backend_with_a_probe_is_refused() {
+        let e = choice(&["--backend", "perf", "-e", "kprobe:vfs_read"], command());
+        assert!(e.is_err_and(|e| e.to_string().contains("eBPF backend only")));
+    }
+}
