@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::unwind_table::{Row, TableCache, TableId};
+use crate::unwind_table::{ProcessTables, Row, TableCache, TableId};
 use libbpf_rs::MapHandle;
 use libbpf_rs::{MapCore, MapFlags, MapType};
 use stackscope_stacks::AddressSpace;
@@ -237,6 +237,23 @@ impl TableLoader {
                 self.refused(&m.path, rows, e, &mut stats);
             }
         }
+        self.point_walker(maps, pid, &process, tables, &mut stats)?;
+        stats.rows_in_use = self.rows_in_use;
+        stats.tables_in_use = self.placed.len();
+        Ok(stats)
+    }
+
+    /// Writes the mappings of `process` (pid `pid`), each with its table's slot where that
+    /// table is in `tables`, and points `unwind_procs` at them; the process's old mappings and
+    /// tables are let go.
+    fn point_walker(
+        &mut self,
+        maps: &TableMaps,
+        pid: u32,
+        process: &ProcessTables,
+        tables: HashSet<TableId>,
+        stats: &mut LoadStats,
+    ) -> Result<(), TableError> {
         let entries: Vec<_> = process
             .mappings
             .iter()
@@ -280,9 +297,7 @@ impl TableLoader {
             self.free_mappings.free(old.mappings);
             self.release(&old.tables);
         }
-        stats.rows_in_use = self.rows_in_use;
-        stats.tables_in_use = self.placed.len();
-        Ok(stats)
+        Ok(())
     }
 
     /// Drops process `pid` from the maps (it exited); its tables stay cached for others.
