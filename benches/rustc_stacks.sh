@@ -3,7 +3,9 @@
 # stacks, in one run: `rustc -C opt-level=3` compiling a real crate (regex-syntax from the
 # cargo registry, else a generated one), whose librustc_driver and libLLVM are each over
 # 100 MB and whose query stacks are deep, on a thread with a large stack.
-#   perf_copy  stackscope record (perf_event + 32 KiB stack copy per sample, unwound here)
+#   default    stackscope record, no flag (the backend it picks is named in its summary)
+#   perf_copy  stackscope record --backend perf (perf_event + 32 KiB stack copy per sample,
+#              unwound here)
 #   read_on    stackscope record --read-stack-on (the same, reading on over the live stack)
 #   bpf        stackscope record --backend bpf (user stacks unwound in the kernel)
 #   perf_dw    perf record --call-graph dwarf (8 KiB stack copy, unwound by perf script
@@ -18,7 +20,8 @@
 #
 # Usage: benches/rustc_stacks.sh        (as root; installs perf, time and inferno if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
-#        RUNS=N rounds (default 1); TOOLS="bpf perf_copy" to run only some.
+#        RUNS=N rounds (default 1); TOOLS="bpf perf_copy" to run only some. The eBPF
+#        backend's table cache is the user's (warm after the first round).
 set -euo pipefail
 trap 'echo "rustc_stacks: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 source "$(dirname "$0")/common.sh"
@@ -67,7 +70,7 @@ entry_stats() {
 }
 
 row() { printf '%-10s %8s %7s %9s %10s %10s %9s\n' "$@"; }
-tools=${TOOLS:-perf_copy read_on bpf perf_dw}
+tools=${TOOLS:-default perf_copy read_on bpf perf_dw}
 mapfile -t cmd < <(wrapped "${compile[@]}")
 
 "${cmd[@]}"
@@ -78,12 +81,13 @@ for round in $(seq 1 "${RUNS:-1}"); do
         post=0 unit=1 kernel=- tables=-
         t0=$(now)
         case $tool in
-        perf_copy | read_on | bpf)
+        default | perf_copy | read_on | bpf)
             how=(--backend perf)
+            [ "$tool" = default ] && how=()
             [ "$tool" = read_on ] && how+=(--read-stack-on)
             [ "$tool" = bpf ] && how=(--backend bpf)
             /usr/bin/time -o prof.time -f '%U %S' \
-                "$STACKSCOPE" record "${how[@]}" -F 999 -o out.folded -- "${cmd[@]}" \
+                "$STACKSCOPE" record ${how[@]+"${how[@]}"} -F 999 -o out.folded -- "${cmd[@]}" \
                 2>prof.stderr || { cat prof.stderr >&2; exit 1; }
             kernel=$(sed -n 's/^in-kernel sampling: .* \([0-9.]*\) ms of CPU in all$/\1/p' prof.stderr)
             tables=$(grep -o -i -E '[0-9.]+ [KMG]iB of (kernel memory|unwind tables?)' prof.stderr | head -n1 | awk '{ print $1 $2 }' || true)

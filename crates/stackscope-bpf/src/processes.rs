@@ -87,6 +87,19 @@ impl Processes {
         }
     }
 
+    /// Notes what the live processes mapped since their maps were last read (JIT code, which
+    /// no exec nor library load announces), so that its frames can be named at the end.
+    pub fn note_new_mappings(&mut self) {
+        for pid in &self.loaded {
+            let (Some(seen), Ok(now)) = (self.maps.get_mut(pid), read_proc_maps(*pid)) else {
+                continue;
+            };
+            for m in now.iter() {
+                seen.insert(m.clone());
+            }
+        }
+    }
+
     /// A process that exited: its tables go, its maps stay for naming its frames.
     pub fn forget(&mut self, skel: &ProfileSkel<'_>, pid: u32) {
         self.exited.insert(pid);

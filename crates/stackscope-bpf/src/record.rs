@@ -121,6 +121,8 @@ impl BpfConfig {
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// How often the followed processes' maps are read again for code mapped without an event.
+const MAPS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Records until the duration ends, the target exits, or `stop` is set. `on_start` runs once
 /// sampling has begun (for a launched command: just before it is let go into exec, which
@@ -341,10 +343,15 @@ fn sample_until_end(
     mut child: Option<&mut HeldChild>,
 ) -> bool {
     let started = Instant::now();
+    let mut maps_read = Instant::now();
     loop {
         // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
         let _ = ring.poll(POLL_INTERVAL);
         handle_events(&mut events.borrow_mut(), skel, processes, config.user);
+        if maps_read.elapsed() >= MAPS_INTERVAL {
+            processes.note_new_mappings();
+            maps_read = Instant::now();
+        }
         if stop.load(Ordering::Relaxed) {
             return true;
         }

@@ -19,7 +19,8 @@ use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::unwind_table::{Row, TableCache, TableId};
+use crate::unwind_table::{ProcessTables, Row, TableCache, TableId};
+use libbpf_rs::MapHandle;
 use libbpf_rs::{MapCore, MapFlags, MapType};
 use stackscope_stacks::AddressSpace;
 use std::os::fd::{AsFd, AsRawFd};
@@ -138,6 +139,13 @@ pub struct TableLoader {
     not_loaded: NotLoaded,
 }
 
+/// The tables one [`TableLoader::load_process`] made, each with its slot, not yet in
+/// `unwind_tables`.
+#[derive(Default)]
+struct Pending {
+    tables: Vec<(TableId, u32, MapHandle)>,
+}
+
 /// A table in `unwind_tables`.
 #[derive(Debug)]
 struct PlacedTable {
@@ -165,7 +173,7 @@ impl TableLoader {
         let mappings = MappedArray::new(maps.mappings, "unwind_mappings", MAPPING_SIZE)?;
         let slots = maps.tables.max_entries();
         Ok(TableLoader {
-            cache: TableCache::new(),
+            cache: TableCache::with_disk(crate::unwind_table::disk_cache::dir_from_env()),
             free_slots: FreeRanges::new(slots),
             slots,
             free_mappings: FreeRanges::new(mappings.len),
@@ -184,6 +192,10 @@ impl TableLoader {
 
     /// Loads (or reloads, after an exec or a new mapping) the tables of process `pid`, whose
     /// executable mappings are `pmaps`, then points the walker at them in one map update.
+    ///
+    /// The new tables go into `unwind_tables` in one batch: the kernel waits for running BPF
+    /// programs (an RCU grace period, milliseconds on a busy machine) after every update of a
+    /// map of maps, once per batch rather than once per file.
     pub fn load_process(
         &mut self,
         maps: &TableMaps,
@@ -196,31 +208,64 @@ impl TableLoader {
             ..LoadStats::default()
         };
         let mut tables = HashSet::new();
-        let mut entries = Vec::with_capacity(process.mappings.len());
+        let mut pending = Pending::default();
         for m in &process.mappings {
-            let placed = match &m.table {
-                Some((id, table)) => match self.place(maps, *id, table.rows(), &mut stats) {
-                    Ok(slot) => {
+            match &m.table {
+                Some((id, table)) => match self.place(maps, *id, table.rows(), &mut pending) {
+                    Ok(_) => {
                         if tables.insert(*id) {
                             self.placed.get_mut(id).expect("just placed").users += 1;
                         }
-                        Some((slot, table.rows().len() as u32))
                     }
-                    Err(e) => {
-                        self.refused(&m.path, table.rows().len(), e, &mut stats);
-                        None
-                    }
+                    Err(e) => self.refused(&m.path, table.rows().len(), e, &mut stats),
                 },
                 None => {
                     if !stats.without_table.contains(&m.path) {
                         stats.without_table.push(m.path.clone());
                     }
-                    None
                 }
-            };
-            stats.with_table += usize::from(placed.is_some());
-            entries.push(mapping_entry(m, placed.unwrap_or((0, 0))));
+            }
         }
+        for (id, e) in self.commit(maps, pending, &mut stats) {
+            tables.remove(&id);
+            if let Some(m) = process
+                .mappings
+                .iter()
+                .find(|m| m.table.as_ref().is_some_and(|t| t.0 == id))
+            {
+                let rows = m.table.as_ref().map_or(0, |t| t.1.rows().len());
+                self.refused(&m.path, rows, e, &mut stats);
+            }
+        }
+        self.point_walker(maps, pid, &process, tables, &mut stats)?;
+        stats.rows_in_use = self.rows_in_use;
+        stats.tables_in_use = self.placed.len();
+        Ok(stats)
+    }
+
+    /// Writes the mappings of `process` (pid `pid`), each with its table's slot where that
+    /// table is in `tables`, and points `unwind_procs` at them; the process's old mappings and
+    /// tables are let go.
+    fn point_walker(
+        &mut self,
+        maps: &TableMaps,
+        pid: u32,
+        process: &ProcessTables,
+        tables: HashSet<TableId>,
+        stats: &mut LoadStats,
+    ) -> Result<(), TableError> {
+        let entries: Vec<_> = process
+            .mappings
+            .iter()
+            .map(|m| {
+                let placed = m.table.as_ref().and_then(|(id, table)| {
+                    let slot = self.placed.get(id).filter(|_| tables.contains(id))?.slot;
+                    Some((slot, table.rows().len() as u32))
+                });
+                stats.with_table += usize::from(placed.is_some());
+                mapping_entry(m, placed.unwrap_or((0, 0)))
+            })
+            .collect();
         let count = entries.len() as u32;
         let Some(slots) = self.free_mappings.alloc(count) else {
             self.release(&tables);
@@ -252,9 +297,7 @@ impl TableLoader {
             self.free_mappings.free(old.mappings);
             self.release(&old.tables);
         }
-        stats.rows_in_use = self.rows_in_use;
-        stats.tables_in_use = self.placed.len();
-        Ok(stats)
+        Ok(())
     }
 
     /// Drops process `pid` from the maps (it exited); its tables stay cached for others.
@@ -280,25 +323,25 @@ impl TableLoader {
         self.not_loaded.reason = e.to_string();
     }
 
-    /// The slot of table `id` in `unwind_tables`, its rows written into a map of their own
-    /// if they are not in the kernel yet. When the kernel refuses, the tables no process uses
-    /// are dropped and it is asked once more.
+    /// The slot of table `id` in `unwind_tables`; a table not in the kernel yet gets its rows
+    /// written into a map of their own, put into the slot by [`Self::commit`]. When the kernel
+    /// refuses room, the tables no process uses are dropped and it is asked once more.
     fn place(
         &mut self,
         maps: &TableMaps,
         id: TableId,
         rows: &[Row],
-        stats: &mut LoadStats,
+        pending: &mut Pending,
     ) -> Result<u32, TableError> {
         if let Some(p) = self.placed.get(&id) {
             return Ok(p.slot);
         }
-        let slot = match self.insert(maps, rows) {
+        let (slot, map) = match self.create(rows) {
             Err(TableError::TooManyRows { rows }) => return Err(TableError::TooManyRows { rows }),
-            Err(_) if self.evict_unused(maps) => self.insert(maps, rows)?,
+            Err(_) if self.evict_unused(maps) => self.create(rows)?,
             other => other?,
         };
-        stats.rows_written += rows.len();
+        pending.tables.push((id, slot, map));
         self.rows_in_use += rows.len();
         self.placed.insert(
             id,
@@ -311,25 +354,69 @@ impl TableLoader {
         Ok(slot)
     }
 
-    /// Creates the map of `rows` and puts it into a free slot of `unwind_tables`.
-    fn insert(&mut self, maps: &TableMaps, rows: &[Row]) -> Result<u32, TableError> {
+    /// A free slot of `unwind_tables` and the map of `rows` to put there.
+    fn create(&mut self, rows: &[Row]) -> Result<(u32, MapHandle), TableError> {
         let Some(slot) = self.free_slots.alloc(1) else {
             return Err(TableError::NoSlot { slots: self.slots });
         };
-        let inserted = file_rows::create(rows).and_then(|map| {
-            let fd = map.as_fd().as_raw_fd() as u32;
-            // The outer map holds the table from here on; our descriptor may close.
-            maps.tables
-                .update(&slot.start.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
-                .map_err(|source| TableError::Insert { source })
-        });
-        match inserted {
-            Ok(()) => Ok(slot.start),
+        match file_rows::create(rows) {
+            Ok(map) => Ok((slot.start, map)),
             Err(e) => {
                 self.free_slots.free(slot);
                 Err(e)
             }
         }
+    }
+
+    /// Puts the tables [`Self::place`] made into their slots, in one batch (one by one if the
+    /// kernel refuses the batch); returns those that could not be put, now forgotten.
+    fn commit(
+        &mut self,
+        maps: &TableMaps,
+        pending: Pending,
+        stats: &mut LoadStats,
+    ) -> Vec<(TableId, TableError)> {
+        if pending.tables.is_empty() {
+            return Vec::new();
+        }
+        let keys: Vec<u8> = pending
+            .tables
+            .iter()
+            .flat_map(|t| t.1.to_ne_bytes())
+            .collect();
+        let fds: Vec<u8> = pending
+            .tables
+            .iter()
+            .flat_map(|t| (t.2.as_fd().as_raw_fd() as u32).to_ne_bytes())
+            .collect();
+        let count = pending.tables.len() as u32;
+        let batch = maps
+            .tables
+            .update_batch(&keys, &fds, count, MapFlags::ANY, MapFlags::ANY);
+        let mut failed = Vec::new();
+        for (id, slot, map) in &pending.tables {
+            let rows = self.placed.get(id).map_or(0, |p| p.rows as usize);
+            let put = match &batch {
+                Ok(()) => Ok(()),
+                Err(_) => {
+                    let fd = map.as_fd().as_raw_fd() as u32;
+                    maps.tables
+                        .update(&slot.to_ne_bytes(), &fd.to_ne_bytes(), MapFlags::ANY)
+                        .map_err(|source| TableError::Insert { source })
+                }
+            };
+            match put {
+                // The outer map holds the table from here on; our descriptor may close.
+                Ok(()) => stats.rows_written += rows,
+                Err(e) => {
+                    self.placed.remove(id);
+                    self.free_slots.free(*slot..*slot + 1);
+                    self.rows_in_use -= rows;
+                    failed.push((*id, e));
+                }
+            }
+        }
+        failed
     }
 
     fn release(&mut self, tables: &HashSet<TableId>) {

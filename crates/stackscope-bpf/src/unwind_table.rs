@@ -16,6 +16,7 @@
 //! stacks (that is the perf_event source's walk).
 
 mod build;
+pub mod disk_cache;
 mod process;
 #[cfg(test)]
 mod tests;

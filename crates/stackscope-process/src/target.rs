@@ -67,6 +67,10 @@ pub fn is_alive(id: u32) -> bool {
 pub fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
     let shown = name.to_string_lossy().into_owned();
     if name.as_bytes().contains(&b'/') {
+        // Said before anything is loaded or announced; exec tells the rarer failures.
+        if std::fs::metadata(name).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Err(SampleError::CommandNotFound(shown));
+        }
         return Ok(PathBuf::from(name));
     }
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());

@@ -265,7 +265,10 @@ pub struct RecordArgs {
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there
     /// from the binaries' unwind tables, so no stack memory leaves the kernel (needs root or
     /// CAP_BPF+CAP_PERFMON); it ends by saying how much CPU the program took in the kernel.
-    /// Default: perf, or bpf when an --event is a probe.
+    /// Default: bpf where it can run (whole stacks however deep, where perf's copies break
+    /// off), perf where it cannot (the summary's first line says which and why), perf with -a
+    /// or a perf-only flag (--unwind, --stack-size, --read-stack-on), bpf with --max-stack, a
+    /// probe, --off-cpu or --wall.
     #[arg(long, value_enum, hide_short_help = true)]
     pub backend: Option<BackendArg>,
 

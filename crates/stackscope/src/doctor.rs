@@ -122,20 +122,22 @@ const CAPABILITIES: [(&str, u32); 4] = [
     ("CAP_SYS_PTRACE", 19),
 ];
 
+/// Whether this process holds capability `name` (one of [`CAPABILITIES`]) in `effective`.
+fn holds(effective: u64, name: &str) -> bool {
+    CAPABILITIES
+        .iter()
+        .any(|&(n, bit)| n == name && effective & (1 << bit) != 0)
+}
+
 pub fn run(args: DoctorArgs) -> Result<i32> {
     let effective = own_capabilities("CapEff").unwrap_or(0);
-    let holds = |name: &str| {
-        CAPABILITIES
-            .iter()
-            .any(|&(n, bit)| n == name && effective & (1 << bit) != 0)
-    };
-    let perfmon = holds("CAP_PERFMON") || holds("CAP_SYS_ADMIN");
+    let perfmon = holds(effective, "CAP_PERFMON") || holds(effective, "CAP_SYS_ADMIN");
     let mut checks = vec![
         capabilities(effective),
         paranoid(perfmon),
         cpu_clock(),
         kptr_restrict(),
-        bpf(holds("CAP_BPF") || holds("CAP_SYS_ADMIN"), perfmon),
+        bpf(),
     ];
     if let Some(program) = args.program.first() {
         checks.extend(program_checks(program));
@@ -272,8 +274,10 @@ fn kptr_restrict() -> Check {
     }
 }
 
-/// The bpf backend (`profile`, `record --backend bpf`): BTF, kernel 6.4+, CAP_BPF+CAP_PERFMON.
-fn bpf(cap_bpf: bool, perfmon: bool) -> Check {
+/// What the bpf backend (`profile`, `record --backend bpf`, record's default) lacks on this
+/// machine for this user: BTF, kernel 6.4+, CAP_BPF+CAP_PERFMON; with the kernel's release.
+/// Empty when it can run.
+pub(crate) fn bpf_missing() -> (String, Vec<&'static str>) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|r| r.trim().to_string())
         .unwrap_or_default();
@@ -281,9 +285,12 @@ fn bpf(cap_bpf: bool, perfmon: bool) -> Check {
         .split(|c: char| !c.is_ascii_digit())
         .map(|n| n.parse::<u32>().unwrap_or(0));
     let version = (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0));
-    let btf = Path::new("/sys/kernel/btf/vmlinux").exists();
+    let effective = own_capabilities("CapEff").unwrap_or(0);
+    let admin = holds(effective, "CAP_SYS_ADMIN");
+    let cap_bpf = admin || holds(effective, "CAP_BPF");
+    let perfmon = admin || holds(effective, "CAP_PERFMON");
     let mut missing = Vec::new();
-    if !btf {
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         missing
             .push("no BTF (/sys/kernel/btf/vmlinux): a kernel built with CONFIG_DEBUG_INFO_BTF=y");
     }
@@ -293,6 +300,12 @@ fn bpf(cap_bpf: bool, perfmon: bool) -> Check {
     if !(cap_bpf && perfmon) {
         missing.push("CAP_BPF and CAP_PERFMON: run as root or setcap them");
     }
+    (release, missing)
+}
+
+/// The bpf backend's check: [`bpf_missing`] in a line.
+fn bpf() -> Check {
+    let (release, missing) = bpf_missing();
     if missing.is_empty() {
         check(
             Verdict::Ok,
@@ -306,7 +319,7 @@ fn bpf(cap_bpf: bool, perfmon: bool) -> Check {
                 "bpf backend (profile, record --backend bpf) unavailable on kernel {release}: {}",
                 missing.join("; ")
             ),
-            Some("the default perf backend (`stackscope record`) does not need it"),
+            Some("the perf backend (`record --backend perf`, record's fallback) does not need it"),
         )
     }
 }

@@ -6,9 +6,11 @@
 //! fetched from); `sink`, `output` (where and in which
 //! format), `input`, `status` (signals, exit status), `summary` (the end of every recording)
 //! and `source_bpf`, `source_etw`; `platform` (what is Linux-only, refused elsewhere); `doctor`, to which the recording commands point errors about the
-//! machine; the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
+//! machine; `backend` (which source `record` samples with, and why); the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
 //! over `record`, and `cargo stackscope` (`cargo`), which builds a target and records it.
 
+#[cfg(target_os = "linux")]
+mod backend;
 pub mod cargo;
 pub mod cli;
 mod debuginfod;

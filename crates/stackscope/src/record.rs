@@ -34,7 +34,8 @@ pub(crate) fn run_with(
     // Threads sampled on the CPU that --off-cpu and --wall could follow off it.
     let threads = !matches!(target, Target::System);
     let time = time_profile(&args)?;
-    let backend = backend(&args, time.as_ref())?;
+    let choice = crate::backend::choose(&args, &target, time.as_ref())?;
+    let backend = choice.backend;
     let config = sampler_config(&args, backend)?;
     let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
@@ -101,6 +102,7 @@ pub(crate) fn run_with(
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
+    eprintln!("{}", choice.line());
     summary::finish(recording, &output, ending(&command, threads), write)
 }
 
@@ -228,27 +230,6 @@ fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
             min_block_ns: args.min_block.unwrap_or(0).saturating_mul(1000),
         },
     }))
-}
-
-/// The backend asked for; probes and time need the eBPF one.
-#[cfg(target_os = "linux")]
-fn backend(args: &RecordArgs, time: Option<&TimeProfile>) -> Result<BackendArg> {
-    if let (Some(BackendArg::Perf), Some(time)) = (args.backend, time) {
-        let flag = if args.wall { "--wall" } else { "--off-cpu" };
-        bail!("{flag} ({time}) runs on the eBPF backend only: drop --backend perf");
-    }
-    if time.is_some() {
-        return Ok(BackendArg::Bpf);
-    }
-    let probe = args.events.iter().find(|e| !e.is_timer());
-    match (args.backend, probe) {
-        (Some(BackendArg::Perf), Some(probe)) => bail!(
-            "--event {probe} runs on the eBPF backend only: drop --backend perf (the perf backend samples the timer, profile:hz:N)"
-        ),
-        (Some(backend), _) => Ok(backend),
-        (None, Some(_)) => Ok(BackendArg::Bpf),
-        (None, None) => Ok(BackendArg::Perf),
-    }
 }
 
 /// The probes counted, as written, when there are any.

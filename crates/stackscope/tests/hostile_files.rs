@@ -200,7 +200,9 @@ fn ctrl_c_while_naming_writes_the_profile_at_once() {
     let mut cmd = record_command(
         dir.path(),
         &out,
-        &["-d", "1"],
+        // The perf source starts at once: the signal lands in naming, not in a start that a
+        // loaded machine makes slow.
+        &["--backend", "perf", "-d", "1"],
         &[stripped.as_os_str(), os("100000")],
     );
     cmd.env("STACKSCOPE_DEBUG_FILE_DIRECTORY", dir.path().join("none"))

@@ -135,18 +135,18 @@ fn setuid_program_run_by_an_unprivileged_user_is_refused_with_the_reason() {
     run.assert_ok();
     assert_min_samples(&profile, 100);
 
-    // Setuid to another user: the kernel drops even root's events at that exec.
+    // Setuid to another user: the kernel drops even root's perf events at that exec.
     std::os::unix::fs::chown(&program, Some(65534), None).unwrap();
     std::fs::set_permissions(&program, PermissionsExt::from_mode(0o4755)).unwrap();
-    let run = record(dir.path(), &out, &[], &[program.as_os_str(), os("2")]);
-    run.assert_one_line_error(&["setuid to uid 65534", "--backend bpf"]);
-    // The bpf backend samples CPUs, so it profiles the program anyway.
     let run = record(
         dir.path(),
         &out,
-        &["--backend", "bpf"],
+        &["--backend", "perf"],
         &[program.as_os_str(), os("2")],
     );
+    run.assert_one_line_error(&["setuid to uid 65534", "--backend bpf"]);
+    // The bpf backend, root's default, samples CPUs, so it profiles the program anyway.
+    let run = record(dir.path(), &out, &[], &[program.as_os_str(), os("2")]);
     run.assert_ok();
     assert_min_samples(&read_json(&out), 100);
 }
@@ -163,4 +163,33 @@ fn refused_whole_system_recording_points_to_doctor() {
     let out = dir.path().join("out.json");
     let run = as_nobody(&record_args(&out, &["-a", "-d", "1"], &[]));
     run.assert_one_line_error(&["perf_event_paranoid", "run `stackscope doctor`"]);
+}
+
+#[test]
+fn an_unprivileged_user_gets_the_perf_backend_and_one_line_saying_why() {
+    let _serial = serial();
+    let dir = open_dir();
+    let out = dir.path().join("out.folded");
+    let spin = workload("spin");
+    let run = as_nobody(&record_args(&out, &[], &[spin.as_os_str(), os("1")]));
+    run.assert_ok();
+    let said: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("sampled with"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", run.stderr);
+    for what in ["perf_event", "eBPF unavailable", "CAP_BPF"] {
+        assert!(said[0].contains(what), "{what}: {}", said[0]);
+    }
+    assert!(std::fs::read_to_string(&out).unwrap().contains("spin_work"));
+
+    // Root, on this machine where eBPF runs, gets it without asking.
+    let run = record(dir.path(), &out, &[], &[spin.as_os_str(), os("1")]);
+    run.assert_ok();
+    assert!(
+        run.stderr.contains("sampled with eBPF") && run.stderr.contains("the default"),
+        "{}",
+        run.stderr
+    );
 }

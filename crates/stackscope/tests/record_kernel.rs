@@ -100,7 +100,9 @@ fn folded_delimiter_and_kernel_annotation() {
     let text = record_text(
         dir.path(),
         "profile.folded",
-        &["--delimited", "--annotate-kernel"],
+        // The perf source starts at exec: the eBPF one also counts the launch's own samples
+        // inside execve, whose user side is the old image's.
+        &["--backend", "perf", "--delimited", "--annotate-kernel"],
         &[prog.as_os_str()],
     );
     let lines = parse_folded(&text);

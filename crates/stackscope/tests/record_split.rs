@@ -14,7 +14,11 @@ fn dwarf_unwinding_without_frame_pointers_gives_the_split_and_whole_stacks() {
     let _serial = serial();
     let dir = tempdir();
     let split = Measured::new(dir.path(), "split_nofp", "4000");
-    let (_, profile) = record_json(dir.path(), &["-F", "999"], &split.command());
+    let (_, profile) = record_json(
+        dir.path(),
+        &["--backend", "perf", "-F", "999"],
+        &split.command(),
+    );
 
     assert_min_samples(&profile, 500);
     let truth = split.truth();

@@ -401,7 +401,7 @@ fn dtrace_text_folds_as_stackscope_folds() {
     let dir = tempdir();
     let (_, profile) = record_json(
         dir.path(),
-        &["-U", "-F", "997"],
+        &["--backend", "perf", "-U", "-F", "997"],
         &[workload("split_nofp").as_os_str(), os("1500")],
     );
     let text = report_as(dir.path(), "profile.json", "dtrace");

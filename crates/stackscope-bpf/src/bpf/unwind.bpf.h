@@ -43,7 +43,7 @@ enum unwind_status {
 	UNWIND_COMPLETE = 0,
 	/* max_frames reached. */
 	UNWIND_TRUNCATED = 1,
-	/* Unreadable stack, a pc in no known mapping, or no usable rule nor frame pointer. */
+	/* Unreadable stack, or no usable rule nor frame pointer. */
 	UNWIND_BROKEN = 2,
 	/* The process has no tables loaded (yet): only ips[0] is set. */
 	UNWIND_NO_TABLES = 3,
@@ -304,13 +304,12 @@ static long unwind_step(__u64 index, void *data)
 		pc -= 1;
 	if (pc < s->last.start || pc >= s->last.end) {
 		m = unwind_find_mapping(s->first, s->count, pc);
-		if (!m) {
-			s->status = UNWIND_BROKEN;
-			return 1;
-		}
-		s->last = *m;
+		if (m)
+			s->last = *m;
 	}
-	if (s->last.row_count) {
+	/* A pc in no mapping known (JIT code mapped since the maps were read) has no rows: its
+	 * frame pointer leads on, as perf's unwinder does. */
+	if (pc >= s->last.start && pc < s->last.end && s->last.row_count) {
 		rule = unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
 		if (rule >= 0) {
 			cfa_offset = (__s16)(rule & 0xffff);
