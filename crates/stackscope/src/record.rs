@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{BpfConfig, EventSpec, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
+use stackscope_bpf::{
+    default_max_live, BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES,
+};
 #[cfg(target_os = "linux")]
 use stackscope_perf_event::record::{record, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
@@ -34,12 +36,14 @@ pub(crate) fn run_with(
     // Threads sampled on the CPU that --off-cpu and --wall could follow off it.
     let threads = !matches!(target, Target::System);
     let time = time_profile(&args)?;
-    let backend = backend(&args, time.as_ref())?;
+    let memory = memory_profile(&args)?;
+    let backend = backend(&args, time.as_ref(), memory.as_ref())?;
     let config = sampler_config(&args, backend)?;
     let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
     let probes = probe_names(&args);
     let title = match (&probes, &time) {
+        _ if memory.is_some() => format!("stackscope: {what} ({})", memory_words(&memory)),
         (_, Some(TimeProfile::OffCpu { .. })) => format!("stackscope: {what} (off-cpu time, µs)"),
         (_, Some(TimeProfile::Wall)) => {
             format!("stackscope: {what} (on-cpu and off-cpu time, µs)")
@@ -54,6 +58,11 @@ pub(crate) fn run_with(
     crate::debuginfod::install(&args.debuginfod);
     let duration = args.duration.duration;
     let announcement = match (&probes, &time) {
+        _ if memory.is_some() => format!(
+            "stackscope: counting, by stack, the {} in {what} {}",
+            memory_words(&memory),
+            until(&target, duration)
+        ),
         (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
             "stackscope: counting the off-CPU time of {what}{} {}",
             match min_block_ns / 1000 {
@@ -96,12 +105,17 @@ pub(crate) fn run_with(
                 max_frames,
                 events: args.events.clone(),
                 time,
+                memory,
                 ..bpf_config(target, &config, duration, &command)
             };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
-    summary::finish(recording, &output, ending(&command, threads), write)
+    let mut ending = ending(&command, threads);
+    if memory.is_some() {
+        ending.why_empty = " (no allocation through the probed allocator was counted)";
+    }
+    summary::finish(recording, &output, ending, write)
 }
 
 /// `record` where neither perf_event nor eBPF exists: the same target, output and ending,
@@ -230,9 +244,69 @@ fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
     }))
 }
 
-/// The backend asked for; probes and time need the eBPF one.
+/// `--alloc` or `--in-use`, refused beside what they cannot be counted with.
 #[cfg(target_os = "linux")]
-fn backend(args: &RecordArgs, time: Option<&TimeProfile>) -> Result<BackendArg> {
+fn memory_profile(args: &RecordArgs) -> Result<Option<MemoryProfile>> {
+    let memory = &args.memory;
+    if !memory.in_use {
+        if let Some(flag) = [
+            (memory.min_age.is_some(), "--min-age"),
+            (memory.max_live.is_some(), "--max-live"),
+        ]
+        .iter()
+        .find_map(|&(given, flag)| given.then_some(flag))
+        {
+            bail!("{flag} is for --in-use: it applies to the allocations still held at the end");
+        }
+    }
+    let (flag, profile) = match (memory.alloc, memory.in_use) {
+        (true, _) => ("--alloc", MemoryProfile::Allocated),
+        (false, true) => (
+            "--in-use",
+            MemoryProfile::InUse {
+                min_age_ns: memory.min_age.map_or(0, |age| age.as_nanos() as u64),
+                max_live: memory.max_live.unwrap_or_else(default_max_live),
+            },
+        ),
+        (false, false) => return Ok(None),
+    };
+    if let Some(event) = args.events.first() {
+        bail!("{flag} counts bytes and --event {event} counts hits: record them apart");
+    }
+    if args.off_cpu || args.wall {
+        bail!("{flag} counts bytes and --off-cpu/--wall count time: record them apart");
+    }
+    if args.rate.frequency.frequency.is_some() || args.rate.count.is_some() {
+        bail!("{flag} counts every allocation: -F/-c set a timer it does not use");
+    }
+    if args.stacks.kernel_stacks_only {
+        bail!("{flag} takes user stacks only: an allocation's kernel stack is the probe's own");
+    }
+    Ok(Some(profile))
+}
+
+/// What a memory profile counts, in the title's and the announcement's words.
+#[cfg(target_os = "linux")]
+fn memory_words(memory: &Option<MemoryProfile>) -> &'static str {
+    match memory {
+        Some(MemoryProfile::InUse { .. }) => "bytes still held at the end",
+        _ => "bytes allocated",
+    }
+}
+
+/// The backend asked for; probes, time and memory need the eBPF one.
+#[cfg(target_os = "linux")]
+fn backend(
+    args: &RecordArgs,
+    time: Option<&TimeProfile>,
+    memory: Option<&MemoryProfile>,
+) -> Result<BackendArg> {
+    if let Some(memory) = memory {
+        if args.backend == Some(BackendArg::Perf) {
+            bail!("counting {memory} runs on the eBPF backend only: drop --backend perf");
+        }
+        return Ok(BackendArg::Bpf);
+    }
     if let (Some(BackendArg::Perf), Some(time)) = (args.backend, time) {
         let flag = if args.wall { "--wall" } else { "--off-cpu" };
         bail!("{flag} ({time}) runs on the eBPF backend only: drop --backend perf");

@@ -1,0 +1,152 @@
+//! The allocator entry points `record --alloc` and `--in-use` count memory at: glibc's family,
+//! jemalloc's under tikv-jemallocator's `_rjem_` prefix, and mimalloc's, looked up in the
+//! files the target runs (libc, and the program, where a Rust allocator is linked statically),
+//! each with how it takes its arguments (the attach cookie the BPF program reads).
+
+use std::path::PathBuf;
+
+use stackscope_process::target::{resolve_command, Target};
+
+use super::probed_file::find_file;
+use super::resolve::function_names;
+use crate::error::BpfError;
+
+/// `enum alloc_kind` of profile.h: where an entry point's size and block are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AllocKind {
+    /// `(size, ...)`.
+    SizeFirst = 1,
+    /// `(n, size)`.
+    Calloc = 2,
+    /// `(old, size, ...)`: frees `old`.
+    Realloc = 3,
+    /// `(old, n, size)`.
+    ReallocArray = 4,
+    /// `(&block, align, size)`.
+    PosixMemalign = 5,
+    /// `(align, size)`.
+    SizeSecond = 6,
+    /// `(block, ...)`.
+    Free = 7,
+}
+
+use AllocKind::*;
+
+/// Every entry point probed where a file defines it. glibc's `aligned_alloc` and `memalign`
+/// share one address: both fire at one call, which the program counts once as it counts a
+/// call nested in another.
+const ENTRY_POINTS: &[(&str, AllocKind)] = &[
+    ("malloc", SizeFirst),
+    ("calloc", Calloc),
+    ("realloc", Realloc),
+    ("reallocarray", ReallocArray),
+    ("posix_memalign", PosixMemalign),
+    ("aligned_alloc", SizeSecond),
+    ("memalign", SizeSecond),
+    ("valloc", SizeFirst),
+    ("pvalloc", SizeFirst),
+    ("free", Free),
+    // tikv-jemallocator: Rust frees with sdallocx, allocates with mallocx when aligned.
+    ("_rjem_malloc", SizeFirst),
+    ("_rjem_mallocx", SizeFirst),
+    ("_rjem_calloc", Calloc),
+    ("_rjem_realloc", Realloc),
+    ("_rjem_rallocx", Realloc),
+    ("_rjem_posix_memalign", PosixMemalign),
+    ("_rjem_aligned_alloc", SizeSecond),
+    ("_rjem_memalign", SizeSecond),
+    ("_rjem_free", Free),
+    ("_rjem_sdallocx", Free),
+    ("_rjem_dallocx", Free),
+    // mimalloc, and the mimalloc crate's aligned calls.
+    ("mi_malloc", SizeFirst),
+    ("mi_zalloc", SizeFirst),
+    ("mi_calloc", Calloc),
+    ("mi_realloc", Realloc),
+    ("mi_malloc_aligned", SizeFirst),
+    ("mi_zalloc_aligned", SizeFirst),
+    ("mi_realloc_aligned", Realloc),
+    ("mi_free", Free),
+];
+
+/// One entry point to probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct AllocSite {
+    pub path: PathBuf,
+    pub func: &'static str,
+    pub kind: AllocKind,
+}
+
+/// The entry points of the files `target` runs: libc (the one a running target maps, else the
+/// loader's), and the program itself (a launched command, or each pid's executable). With
+/// `frees`, the frees too (`--in-use`).
+pub(crate) fn alloc_sites(target: &Target, frees: bool) -> Result<Vec<AllocSite>, BpfError> {
+    let running = match target {
+        Target::Pids(ids) | Target::Tids(ids) => ids.first().copied(),
+        _ => None,
+    };
+    let libc = find_file("libc", running)
+        .map_err(|why| BpfError::Probe(format!("the allocator: {why}")))?;
+    let mut files = vec![libc];
+    match target {
+        Target::Command(argv) => {
+            if let Some(program) = argv.first().and_then(|a| resolve_command(a).ok()) {
+                files.push(program);
+            }
+        }
+        Target::Pids(ids) | Target::Tids(ids) => {
+            files.extend(
+                ids.iter()
+                    .filter_map(|&id| std::fs::canonicalize(format!("/proc/{id}/exe")).ok()),
+            );
+        }
+        Target::System => {}
+    }
+    files.dedup();
+    let mut sites = Vec::new();
+    for path in files {
+        // A program that cannot be read defines no allocator of its own to probe.
+        let names = function_names(&path).unwrap_or_default();
+        for &(func, kind) in ENTRY_POINTS {
+            if (frees || kind != Free) && names.binary_search_by(|n| n.as_str().cmp(func)).is_ok() {
+                sites.push(AllocSite {
+                    path: path.clone(),
+                    func,
+                    kind,
+                });
+            }
+        }
+    }
+    if !sites.iter().any(|s| s.func == "malloc") {
+        return Err(BpfError::Probe(
+            "the allocator: no malloc in libc to probe".to_string(),
+        ));
+    }
+    Ok(sites)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_libcs_allocator_family_and_its_free_only_when_asked() {
+        let own = Target::Pids(vec![std::process::id()]);
+        let sites = alloc_sites(&own, false).expect("libc's allocator");
+        let funcs: Vec<&str> = sites.iter().map(|s| s.func).collect();
+        for func in [
+            "malloc",
+            "calloc",
+            "realloc",
+            "posix_memalign",
+            "aligned_alloc",
+        ] {
+            assert!(funcs.contains(&func), "{func} in {funcs:?}");
+        }
+        assert!(!funcs.contains(&"free"), "{funcs:?}");
+        let with_frees = alloc_sites(&own, true).unwrap();
+        assert!(with_frees
+            .iter()
+            .any(|s| s.func == "free" && s.kind == Free));
+    }
+}

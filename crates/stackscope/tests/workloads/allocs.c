@@ -1,0 +1,200 @@
+/* The allocations workload: allocates known bytes from known sites through glibc's allocator
+ * family, frees a known part, and prints its own account so a test compares a memory profile
+ * with it. Sizes vary with the seed, so no fixed number can pass by chance.
+ * usage: allocs SEED CALLS OLD_MS|wait
+ *   every site allocates CALLS times (at most 65536; sizes from SEED); the blocks of site_old
+ *   are allocated first, OLD_MS milliseconds before the rest (with `wait`: after printing
+ *   `ready`, once a line arrives on stdin), and every other one of them is freed after the
+ *   rest; the program then exits at once.
+ * Prints `SITE_bytes N SITE_calls N SITE_held N SITE_held_calls N ...` for every site. */
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct site {
+	const char *name;
+	unsigned long bytes, calls, held, held_calls;
+};
+
+enum { OLD, MALLOC, CALLOC, REALLOC, MEMALIGN, ALIGNED, SITES };
+static struct site sites[SITES] = {
+	{ "site_old" }, { "site_malloc" }, { "site_calloc" },
+	{ "site_realloc" }, { "site_memalign" }, { "site_aligned" },
+};
+
+static unsigned long seed;
+void *volatile sink;
+static void *old_blocks[65536];
+static size_t old_sizes[65536];
+
+static size_t next_size(void)
+{
+	seed = seed * 6364136223846793005UL + 1442695040888963407UL;
+	return 8 + (seed >> 33) % 3000;
+}
+
+static void allocated(int site, size_t n)
+{
+	sites[site].bytes += n;
+	sites[site].calls += 1;
+}
+
+static void kept(int site, size_t n)
+{
+	sites[site].held += n;
+	sites[site].held_calls += 1;
+}
+
+/* noipa: each site stays a frame of its own, calling the allocator itself. Every third block
+ * of a site is kept, the others freed. */
+__attribute__((noipa)) void site_old(long i)
+{
+	size_t n = next_size();
+
+	old_blocks[i] = malloc(n);
+	old_sizes[i] = n;
+	allocated(OLD, n);
+}
+
+/* Frees every other block of site_old: a profiler attached after they were allocated sees
+ * frees of blocks it never saw allocated. */
+__attribute__((noipa)) void free_old(long calls)
+{
+	for (long i = 0; i < calls; i++) {
+		if (i % 2)
+			free(old_blocks[i]);
+		else
+			kept(OLD, old_sizes[i]);
+	}
+}
+
+__attribute__((noipa)) void site_malloc(long i)
+{
+	size_t n = next_size();
+	void *p = malloc(n);
+
+	allocated(MALLOC, n);
+	if (i % 3 == 0) {
+		kept(MALLOC, n);
+		sink = p;
+	} else {
+		free(p);
+	}
+}
+
+__attribute__((noipa)) void site_calloc(long i)
+{
+	size_t each = 1 + next_size() % 64, count = 1 + i % 7;
+	void *p = calloc(count, each);
+
+	allocated(CALLOC, count * each);
+	if (i % 3 == 0) {
+		kept(CALLOC, count * each);
+		sink = p;
+	} else {
+		free(p);
+	}
+}
+
+/* Grows one block three times: each realloc frees the block before (realloc(NULL, n), the
+ * first, allocates through malloc inside glibc, counted once). The last size is kept every
+ * third time. */
+__attribute__((noipa)) void site_realloc(long i)
+{
+	void *p = NULL;
+	size_t n = 0;
+
+	for (int step = 0; step < 3; step++) {
+		n += next_size();
+		p = realloc(p, n);
+		allocated(REALLOC, n);
+	}
+	if (i % 3 == 0) {
+		kept(REALLOC, n);
+		sink = p;
+	} else {
+		free(p);
+	}
+}
+
+__attribute__((noipa)) void site_memalign(long i)
+{
+	size_t n = next_size();
+	void *p = NULL;
+
+	if (posix_memalign(&p, 64, n) != 0)
+		abort();
+	allocated(MEMALIGN, n);
+	if (i % 3 == 0) {
+		kept(MEMALIGN, n);
+		sink = p;
+	} else {
+		free(p);
+	}
+}
+
+/* aligned_alloc and memalign are one function in glibc: both names are probed. */
+__attribute__((noipa)) void site_aligned(long i)
+{
+	size_t n = 256 * (1 + next_size() % 16);
+	void *p = i % 2 ? aligned_alloc(256, n) : memalign(256, n);
+
+	allocated(ALIGNED, n);
+	if (i % 3 == 0) {
+		kept(ALIGNED, n);
+		sink = p;
+	} else {
+		free(p);
+	}
+}
+
+__attribute__((noipa)) void run_sites(long calls)
+{
+	for (long i = 0; i < calls; i++) {
+		site_malloc(i);
+		site_calloc(i);
+		site_realloc(i);
+		site_memalign(i);
+		site_aligned(i);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 4) {
+		fprintf(stderr, "usage: allocs SEED CALLS OLD_MS\n");
+		return 2;
+	}
+	seed = strtoul(argv[1], NULL, 10);
+	long calls = atol(argv[2]);
+	long old_ms = atol(argv[3]);
+	struct timespec wait = { old_ms / 1000, (old_ms % 1000) * 1000000L };
+	char line[16];
+
+	if (calls < 0 || calls > 65536) {
+		fprintf(stderr, "allocs: CALLS is 0 to 65536\n");
+		return 2;
+	}
+	for (long i = 0; i < calls; i++)
+		site_old(i);
+	if (strcmp(argv[3], "wait") == 0) {
+		/* Unbuffered, so that `ready` allocates no stdout buffer. */
+		setvbuf(stdout, NULL, _IONBF, 0);
+		printf("ready\n");
+		if (!fgets(line, sizeof(line), stdin))
+			return 1;
+	} else {
+		nanosleep(&wait, NULL);
+	}
+	run_sites(calls);
+	free_old(calls);
+	for (int s = 0; s < SITES; s++)
+		printf("%s_bytes %lu %s_calls %lu %s_held %lu %s_held_calls %lu ", sites[s].name,
+		       sites[s].bytes, sites[s].name, sites[s].calls, sites[s].name, sites[s].held,
+		       sites[s].name, sites[s].held_calls);
+	printf("\n");
+	fflush(stdout);
+	return 0;
+}
