@@ -439,33 +439,6 @@ pub(crate) fn user_stack(skel: &ProfileSkel<'_>, id: i64) -> Option<UserStack> {
     UserStack::from_bytes(&value)
 }
 
-/// Bytes and allocations counted by key (`--alloc`).
-pub(crate) fn alloc_totals(skel: &ProfileSkel<'_>) -> Vec<(CountKey, u64, u64)> {
-    let map = &skel.maps.alloc_totals;
-    map.keys()
-        .filter_map(|key| {
-            let value = map.lookup(&key, MapFlags::ANY).ok()??;
-            let bytes = layout::words(&value).next()?;
-            let calls = layout::words(&value).nth(1)?;
-            Some((CountKey::from_bytes(&key)?, bytes, calls))
-        })
-        .collect()
-}
-
-/// The blocks still live (`--in-use`): size, when allocated (bpf_ktime_get_ns), and the key
-/// of the stacks that allocated them.
-pub(crate) fn live_blocks(skel: &ProfileSkel<'_>) -> Vec<(u64, u64, CountKey)> {
-    let map = &skel.maps.live_allocs;
-    map.keys()
-        .filter_map(|key| {
-            let value = map.lookup(&key, MapFlags::ANY).ok()??;
-            let size = layout::words(&value).next()?;
-            let since = layout::words(&value).nth(1)?;
-            Some((size, since, CountKey::from_bytes(value.get(16..)?)?))
-        })
-        .collect()
-}
-
 /// The per-CPU drop counters, summed: (count map full, user-stack map full).
 pub(crate) fn drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
     (
@@ -474,16 +447,8 @@ pub(crate) fn drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
     )
 }
 
-/// Allocations the live map had no room for, and their bytes.
-pub(crate) fn live_drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
-    (
-        drop_counter(skel, layout::DROP_LIVE_FULL),
-        drop_counter(skel, layout::DROP_LIVE_FULL_BYTES),
-    )
-}
-
 /// One per-CPU drop counter, summed.
-fn drop_counter(skel: &ProfileSkel<'_>, which: u32) -> u64 {
+pub(crate) fn drop_counter(skel: &ProfileSkel<'_>, which: u32) -> u64 {
     skel.maps
         .drops
         .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)

@@ -8,7 +8,9 @@ use std::fmt;
 use stackscope_profile::{ALLOC_EVENT, IN_USE_EVENT};
 use stackscope_stacks::Hint;
 
-use crate::layout::CountKey;
+use libbpf_rs::{MapCore, MapFlags};
+
+use crate::layout::{self, CountKey};
 use crate::program::{self, ProfileSkel};
 
 /// Bytes rather than samples: what `record --alloc` and `--in-use` count.
@@ -67,10 +69,10 @@ pub(super) fn counts(
     ended: u64,
 ) -> Vec<(CountKey, u64, u64)> {
     let MemoryProfile::InUse { min_age_ns, .. } = *memory else {
-        return program::alloc_totals(skel);
+        return alloc_totals(skel);
     };
     let mut by_key: HashMap<CountKey, (u64, u64)> = HashMap::new();
-    for (size, since, key) in program::live_blocks(skel) {
+    for (size, since, key) in live_blocks(skel) {
         if ended.saturating_sub(since) < min_age_ns {
             continue;
         }
@@ -89,13 +91,48 @@ pub(super) fn hints(skel: &ProfileSkel<'_>, memory: &MemoryProfile) -> Vec<Hint>
     let MemoryProfile::InUse { max_live, .. } = *memory else {
         return Vec::new();
     };
-    let (blocks, bytes) = program::live_drops(skel);
+    let (blocks, bytes) = live_drops(skel);
     if blocks == 0 {
         return Vec::new();
     }
     vec![Hint::Said(format!(
         "the live-allocation map was full ({max_live} blocks): {blocks} newer allocations ({bytes} bytes) were not tracked, so what they still hold is missing; --max-live can keep more"
     ))]
+}
+
+/// Bytes and allocations counted by key (`--alloc`).
+fn alloc_totals(skel: &ProfileSkel<'_>) -> Vec<(CountKey, u64, u64)> {
+    let map = &skel.maps.alloc_totals;
+    map.keys()
+        .filter_map(|key| {
+            let value = map.lookup(&key, MapFlags::ANY).ok()??;
+            let bytes = layout::words(&value).next()?;
+            let calls = layout::words(&value).nth(1)?;
+            Some((CountKey::from_bytes(&key)?, bytes, calls))
+        })
+        .collect()
+}
+
+/// The blocks still live (`--in-use`): size, when allocated (bpf_ktime_get_ns), and the key
+/// of the stacks that allocated them.
+fn live_blocks(skel: &ProfileSkel<'_>) -> Vec<(u64, u64, CountKey)> {
+    let map = &skel.maps.live_allocs;
+    map.keys()
+        .filter_map(|key| {
+            let value = map.lookup(&key, MapFlags::ANY).ok()??;
+            let size = layout::words(&value).next()?;
+            let since = layout::words(&value).nth(1)?;
+            Some((size, since, CountKey::from_bytes(value.get(16..)?)?))
+        })
+        .collect()
+}
+
+/// Allocations the live map had no room for, and their bytes.
+fn live_drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
+    (
+        program::drop_counter(skel, layout::DROP_LIVE_FULL),
+        program::drop_counter(skel, layout::DROP_LIVE_FULL_BYTES),
+    )
 }
 
 #[cfg(test)]
