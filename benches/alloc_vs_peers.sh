@@ -41,16 +41,21 @@ cat > churn.c <<'EOF'
 static void **kept;
 static long n_kept;
 static unsigned long bytes[3], count[3];
-__attribute__((noipa)) void *site(int which, size_t n)
-{
-	bytes[which] += n;
-	count[which] += 1;
-	return malloc(n);
-}
+#define SITE(i) \
+	__attribute__((noipa)) void *site##i(size_t n) \
+	{ \
+		bytes[i] += n; \
+		count[i] += 1; \
+		return malloc(n); \
+	}
+SITE(0)
+SITE(1)
+SITE(2)
 __attribute__((noipa)) void work(long calls)
 {
+	void *(*sites[3])(size_t) = { site0, site1, site2 };
 	for (long i = 0; i < calls; i++) {
-		void *p = site(i % 3, 16 + (i * 7) % 256);
+		void *p = sites[i % 3](16 + (i * 7) % 256);
 		if (i % 3 == 0)
 			kept[n_kept++] = p;
 		else
@@ -125,19 +130,21 @@ echo "(peak MiB: GNU time's largest resident set among the tool's process and th
     "waited for; stackscope's CPU is its own plus the kernel's in its process, not the traps" \
     "the program pays)"
 
-# Bytes and calls per site: the program's own, stackscope's, heaptrack's calls.
-echo "the program's own count:"
-grep '^site' alloc.out
-for s in 0 1 2; do
-    echo "stackscope --alloc site$s: $(awk -v s="$s" '{ for (i = 1; i <= NF; i++) if ($i ~ /;site;/) {} }
-        index($0, ";work;site;") { n += $NF } END { print n + 0 }' alloc.folded) bytes under work;site (all three sites share the one function)"
-    break
-done
-held=$(awk 'index($0, ";work;site;") { n += $NF } END { print n + 0 }' in-use.folded)
-echo "stackscope --in-use: $held bytes held at exit under work;site (the program frees its kept blocks after the count, so 0 is right once it has)"
-heaptrack_file=$(ls heaptrack.churn.* | head -1)
+# Bytes and calls per site: the program's own, stackscope's (folded stacks: the bytes), and
+# heaptrack's allocations (it prints no bytes per stack).
+heaptrack_file=$(ls heaptrack.churn.*)
 heaptrack_print -f "$heaptrack_file" --flamegraph-cost-type allocations -F heaptrack.stacks >/dev/null
-echo "heaptrack: $(awk 'index($0, "site;") || index($0, ";site") { n += $NF } END { print n + 0 }' heaptrack.stacks) allocations through site (it prints no bytes per stack)"
+under() { awk -v f="$2" '{ n_fr = split($1, fr, ";"); for (i = 1; i <= n_fr; i++) if (fr[i] == f) { n += $NF; break } } END { print n + 0 }' "$1"; }
+# heaptrack's stack lines end in the count after a space, frames separated by ';'.
+heaptrack_under() { awk -v f="$2" '{ c = $NF; $NF = ""; n_fr = split($0, fr, ";"); for (i = 1; i <= n_fr; i++) { sub(/ +$/, "", fr[i]); if (fr[i] == f) { n += c; break } } } END { print n + 0 }' "$1"; }
+printf "%-6s %12s %10s %16s %16s %16s\n" site "own bytes" "own calls" "--alloc bytes" "--in-use bytes" "heaptrack calls"
+for s in 0 1 2; do
+    read -r own_bytes own_calls < <(awk -v s="site$s" '$1 == s { print $2, $4 }' alloc.out)
+    printf "%-6s %12s %10s %16s %16s %16s\n" "site$s" "$own_bytes" "$own_calls" \
+        "$(under alloc.folded "site$s")" "$(under in-use.folded "site$s")" \
+        "$(heaptrack_under heaptrack.stacks "site$s")"
+done
+echo "(--in-use: the program frees every block before it exits, so nothing is held at the end)"
 if [ -z "$memleak" ]; then
     echo "memleak: not installed (apt install bpfcc-tools)"
 elif [ -z "${rates[memleak]:-}" ]; then

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use stackscope_process::target::{resolve_command, Target};
 
-use super::probed_file::find_file;
+use stackscope_symbols::elf::{ElfFile, SymbolTable};
+
+use super::probed_file::{find_file, open_elf};
 use super::resolve::function_names;
 use crate::error::BpfError;
 
@@ -75,6 +77,45 @@ pub(crate) struct AllocSite {
     pub path: PathBuf,
     pub func: &'static str,
     pub kind: AllocKind,
+    /// Bytes into the function its probes go (see [`entry_offset`]).
+    pub offset: u64,
+}
+
+/// Where in a function its probes go: past a leading instruction that only sets the flags
+/// (`test %rdi,%rdi`, as glibc's `free` tests its pointer for NULL; `cmpb $N,ADDR(%rip)`, as
+/// its `posix_memalign`, `memalign`, `valloc` and `pvalloc` test whether malloc is set up) when
+/// the next one is a push or a jump. The kernel emulates a push or a jump at a uprobe, but
+/// single-steps those out of line, a second trap: a probe on glibc's `free` cost its caller
+/// about 50 µs a call here, one on the jump after it a few. Past it the registers, the stack
+/// pointer and the return address at it are the function's entry's, so the entry and the
+/// return probe both go there.
+fn entry_offset(code: &[u8]) -> u64 {
+    let skipped = match code {
+        [0x48, 0x85, 0xff, ..] => 3,
+        [0x80, 0x3d, _, _, _, _, _, ..] => 7,
+        _ => return 0,
+    };
+    let emulated = match code.get(skipped..).unwrap_or_default() {
+        // push %reg, push %r8-15
+        [0x50..=0x57, ..] | [0x41, 0x50..=0x57, ..] => true,
+        // jcc rel8, jcc rel32, jmp rel8/rel32
+        [0x70..=0x7f, ..] | [0x0f, 0x80..=0x8f, ..] | [0xeb | 0xe9, ..] => true,
+        _ => false,
+    };
+    if emulated {
+        skipped as u64
+    } else {
+        0
+    }
+}
+
+/// [`entry_offset`] of `func` in `elf`.
+fn entry_offset_of(elf: &ElfFile, func: &str) -> u64 {
+    [SymbolTable::Dynamic, SymbolTable::Static]
+        .into_iter()
+        .find_map(|table| elf.function_named(table, func.as_bytes()))
+        .and_then(|function| elf.code(&function, 16).map(entry_offset))
+        .unwrap_or(0)
 }
 
 /// The entry points of the files `target` runs: libc (the one a running target maps, else the
@@ -107,12 +148,16 @@ pub(crate) fn alloc_sites(target: &Target, frees: bool) -> Result<Vec<AllocSite>
     for path in files {
         // A program that cannot be read defines no allocator of its own to probe.
         let names = function_names(&path).unwrap_or_default();
+        let Ok(elf) = open_elf(&path) else {
+            continue;
+        };
         for &(func, kind) in ENTRY_POINTS {
             if (frees || kind != Free) && names.binary_search_by(|n| n.as_str().cmp(func)).is_ok() {
                 sites.push(AllocSite {
                     path: path.clone(),
                     func,
                     kind,
+                    offset: entry_offset_of(&elf, func),
                 });
             }
         }
@@ -148,5 +193,21 @@ mod tests {
         assert!(with_frees
             .iter()
             .any(|s| s.func == "free" && s.kind == Free));
+    }
+
+    #[test]
+    fn the_probes_skip_a_leading_flag_test_before_an_emulated_instruction_only() {
+        // test %rdi,%rdi; je rel32 / jne rel8, as glibc's free begins.
+        assert_eq!(entry_offset(&[0x48, 0x85, 0xff, 0x0f, 0x84, 0, 0, 0]), 3);
+        assert_eq!(entry_offset(&[0x48, 0x85, 0xff, 0x75, 0x10]), 3);
+        // test %rdi,%rdi; mov ...: no gain.
+        assert_eq!(entry_offset(&[0x48, 0x85, 0xff, 0x48, 0x89]), 0);
+        // cmpb $0,disp32(%rip); push %r12, as glibc's posix_memalign begins.
+        let cmpb = [0x80, 0x3d, 1, 2, 3, 4, 0];
+        assert_eq!(entry_offset(&[&cmpb[..], &[0x41, 0x54]].concat()), 7);
+        assert_eq!(entry_offset(&[&cmpb[..], &[0x48, 0x89, 0xd0]].concat()), 0);
+        // push %r12, as glibc's malloc begins: emulated already.
+        assert_eq!(entry_offset(&[0x41, 0x54, 0x55, 0x53]), 0);
+        assert_eq!(entry_offset(&[0x48, 0x85]), 0);
     }
 }

@@ -119,7 +119,9 @@ fn attach_alloc_sites(
                     func_name: Some(site.func.to_string()),
                     ..Default::default()
                 };
-                let link = prog.attach_uprobe_with_opts(pid, &site.path, 0, opts);
+                // libbpf adds the offset to the function's address.
+                let link =
+                    prog.attach_uprobe_with_opts(pid, &site.path, site.offset as usize, opts);
                 links.push(link.map_err(|e| attach_error(&name, e))?);
             }
         }
