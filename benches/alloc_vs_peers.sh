@@ -41,12 +41,16 @@ cat > churn.c <<'EOF'
 static void **kept;
 static long n_kept;
 static unsigned long bytes[3], count[3];
+void *volatile last;
+/* The store after the call keeps malloc from being a tail call, so each site is a frame. */
 #define SITE(i) \
 	__attribute__((noipa)) void *site##i(size_t n) \
 	{ \
+		void *p = malloc(n); \
 		bytes[i] += n; \
 		count[i] += 1; \
-		return malloc(n); \
+		last = p; \
+		return p; \
 	}
 SITE(0)
 SITE(1)
@@ -135,8 +139,8 @@ echo "(peak MiB: GNU time's largest resident set among the tool's process and th
 heaptrack_file=$(ls heaptrack.churn.*)
 heaptrack_print -f "$heaptrack_file" --flamegraph-cost-type allocations -F heaptrack.stacks >/dev/null
 under() { awk -v f="$2" '{ n_fr = split($1, fr, ";"); for (i = 1; i <= n_fr; i++) if (fr[i] == f) { n += $NF; break } } END { print n + 0 }' "$1"; }
-# heaptrack's stack lines end in the count after a space, frames separated by ';'.
-heaptrack_under() { awk -v f="$2" '{ c = $NF; $NF = ""; n_fr = split($0, fr, ";"); for (i = 1; i <= n_fr; i++) { sub(/ +$/, "", fr[i]); if (fr[i] == f) { n += c; break } } } END { print n + 0 }' "$1"; }
+# heaptrack's stack lines end in the count after a space, its frames `name (file.c)`.
+heaptrack_under() { awk -v f="$2" '{ c = $NF; n_fr = split($0, fr, ";"); for (i = 1; i <= n_fr; i++) if (fr[i] == f || index(fr[i], f " (") == 1) { n += c; break } } END { print n + 0 }' "$1"; }
 printf "%-6s %12s %10s %16s %16s %16s\n" site "own bytes" "own calls" "--alloc bytes" "--in-use bytes" "heaptrack calls"
 for s in 0 1 2; do
     read -r own_bytes own_calls < <(awk -v s="site$s" '$1 == s { print $2, $4 }' alloc.out)
