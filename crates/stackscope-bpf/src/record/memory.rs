@@ -68,12 +68,17 @@ pub(super) fn counts(
     memory: &MemoryProfile,
     ended: u64,
 ) -> Vec<(CountKey, u64, u64)> {
+    // With -a the probes go into stackscope too, whose own allocations (reading maps,
+    // loading tables, detaching) are not the system's.
+    let own = std::process::id();
     let MemoryProfile::InUse { min_age_ns, .. } = *memory else {
-        return alloc_totals(skel);
+        let mut totals = alloc_totals(skel);
+        totals.retain(|(key, _, _)| key.pid != own);
+        return totals;
     };
     let mut by_key: HashMap<CountKey, (u64, u64)> = HashMap::new();
     for (size, since, key) in live_blocks(skel) {
-        if ended.saturating_sub(since) < min_age_ns {
+        if key.pid == own || ended.saturating_sub(since) < min_age_ns {
             continue;
         }
         let held = by_key.entry(key).or_insert((0, 0));
