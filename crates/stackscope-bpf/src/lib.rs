@@ -29,7 +29,7 @@ mod tables;
 pub mod unwind_table;
 
 pub use error::BpfError;
-pub use probe::EventSpec;
+pub use probe::{AllocFn, EventSpec};
 pub use record::{
     default_max_live, record, BpfConfig, MemoryProfile, Rate, TimeProfile, DEFAULT_HASH_STORAGE,
     DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,

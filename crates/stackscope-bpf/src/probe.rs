@@ -18,6 +18,7 @@ use stackscope_process::target::Target;
 
 use crate::error::BpfError;
 use crate::{MemoryProfile, Rate, TimeProfile};
+pub use alloc::AllocFn;
 use alloc::{alloc_sites, AllocSite};
 pub(crate) use attach::Probes;
 use resolve::{resolve, Resolved};
@@ -140,12 +141,13 @@ impl Plan {
     }
 
     /// Counts memory instead (`--alloc`, `--in-use`) at the allocator's entry points of the
-    /// files `target` runs, in a plan that counts nothing else: a profile weighs its stacks by
+    /// files `target` runs and at the program's own allocators `own`, in a plan that counts nothing else: a profile weighs its stacks by
     /// one unit.
     pub fn with_memory(
         mut self,
         memory: Option<&MemoryProfile>,
         target: &Target,
+        own: &[AllocFn],
     ) -> Result<Plan, BpfError> {
         let Some(memory) = memory else {
             return Ok(self);
@@ -163,7 +165,7 @@ impl Plan {
         self.timer = false;
         self.alloc = Some(AllocPlan {
             event: self.names.len() as u32,
-            sites: alloc_sites(target, max_live.is_some())?,
+            sites: alloc_sites(target, max_live.is_some(), own)?,
             max_live,
         });
         self.names.push(memory.event().to_string());

@@ -23,7 +23,7 @@ use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
-use crate::probe::{EventSpec, Plan, Probes};
+use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
 pub use memory::{default_max_live, MemoryProfile};
@@ -100,6 +100,8 @@ pub struct BpfConfig {
     /// Count memory instead, at the allocator's entry points: counts are then bytes, user
     /// stacks only.
     pub memory: Option<MemoryProfile>,
+    /// The program's own allocators to count memory at too (`--alloc-fn`).
+    pub alloc_fns: Vec<AllocFn>,
 }
 
 impl BpfConfig {
@@ -121,6 +123,7 @@ impl BpfConfig {
             events: Vec::new(),
             time: None,
             memory: None,
+            alloc_fns: Vec::new(),
         }
     }
 }
@@ -142,7 +145,7 @@ pub fn record(
     let targets = sampled::resolve(&config.target)?;
     let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
         .with_time(config.time.as_ref(), config.rate)?
-        .with_memory(config.memory.as_ref(), &config.target)?;
+        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
     // An allocation's kernel stack is the uprobe's own handling.
     let config = BpfConfig {
         kernel: config.kernel && config.memory.is_none(),

@@ -106,6 +106,7 @@ pub(crate) fn run_with(
                 events: args.events.clone(),
                 time,
                 memory,
+                alloc_fns: args.memory.alloc_fns.clone(),
                 ..bpf_config(target, &config, duration, &command)
             };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
@@ -248,6 +249,9 @@ fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
 #[cfg(target_os = "linux")]
 fn memory_profile(args: &RecordArgs) -> Result<Option<MemoryProfile>> {
     let memory = &args.memory;
+    if !memory.in_use && !memory.alloc && !memory.alloc_fns.is_empty() {
+        bail!("--alloc-fn adds an allocator to --alloc or --in-use: give one of them");
+    }
     if !memory.in_use {
         if let Some(flag) = [
             (memory.min_age.is_some(), "--min-age"),

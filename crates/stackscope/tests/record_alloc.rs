@@ -257,3 +257,66 @@ fn memory_flags_beside_what_they_cannot_count_with_are_refused_in_one_line() {
         assert!(run.stderr.contains("--in-use"), "{flag}: {}", run.stderr);
     }
 }
+
+#[test]
+fn a_full_live_map_says_how_many_allocations_and_bytes_it_left_out() {
+    let dir = tempdir();
+    let prog = workload("allocs");
+    let (seed, calls) = varied();
+    let command = [prog.as_os_str(), os(&seed), os(&calls), os("0")];
+    let (run, profile) = record_json(dir.path(), &["--in-use", "--max-live", "50"], &command);
+    let hint = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("the live-allocation map was full (50 blocks)"))
+        .unwrap_or_else(|| panic!("no word of the full map: {}", run.stderr));
+    // site_old alone allocates more than 50 blocks before freeing any.
+    // `hint: the live-allocation map was full (50 blocks): N newer allocations ...`
+    let left_out: u64 = hint
+        .split(": ")
+        .nth(2)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in {hint}"));
+    let calls: u64 = calls.parse().unwrap();
+    assert!(left_out >= calls - 50, "{hint}");
+    assert!(profile.samples.iter().map(|s| s.objects).sum::<u64>() <= 50);
+    assert!(profile.meta.hints.iter().any(|h| h.contains("--max-live")));
+}
+
+#[test]
+fn an_allocator_of_the_programs_own_counts_as_itself_once() {
+    let dir = tempdir();
+    let prog = workload("allocs");
+    let prog_s = prog.to_string_lossy().into_owned();
+    let (seed, calls) = varied();
+    let command = [
+        prog.as_os_str(),
+        os(&seed),
+        os(&calls),
+        os("0"),
+        os("arena"),
+    ];
+    // arena_alloc mallocs each block with a header: counted once, as arena_alloc, at the size
+    // asked; arena_free frees it by the address arena_alloc returned.
+    let arena = format!("{prog_s}:arena_alloc,arena_free");
+    let (run, profile) = record_json(dir.path(), &["--in-use", "--alloc-fn", &arena], &command);
+    let account = account(&run.stdout);
+    assert_sites(&profile, &account, &["site_arena"], "_held");
+    assert_sites(&profile, &account, &C_SITES, "_held");
+
+    let typo = format!("{prog_s}:arena_aloc");
+    let out = dir.path().join("x.json");
+    let run = record(
+        dir.path(),
+        &out,
+        &["--alloc", "--alloc-fn", &typo],
+        &command,
+    );
+    assert!(!run.status.success());
+    assert!(
+        run.stderr.contains("no function arena_aloc") && run.stderr.contains("arena_alloc"),
+        "{}",
+        run.stderr
+    );
+}

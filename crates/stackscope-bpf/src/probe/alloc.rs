@@ -3,12 +3,15 @@
 //! files the target runs (libc, and the program, where a Rust allocator is linked statically),
 //! each with how it takes its arguments (the attach cookie the BPF program reads).
 
+use std::fmt;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use stackscope_process::target::{resolve_command, Target};
 
 use stackscope_symbols::elf::{ElfFile, SymbolTable};
 
+use super::near::{did_you_mean, near_matches};
 use super::probed_file::{find_file, open_elf};
 use super::resolve::function_names;
 use crate::error::BpfError;
@@ -75,7 +78,7 @@ const ENTRY_POINTS: &[(&str, AllocKind)] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct AllocSite {
     pub path: PathBuf,
-    pub func: &'static str,
+    pub func: String,
     pub kind: AllocKind,
     /// Bytes into the function its probes go (see [`entry_offset`]).
     pub offset: u64,
@@ -118,10 +121,90 @@ fn entry_offset_of(elf: &ElfFile, func: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// `--alloc-fn FILE:ALLOC[,FREE]`: an allocator of the program's own (an arena's), probed as
+/// the allocator's entry points are: ALLOC takes the size as its first argument and returns
+/// the block, FREE takes the block as its first argument. FILE as a uprobe's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllocFn {
+    pub file: String,
+    pub alloc: String,
+    pub free: Option<String>,
+}
+
+impl FromStr for AllocFn {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad =
+            |why: &str| format!("--alloc-fn `{s}`: {why} (give FILE:ALLOC or FILE:ALLOC,FREE)");
+        let (file, funcs) = s.rsplit_once(':').ok_or_else(|| bad("no file"))?;
+        let (alloc, free) = match funcs.split_once(',') {
+            Some((alloc, free)) => (alloc, Some(free)),
+            None => (funcs, None),
+        };
+        if file.is_empty() || alloc.is_empty() || free == Some("") {
+            return Err(bad("a part is empty"));
+        }
+        Ok(AllocFn {
+            file: file.to_string(),
+            alloc: alloc.to_string(),
+            free: free.map(str::to_string),
+        })
+    }
+}
+
+impl fmt::Display for AllocFn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.alloc)?;
+        match &self.free {
+            Some(free) => write!(f, ",{free}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The sites of the allocators `--alloc-fn` names, resolved as uprobes are: a missing file or
+/// function is one line with the near matches.
+fn own_sites(
+    own: &[AllocFn],
+    running: Option<u32>,
+    frees: bool,
+) -> Result<Vec<AllocSite>, BpfError> {
+    let mut sites = Vec::new();
+    for spec in own {
+        let fail = |why: String| BpfError::Probe(format!("--alloc-fn {spec}: {why}"));
+        let path = find_file(&spec.file, running).map_err(fail)?;
+        let names = function_names(&path).map_err(fail)?;
+        let elf = open_elf(&path).map_err(fail)?;
+        let free = spec.free.iter().filter(|_| frees).map(|f| (f, Free));
+        for (func, kind) in std::iter::once((&spec.alloc, SizeFirst)).chain(free) {
+            if names.binary_search(func).is_err() {
+                let near = near_matches(func, names.iter().map(String::as_str));
+                return Err(fail(format!(
+                    "no function {func} in {}{}",
+                    path.display(),
+                    did_you_mean(&near)
+                )));
+            }
+            sites.push(AllocSite {
+                path: path.clone(),
+                func: func.clone(),
+                kind,
+                offset: entry_offset_of(&elf, func),
+            });
+        }
+    }
+    Ok(sites)
+}
+
 /// The entry points of the files `target` runs: libc (the one a running target maps, else the
-/// loader's), and the program itself (a launched command, or each pid's executable). With
-/// `frees`, the frees too (`--in-use`).
-pub(crate) fn alloc_sites(target: &Target, frees: bool) -> Result<Vec<AllocSite>, BpfError> {
+/// loader's), and the program itself (a launched command, or each pid's executable), and those
+/// `own` names. With `frees`, the frees too (`--in-use`).
+pub(crate) fn alloc_sites(
+    target: &Target,
+    frees: bool,
+    own: &[AllocFn],
+) -> Result<Vec<AllocSite>, BpfError> {
     let running = match target {
         Target::Pids(ids) | Target::Tids(ids) => ids.first().copied(),
         _ => None,
@@ -155,7 +238,7 @@ pub(crate) fn alloc_sites(target: &Target, frees: bool) -> Result<Vec<AllocSite>
             if (frees || kind != Free) && names.binary_search_by(|n| n.as_str().cmp(func)).is_ok() {
                 sites.push(AllocSite {
                     path: path.clone(),
-                    func,
+                    func: func.to_string(),
                     kind,
                     offset: entry_offset_of(&elf, func),
                 });
@@ -167,6 +250,7 @@ pub(crate) fn alloc_sites(target: &Target, frees: bool) -> Result<Vec<AllocSite>
             "the allocator: no malloc in libc to probe".to_string(),
         ));
     }
+    sites.extend(own_sites(own, running, frees)?);
     Ok(sites)
 }
 
@@ -177,8 +261,8 @@ mod tests {
     #[test]
     fn finds_libcs_allocator_family_and_its_free_only_when_asked() {
         let own = Target::Pids(vec![std::process::id()]);
-        let sites = alloc_sites(&own, false).expect("libc's allocator");
-        let funcs: Vec<&str> = sites.iter().map(|s| s.func).collect();
+        let sites = alloc_sites(&own, false, &[]).expect("libc's allocator");
+        let funcs: Vec<&str> = sites.iter().map(|s| s.func.as_str()).collect();
         for func in [
             "malloc",
             "calloc",
@@ -189,7 +273,7 @@ mod tests {
             assert!(funcs.contains(&func), "{func} in {funcs:?}");
         }
         assert!(!funcs.contains(&"free"), "{funcs:?}");
-        let with_frees = alloc_sites(&own, true).unwrap();
+        let with_frees = alloc_sites(&own, true, &[]).unwrap();
         assert!(with_frees
             .iter()
             .any(|s| s.func == "free" && s.kind == Free));

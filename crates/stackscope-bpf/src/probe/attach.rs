@@ -116,7 +116,7 @@ fn attach_alloc_sites(
                 let opts = UprobeOpts {
                     cookie: site.kind as u64,
                     retprobe,
-                    func_name: Some(site.func.to_string()),
+                    func_name: Some(site.func.clone()),
                     ..Default::default()
                 };
                 // libbpf adds the offset to the function's address.

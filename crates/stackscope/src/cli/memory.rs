@@ -38,4 +38,24 @@ pub struct MemoryArgs {
     #[arg(long, value_name = "N", hide_short_help = true,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_live: Option<u32>,
+
+    /// With --alloc or --in-use: count at an allocator of the program's own too (an arena's),
+    /// FILE:ALLOC or FILE:ALLOC,FREE (repeatable). ALLOC takes the size as its first argument
+    /// and returns the block; FREE, probed with --in-use, takes the block as its first
+    /// argument. FILE as for `-e uprobe:FILE:FUNC`. Allocator calls inside ALLOC count once,
+    /// as ALLOC.
+    #[arg(long = "alloc-fn", value_name = "FILE:ALLOC[,FREE]", value_parser = parse_alloc_fn,
+          hide_short_help = true)]
+    pub alloc_fns: Vec<AllocFnArg>,
+}
+
+/// An `--alloc-fn` as the eBPF source takes it.
+#[cfg(target_os = "linux")]
+pub type AllocFnArg = stackscope_bpf::AllocFn;
+/// An `--alloc-fn` where there is no eBPF: its words, refused before sampling.
+#[cfg(not(target_os = "linux"))]
+pub type AllocFnArg = String;
+
+fn parse_alloc_fn(s: &str) -> Result<AllocFnArg, String> {
+    s.parse::<AllocFnArg>().map_err(|e| e.to_string())
 }

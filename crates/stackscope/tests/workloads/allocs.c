@@ -1,11 +1,12 @@
 /* The allocations workload: allocates known bytes from known sites through glibc's allocator
  * family, frees a known part, and prints its own account so a test compares a memory profile
  * with it. Sizes vary with the seed, so no fixed number can pass by chance.
- * usage: allocs SEED CALLS OLD_MS|wait
+ * usage: allocs SEED CALLS OLD_MS|wait [arena]
  *   every site allocates CALLS times (at most 65536; sizes from SEED); the blocks of site_old
  *   are allocated first, OLD_MS milliseconds before the rest (with `wait`: after printing
  *   `ready`, once a line arrives on stdin), and every other one of them is freed after the
- *   rest; the program then exits at once.
+ *   rest; the program then exits at once. With `arena`, site_arena allocates through an
+ *   allocator of the program's own too (arena_alloc, which mallocs a block with a header).
  * Prints `SITE_bytes N SITE_calls N SITE_held N SITE_held_calls N ...` for every site. */
 #include <malloc.h>
 #include <stdio.h>
@@ -18,10 +19,10 @@ struct site {
 	unsigned long bytes, calls, held, held_calls;
 };
 
-enum { OLD, MALLOC, CALLOC, REALLOC, MEMALIGN, ALIGNED, SITES };
+enum { OLD, MALLOC, CALLOC, REALLOC, MEMALIGN, ALIGNED, ARENA, SITES };
 static struct site sites[SITES] = {
-	{ "site_old" }, { "site_malloc" }, { "site_calloc" },
-	{ "site_realloc" }, { "site_memalign" }, { "site_aligned" },
+	{ "site_old" },	    { "site_malloc" },	{ "site_calloc" }, { "site_realloc" },
+	{ "site_memalign" }, { "site_aligned" }, { "site_arena" },
 };
 
 static unsigned long seed;
@@ -150,9 +151,41 @@ __attribute__((noipa)) void site_aligned(long i)
 	}
 }
 
+/* An allocator of the program's own: each block carries a 64-byte header it mallocs with it. */
+__attribute__((noipa)) void *arena_alloc(size_t n)
+{
+	char *block = malloc(n + 64);
+
+	return block ? block + 64 : NULL;
+}
+
+__attribute__((noipa)) void arena_free(void *p)
+{
+	if (p)
+		free((char *)p - 64);
+}
+
+__attribute__((noipa)) void site_arena(long i)
+{
+	size_t n = next_size();
+	void *p = arena_alloc(n);
+
+	allocated(ARENA, n);
+	if (i % 3 == 0) {
+		kept(ARENA, n);
+		sink = p;
+	} else {
+		arena_free(p);
+	}
+}
+
+static int with_arena;
+
 __attribute__((noipa)) void run_sites(long calls)
 {
 	for (long i = 0; i < calls; i++) {
+		if (with_arena)
+			site_arena(i);
 		site_malloc(i);
 		site_calloc(i);
 		site_realloc(i);
@@ -163,10 +196,11 @@ __attribute__((noipa)) void run_sites(long calls)
 
 int main(int argc, char **argv)
 {
-	if (argc != 4) {
-		fprintf(stderr, "usage: allocs SEED CALLS OLD_MS\n");
+	if (argc != 4 && !(argc == 5 && strcmp(argv[4], "arena") == 0)) {
+		fprintf(stderr, "usage: allocs SEED CALLS OLD_MS|wait [arena]\n");
 		return 2;
 	}
+	with_arena = argc == 5;
 	seed = strtoul(argv[1], NULL, 10);
 	long calls = atol(argv[2]);
 	long old_ms = atol(argv[3]);
