@@ -294,4 +294,24 @@ mod tests {
         assert_eq!(entry_offset(&[0x41, 0x54, 0x55, 0x53]), 0);
         assert_eq!(entry_offset(&[0x48, 0x85]), 0);
     }
+
+    #[test]
+    fn an_own_allocator_is_file_alloc_and_optional_free() {
+        let spec: AllocFn = "./prog:get,put".parse().unwrap();
+        assert_eq!(
+            (
+                spec.file.as_str(),
+                spec.alloc.as_str(),
+                spec.free.as_deref()
+            ),
+            ("./prog", "get", Some("put"))
+        );
+        assert_eq!(spec.to_string(), "./prog:get,put");
+        let alone: AllocFn = "/a:b:c:get".parse().unwrap();
+        assert_eq!((alone.file.as_str(), alone.free), ("/a:b:c", None));
+        for bad in ["get", ":get", "./prog:", "./prog:get,"] {
+            let err = bad.parse::<AllocFn>().unwrap_err();
+            assert!(err.contains(bad) && !err.contains('\n'), "{bad}: {err}");
+        }
+    }
 }
