@@ -1,6 +1,6 @@
 //! `record --alloc` and `--in-use`: memory counted by stack at the allocator's entry points,
 //! checked against what the allocating programs say they asked for (tests/workloads/allocs.c,
-//! glibc's whole family from C built without frame pointers; rust_allocs.rs, Rust's system
+//! glibc's whole family and anonymous mmap from C built without frame pointers; rust_allocs.rs, Rust's system
 //! allocator). Every call is counted, so bytes and calls per site are exact however loaded the
 //! machine.
 
@@ -13,12 +13,13 @@ use stackscope_profile::{CountUnit, Frame, Profile};
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-const C_SITES: [&str; 5] = [
+const C_SITES: [&str; 6] = [
     "site_malloc",
     "site_calloc",
     "site_realloc",
     "site_memalign",
     "site_aligned",
+    "site_mmap",
 ];
 const RUST_SITES: [&str; 4] = ["site_vec", "site_zeroed", "site_boxed", "site_grow"];
 

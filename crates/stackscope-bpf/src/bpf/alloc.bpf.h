@@ -5,7 +5,7 @@
  * takes the caller's stacks and either adds the bytes and one allocation to the stack's total
  * (--alloc), or keeps the block's address, size, time and stacks in the live map, removed again
  * at its free (--in-use), so what is left at the end is what is still held. A realloc frees its
- * old block and allocates a new one. Calls nested in an allocator call (glibc's realloc calls
+ * old block and allocates a new one; an anonymous mmap is an allocation, a munmap a free. Calls nested in an allocator call (glibc's realloc calls
  * malloc, memalign tail-calls it) count once, as the outermost call.
  *
  * Included by profile.bpf.c after the counting helpers it uses. x86-64 registers, as there.
@@ -139,6 +139,12 @@ int on_alloc(struct pt_regs *ctx)
 	case ALLOC_SIZE_SECOND:
 		call.size = ctx->rsi;
 		break;
+	case ALLOC_MMAP:
+		/* A file's mapping is no allocation (MAP_ANONYMOUS is 0x20). */
+		if (!(ctx->rcx & 0x20))
+			return 0;
+		call.size = ctx->rsi;
+		break;
 	default:
 		return 0;
 	}
@@ -167,6 +173,9 @@ int on_alloc_return(struct pt_regs *ctx)
 		if (addr != 0 || bpf_probe_read_user(&addr, sizeof(addr), (void *)call.memptr))
 			return 0;
 	}
+	/* mmap fails with MAP_FAILED, not NULL. */
+	if (call.kind == ALLOC_MMAP && addr == (__u64)-1)
+		return 0;
 	/* realloc frees its old block when it returns a new one, or when it frees it (size 0),
 	 * never when it fails. */
 	if (count_live && call.old && (addr || call.size == 0))

@@ -79,8 +79,10 @@ enum alloc_kind {
 	ALLOC_POSIX_MEMALIGN = 5,
 	/* (align, size): aligned_alloc, memalign. */
 	ALLOC_SIZE_SECOND = 6,
-	/* (ptr, ...): free, jemalloc's sdallocx, mi_free. */
+	/* (ptr, ...): free, jemalloc's sdallocx, mi_free; munmap (a block it unmaps whole). */
 	ALLOC_FREE = 7,
+	/* mmap (addr, len, prot, flags, fd, off): anonymous mappings only, MAP_FAILED a failure. */
+	ALLOC_MMAP = 8,
 };
 
 /* A thread inside an allocator call: what the call's return completes. */

@@ -1,4 +1,5 @@
-//! The allocator entry points `record --alloc` and `--in-use` count memory at: glibc's family,
+//! The allocator entry points `record --alloc` and `--in-use` count memory at: glibc's family
+//! and anonymous `mmap`/`munmap`,
 //! jemalloc's under tikv-jemallocator's `_rjem_` prefix, and mimalloc's, looked up in the
 //! files the target runs (libc, and the program, where a Rust allocator is linked statically),
 //! each with how it takes its arguments (the attach cookie the BPF program reads).
@@ -33,6 +34,8 @@ pub(crate) enum AllocKind {
     SizeSecond = 6,
     /// `(block, ...)`.
     Free = 7,
+    /// `mmap(addr, len, prot, flags, fd, off)`: anonymous mappings only.
+    Mmap = 8,
 }
 
 use AllocKind::*;
@@ -51,6 +54,11 @@ const ENTRY_POINTS: &[(&str, AllocKind)] = &[
     ("valloc", SizeFirst),
     ("pvalloc", SizeFirst),
     ("free", Free),
+    // Anonymous mappings, an allocator of their own (glibc's malloc maps large blocks itself:
+    // nested in it, those count once, as the malloc).
+    ("mmap", Mmap),
+    ("mmap64", Mmap),
+    ("munmap", Free),
     // tikv-jemallocator: Rust frees with sdallocx, allocates with mallocx when aligned.
     ("_rjem_malloc", SizeFirst),
     ("_rjem_mallocx", SizeFirst),

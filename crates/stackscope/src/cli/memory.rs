@@ -11,11 +11,12 @@ use super::flags::seconds;
 pub struct MemoryArgs {
     /// Count memory instead of CPU samples: the bytes each stack allocated, and its
     /// allocations, at the allocator's entry points (glibc's malloc, calloc, realloc,
-    /// reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc; jemalloc's
-    /// under tikv-jemallocator's `_rjem_` prefix and mimalloc's where the program links them).
-    /// A realloc counts as a new allocation. Counted in the kernel, each call exactly: about a
-    /// microsecond per allocation. eBPF backend (root, or CAP_BPF+CAP_PERFMON); user stacks
-    /// only. pprof: alloc_objects/count and alloc_space/bytes.
+    /// reallocarray, posix_memalign, aligned_alloc, memalign, valloc, pvalloc; anonymous
+    /// mmap; jemalloc's under tikv-jemallocator's `_rjem_` prefix and mimalloc's where the
+    /// program links them). A realloc counts as a new allocation. Counted in the kernel, each
+    /// call exactly: the probes cost the program a few microseconds per allocation. eBPF
+    /// backend (root, or CAP_BPF+CAP_PERFMON); user stacks only. pprof: alloc_objects/count
+    /// and alloc_space/bytes.
     #[arg(long, hide_short_help = true, conflicts_with = "in_use")]
     pub alloc: bool,
 

@@ -8,7 +8,10 @@
  *   rest; the program then exits at once. With `arena`, site_arena allocates through an
  *   allocator of the program's own too (arena_alloc, which mallocs a block with a header).
  * Prints `SITE_bytes N SITE_calls N SITE_held N SITE_held_calls N ...` for every site. */
+#include <fcntl.h>
 #include <malloc.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,10 +22,10 @@ struct site {
 	unsigned long bytes, calls, held, held_calls;
 };
 
-enum { OLD, MALLOC, CALLOC, REALLOC, MEMALIGN, ALIGNED, ARENA, SITES };
+enum { OLD, MALLOC, CALLOC, REALLOC, MEMALIGN, ALIGNED, MMAP, ARENA, SITES };
 static struct site sites[SITES] = {
-	{ "site_old" },	    { "site_malloc" },	{ "site_calloc" }, { "site_realloc" },
-	{ "site_memalign" }, { "site_aligned" }, { "site_arena" },
+	{ "site_old" },	     { "site_malloc" },	 { "site_calloc" }, { "site_realloc" },
+	{ "site_memalign" }, { "site_aligned" }, { "site_mmap" },   { "site_arena" },
 };
 
 static unsigned long seed;
@@ -151,6 +154,29 @@ __attribute__((noipa)) void site_aligned(long i)
 	}
 }
 
+/* Anonymous mappings are allocations, unmapped two times of three; a file's mapping is not. */
+__attribute__((noipa)) void site_mmap(long i)
+{
+	size_t n = 4096 * (1 + next_size() % 4);
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	int fd = open("/proc/self/exe", O_RDONLY);
+	void *file = fd >= 0 ? mmap(NULL, 4096, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+
+	if (p == MAP_FAILED)
+		abort();
+	if (file != MAP_FAILED)
+		munmap(file, 4096);
+	if (fd >= 0)
+		close(fd);
+	allocated(MMAP, n);
+	if (i % 3 == 0) {
+		kept(MMAP, n);
+		sink = p;
+	} else {
+		munmap(p, n);
+	}
+}
+
 /* An allocator of the program's own: each block carries a 64-byte header it mallocs with it. */
 __attribute__((noipa)) void *arena_alloc(size_t n)
 {
@@ -191,6 +217,7 @@ __attribute__((noipa)) void run_sites(long calls)
 		site_realloc(i);
 		site_memalign(i);
 		site_aligned(i);
+		site_mmap(i);
 	}
 }
 
