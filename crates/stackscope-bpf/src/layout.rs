@@ -16,6 +16,8 @@ pub(crate) const STACK_STORAGE_FULL: i64 = -(libc::E2BIG as i64);
 
 pub(crate) const DROP_COUNT_MAP_FULL: u32 = 0;
 pub(crate) const DROP_USER_STACK_FULL: u32 = 1;
+pub(crate) const DROP_LIVE_FULL: u32 = 2;
+pub(crate) const DROP_LIVE_FULL_BYTES: u32 = 3;
 
 /// Frames of a kernel stack, and of a user stack in `user_stacks`.
 pub(crate) const MAX_STACK_FRAMES: usize = 127;

@@ -9,7 +9,8 @@
 //! counting runs at probes (`EventSpec`: uprobes, uretprobes, USDT probes, kprobes,
 //! tracepoints), each hit one count under its event, and at the scheduler's switch
 //! ([`TimeProfile`]: the time a thread stays off the CPU, added to the stacks it left
-//! with). User space loads
+//! with), and at the allocator's entry points ([`MemoryProfile`]: bytes allocated, or still
+//! held, by the stacks that allocated them). User space loads
 //! the tables, follows execs and dlopens, and at the end turns the counts into a profile
 //! through `stackscope-stacks`'s stack table, so symbols and completeness figures are the same
 //! as with the perf_event source.
@@ -28,8 +29,8 @@ mod tables;
 pub mod unwind_table;
 
 pub use error::BpfError;
-pub use probe::EventSpec;
+pub use probe::{AllocFn, EventSpec};
 pub use record::{
-    record, BpfConfig, Rate, TimeProfile, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES,
-    DEFAULT_STACK_STORAGE,
+    default_max_live, record, BpfConfig, MemoryProfile, Rate, TimeProfile, DEFAULT_HASH_STORAGE,
+    DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
 };

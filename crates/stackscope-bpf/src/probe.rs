@@ -4,6 +4,7 @@
 //! (so a probe that cannot attach is one line naming near matches), and attached to the one
 //! counting program.
 
+mod alloc;
 mod attach;
 mod near;
 mod probed_file;
@@ -16,7 +17,9 @@ use std::str::FromStr;
 use stackscope_process::target::Target;
 
 use crate::error::BpfError;
-use crate::{Rate, TimeProfile};
+use crate::{MemoryProfile, Rate, TimeProfile};
+pub use alloc::AllocFn;
+use alloc::{alloc_sites, AllocSite};
 pub(crate) use attach::Probes;
 use resolve::{resolve, Resolved};
 use stackscope_process::SampleError;
@@ -62,6 +65,17 @@ pub(crate) struct Plan {
     pub off_cpu: Option<u32>,
     /// Nanoseconds of CPU time a timer sample stands for, when counts are time (`--wall`).
     pub timer_ns: Option<u64>,
+    /// Memory counted at the allocator's entry points, when it is.
+    pub alloc: Option<AllocPlan>,
+}
+
+/// How memory is counted (`--alloc`, `--in-use`).
+pub(crate) struct AllocPlan {
+    /// The event index allocations are counted under.
+    pub event: u32,
+    pub sites: Vec<AllocSite>,
+    /// Keep live blocks, up to this many (`--in-use`); `None`: totals by stack (`--alloc`).
+    pub max_live: Option<u32>,
 }
 
 /// The names of on-CPU and off-CPU time, as events and as root frames.
@@ -82,6 +96,7 @@ impl Plan {
             names: vec![timer.to_string()],
             off_cpu: None,
             timer_ns: None,
+            alloc: None,
         };
         for event in events {
             if event.is_timer() {
@@ -125,6 +140,38 @@ impl Plan {
         Ok(self)
     }
 
+    /// Counts memory instead (`--alloc`, `--in-use`) at the allocator's entry points of the
+    /// files `target` runs and at the program's own allocators `own`, in a plan that counts nothing else: a profile weighs its stacks by
+    /// one unit.
+    pub fn with_memory(
+        mut self,
+        memory: Option<&MemoryProfile>,
+        target: &Target,
+        own: &[AllocFn],
+    ) -> Result<Plan, BpfError> {
+        let Some(memory) = memory else {
+            return Ok(self);
+        };
+        if let Some(other) = self.names.get(1) {
+            return Err(SampleError::InvalidConfig(format!(
+                "{other} counts hits or time and {memory} counts bytes: record them apart"
+            ))
+            .into());
+        }
+        let max_live = match memory {
+            MemoryProfile::Allocated => None,
+            MemoryProfile::InUse { max_live, .. } => Some(*max_live),
+        };
+        self.timer = false;
+        self.alloc = Some(AllocPlan {
+            event: self.names.len() as u32,
+            sites: alloc_sites(target, max_live.is_some(), own)?,
+            max_live,
+        });
+        self.names.push(memory.event().to_string());
+        Ok(self)
+    }
+
     /// What a count of `event` weighs in the profile: the count itself, or with time counted,
     /// microseconds (rounded) of the nanoseconds off the CPU or of the timer's samples.
     pub fn weight(&self, event: u32, count: u64) -> u64 {
@@ -147,6 +194,18 @@ impl Plan {
     /// Whether stacks carry their event as a root frame to stay apart: with several events.
     pub fn marks_events(&self) -> bool {
         self.counted().count() > 1
+    }
+
+    /// Whether the stacks counted under `event` were taken just after a return: a uretprobe's
+    /// and an allocation's (the caller's stack, whose leaf is a return address).
+    pub fn taken_at_return(&self, event: u32) -> bool {
+        if self.alloc.as_ref().is_some_and(|a| a.event == event) {
+            return true;
+        }
+        let probe = (event as usize)
+            .checked_sub(1)
+            .and_then(|i| self.probes.get(i));
+        matches!(probe, Some(Resolved::Uprobe { ret: true, .. }))
     }
 
     pub fn has_tracepoints(&self) -> bool {

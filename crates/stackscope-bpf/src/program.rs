@@ -59,6 +59,17 @@ pub(crate) struct Settings {
     /// Count off-CPU time: at the scheduler's switch, under this event index, blocks of at
     /// least `min_block_ns`.
     pub off_cpu: Option<OffCpuHook>,
+    /// Count memory at the allocator's entry points (`record --alloc`, `--in-use`).
+    pub alloc: Option<AllocHook>,
+}
+
+/// How memory is counted (see [`Settings::alloc`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AllocHook {
+    /// The count key's event of allocations.
+    pub event: u32,
+    /// Keep each live block, up to this many at once (`--in-use`); `None`: totals by stack.
+    pub max_live: Option<u32>,
 }
 
 /// How off-CPU time is counted (see [`Settings::off_cpu`]).
@@ -126,6 +137,10 @@ pub(crate) fn load<'a>(
             data.off_cpu_event = hook.event;
             data.min_block_ns = hook.min_block_ns;
         }
+        if let Some(hook) = settings.alloc {
+            data.alloc_event = hook.event;
+            data.count_live = hook.max_live.is_some();
+        }
     }
     // Programs no event uses are not loaded: the verifier's time is not spent on them.
     open.progs.on_probe.set_autoload(settings.probes);
@@ -137,9 +152,14 @@ pub(crate) fn load<'a>(
     open.progs
         .on_switch_raw
         .set_autoload(hook.is_some_and(|h| !h.btf));
+    let alloc = settings.alloc;
+    open.progs.on_alloc.set_autoload(alloc.is_some());
+    open.progs.on_alloc_return.set_autoload(alloc.is_some());
     // Attached with the timer, not with the process-tracking tracepoints.
     open.progs.on_switch.set_autoattach(false);
     open.progs.on_switch_raw.set_autoattach(false);
+    open.progs.on_alloc.set_autoattach(false);
+    open.progs.on_alloc_return.set_autoattach(false);
     // Deep stacks take values of max_frames frames; with fewer frames the map stays unused.
     let deep_frames = (settings.max_frames as usize)
         .clamp(layout::MAX_STACK_FRAMES + 1, MAX_USER_FRAMES as usize);
@@ -161,6 +181,17 @@ pub(crate) fn load<'a>(
             },
         ),
         (&mut open.maps.unwind_tables, settings.table_files),
+        (
+            &mut open.maps.alloc_totals,
+            match alloc {
+                Some(AllocHook { max_live: None, .. }) => settings.hash_storage_size,
+                _ => 1,
+            },
+        ),
+        (
+            &mut open.maps.live_allocs,
+            alloc.and_then(|a| a.max_live).unwrap_or(1),
+        ),
     ];
     for (map, size) in sizes {
         map.set_max_entries(size.max(1))
@@ -244,6 +275,8 @@ pub(crate) fn sampler_cost(skel: &ProfileSkel<'_>) -> Option<ProgramCost> {
         &progs.on_tracepoint,
         &progs.on_switch,
         &progs.on_switch_raw,
+        &progs.on_alloc,
+        &progs.on_alloc_return,
     ]
     .into_iter()
     .filter(|p| p.autoload())
@@ -408,24 +441,26 @@ pub(crate) fn user_stack(skel: &ProfileSkel<'_>, id: i64) -> Option<UserStack> {
 
 /// The per-CPU drop counters, summed: (count map full, user-stack map full).
 pub(crate) fn drops(skel: &ProfileSkel<'_>) -> (u64, u64) {
-    let read = |which: u32| -> u64 {
-        skel.maps
-            .drops
-            .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)
-            .ok()
-            .flatten()
-            .map(|per_cpu| {
-                per_cpu
-                    .iter()
-                    .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
-                    .sum()
-            })
-            .unwrap_or(0)
-    };
     (
-        read(layout::DROP_COUNT_MAP_FULL),
-        read(layout::DROP_USER_STACK_FULL),
+        drop_counter(skel, layout::DROP_COUNT_MAP_FULL),
+        drop_counter(skel, layout::DROP_USER_STACK_FULL),
     )
+}
+
+/// One per-CPU drop counter, summed.
+pub(crate) fn drop_counter(skel: &ProfileSkel<'_>, which: u32) -> u64 {
+    skel.maps
+        .drops
+        .lookup_percpu(&which.to_ne_bytes(), MapFlags::ANY)
+        .ok()
+        .flatten()
+        .map(|per_cpu| {
+            per_cpu
+                .iter()
+                .filter_map(|v| v.get(..8)?.try_into().ok().map(u64::from_ne_bytes))
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -457,6 +492,7 @@ mod tests {
                     min_block_ns: 0,
                     btf,
                 }),
+                alloc: None,
             };
             let mut storage = MaybeUninit::uninit();
             let skel = load(&mut storage, &settings).expect("the program loads");

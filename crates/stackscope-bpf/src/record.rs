@@ -5,6 +5,7 @@
 //! perf_event source.
 
 mod collect;
+mod memory;
 pub(crate) mod sampled;
 
 use std::cell::RefCell;
@@ -22,9 +23,10 @@ use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
-use crate::probe::{EventSpec, Plan, Probes};
+use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
-use crate::program::{self, OffCpuHook, ProfileSkel, Sampling, Settings};
+use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
+pub use memory::{default_max_live, MemoryProfile};
 use sampled::Targets;
 
 /// bcc profile's default stack storage: unique stacks kept.
@@ -95,6 +97,11 @@ pub struct BpfConfig {
     /// Count time instead: off-CPU, or on- and off-CPU (the timer then runs at `rate`). Counts
     /// are then microseconds.
     pub time: Option<TimeProfile>,
+    /// Count memory instead, at the allocator's entry points: counts are then bytes, user
+    /// stacks only.
+    pub memory: Option<MemoryProfile>,
+    /// The program's own allocators to count memory at too (`--alloc-fn`).
+    pub alloc_fns: Vec<AllocFn>,
 }
 
 impl BpfConfig {
@@ -115,6 +122,8 @@ impl BpfConfig {
             measure_cost: false,
             events: Vec::new(),
             time: None,
+            memory: None,
+            alloc_fns: Vec::new(),
         }
     }
 }
@@ -137,7 +146,13 @@ pub fn record(
     let cpus = kernel::choose_cpus(config.cpu)?;
     let targets = sampled::resolve(&config.target)?;
     let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
-        .with_time(config.time.as_ref(), config.rate)?;
+        .with_time(config.time.as_ref(), config.rate)?
+        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
+    // An allocation's kernel stack is the uprobe's own handling.
+    let config = BpfConfig {
+        kernel: config.kernel && config.memory.is_none(),
+        ..config
+    };
 
     // A launched command waits before exec until it is filtered for and traced; spawning it
     // first reports a missing program before anything is loaded.
@@ -175,10 +190,12 @@ pub fn record(
         &mut processes,
         child.as_mut(),
     );
-    sampling.stop();
-    probes.stop();
+    // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
+    // a live block's age or a block's time off the CPU runs to when recording stopped.
     let ended = monotonic_ns();
     let elapsed = started.elapsed();
+    sampling.stop();
+    probes.stop();
     let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
     let _ = ring.consume();
     handle_events(&mut events.borrow_mut(), &skel, &mut processes, config.user);
@@ -248,6 +265,10 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
                 _ => 0,
             },
             btf: OffCpuHook::kernel_has_btf_switch(),
+        }),
+        alloc: plan.alloc.as_ref().map(|alloc| AllocHook {
+            event: alloc.event,
+            max_live: alloc.max_live,
         }),
     }
 }
@@ -367,7 +388,7 @@ fn sample_until_end(
 /// The profile's metadata: what was sampled, how often, for how long. The timer alone is the
 /// cpu-clock event, as the perf_event source names it; probes are named as written.
 fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
-    let only_timer = plan.probes.is_empty() && plan.off_cpu.is_none();
+    let only_timer = plan.probes.is_empty() && plan.off_cpu.is_none() && plan.alloc.is_none();
     let event = match only_timer {
         true => "cpu-clock".to_string(),
         false => plan.counted().collect::<Vec<_>>().join(", "),
@@ -388,9 +409,10 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
         }),
         duration_secs: elapsed.as_secs_f64(),
         command: config.command.clone(),
-        count_unit: match plan.off_cpu {
-            Some(_) => CountUnit::Microseconds,
-            None => CountUnit::Samples,
+        count_unit: match (plan.off_cpu, &plan.alloc) {
+            (Some(_), _) => CountUnit::Microseconds,
+            (None, Some(_)) => CountUnit::Bytes,
+            (None, None) => CountUnit::Samples,
         },
         ..Metadata::default()
     }

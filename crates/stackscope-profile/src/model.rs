@@ -135,6 +135,10 @@ pub struct Sample {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<u32>,
     pub count: u64,
+    /// In a profile of bytes: the allocations those bytes are (made, or still held), as
+    /// pprof's `alloc_objects` and `inuse_objects` count them. 0 elsewhere.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub objects: u64,
 }
 
 /// How whole the stacks came out. All figures count samples, not unique stacks.
@@ -181,6 +185,9 @@ pub enum CountUnit {
     /// Microseconds: a profile of time (off-CPU time, or on- and off-CPU time together),
     /// each stack weighed by how long threads spent in it.
     Microseconds,
+    /// Bytes of memory: allocated (`record --alloc`) or still held at the end (`--in-use`),
+    /// each stack weighed by its bytes; [`Sample::objects`] counts the allocations.
+    Bytes,
 }
 
 impl CountUnit {
@@ -193,9 +200,16 @@ impl CountUnit {
         match self {
             CountUnit::Samples => "samples",
             CountUnit::Microseconds => "µs",
+            CountUnit::Bytes => "bytes",
         }
     }
 }
+
+/// `meta.event` of a profile of the bytes allocated, by the stacks that allocated them.
+pub const ALLOC_EVENT: &str = "alloc";
+/// `meta.event` of a profile of the bytes still held when recording ended, by the stacks
+/// that allocated them.
+pub const IN_USE_EVENT: &str = "in-use";
 
 /// How a profile was taken.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
@@ -357,8 +371,25 @@ impl ProfileBuilder {
 
     /// Adds `count` samples of `stack` on `thread`; merges with an earlier equal key.
     pub fn add(&mut self, thread: ThreadId, stack: StackId, cpu: Option<u32>, count: u64) {
+        self.add_objects(thread, stack, cpu, count, 0);
+    }
+
+    /// Adds `count` (bytes) of `objects` allocations of `stack` on `thread`; merges with an
+    /// earlier equal key.
+    pub fn add_objects(
+        &mut self,
+        thread: ThreadId,
+        stack: StackId,
+        cpu: Option<u32>,
+        count: u64,
+        objects: u64,
+    ) {
         match self.sample_ids.get(&(thread, stack, cpu)) {
-            Some(&i) => self.profile.samples[i].count += count,
+            Some(&i) => {
+                let sample = &mut self.profile.samples[i];
+                sample.count += count;
+                sample.objects += objects;
+            }
             None => {
                 self.sample_ids
                     .insert((thread, stack, cpu), self.profile.samples.len());
@@ -367,6 +398,7 @@ impl ProfileBuilder {
                     stack,
                     cpu,
                     count,
+                    objects,
                 });
             }
         }

@@ -348,6 +348,50 @@ fn a_wall_profile_is_time_with_its_events_as_labels() {
     assert!(off.contains("nap") && !off.contains("burn"), "{off}");
 }
 
+#[test]
+fn memory_profiles_carry_objects_and_space_as_go_heap_profiles_do() {
+    let dir = tempfile::tempdir().unwrap();
+    for (held, prefix) in [(false, "alloc"), (true, "inuse")] {
+        let file = write_file(
+            &fixture::memory(held),
+            dir.path(),
+            &format!("{prefix}.pb.gz"),
+        );
+        let p = decode(&std::fs::read(&file).unwrap());
+        let name = |i: i64| p.string_table[i as usize].clone();
+        let types: Vec<_> = p
+            .sample_type
+            .iter()
+            .map(|t| format!("{}/{}", name(t.r#type), name(t.unit)))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                format!("{prefix}_objects/count"),
+                format!("{prefix}_space/bytes")
+            ]
+        );
+        assert_eq!(name(p.default_sample_type), format!("{prefix}_space"));
+        let values: Vec<&[i64]> = p.sample.iter().map(|s| s.value.as_slice()).collect();
+        assert_eq!(values, [[3, 3000], [1, 100_000]]);
+        // pprof reads both by name, the space by default.
+        let space = go_pprof(&["-top", &format!("-sample_index={prefix}_space")], &file);
+        assert!(space.contains(&format!("Type: {prefix}_space")), "{space}");
+        let line = |top: &str, f: &str| {
+            top.lines()
+                .find(|l| l.trim_end().ends_with(f))
+                .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        };
+        assert_eq!(line(&space, "load").as_deref(), Some("97.66kB"), "{space}");
+        assert_eq!(
+            line(&go_pprof(&["-top"], &file), "load").as_deref(),
+            Some("97.66kB")
+        );
+        let objects = go_pprof(&["-top", &format!("-sample_index={prefix}_objects")], &file);
+        assert_eq!(line(&objects, "grow").as_deref(), Some("3"), "{objects}");
+    }
+}
+
 fn odd_profile() -> Profile {
     let mut b = ProfileBuilder::new(Metadata::default());
     let empty = b.frame(Frame::default());

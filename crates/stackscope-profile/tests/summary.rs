@@ -29,6 +29,17 @@ fn a_profile_of_time_says_seconds_and_the_time_of_each_root() {
 }
 
 #[test]
+fn a_profile_of_memory_says_bytes_and_allocations() {
+    assert_eq!(
+        summary(&fixture::memory(false)),
+        "103000 bytes in 4 allocations in 1.0 s, 0 lost\n\
+         user stacks: none\n"
+    );
+    assert!(summary(&fixture::memory(true))
+        .starts_with("103000 bytes in 4 allocations still held at the end in 1.0 s"));
+}
+
+#[test]
 fn summary_without_user_stacks() {
     assert_eq!(
         summary(&Profile::default()),

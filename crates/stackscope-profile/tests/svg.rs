@@ -176,6 +176,18 @@ fn a_profile_of_time_counts_microseconds() {
 }
 
 #[test]
+fn a_profile_of_memory_counts_bytes() {
+    let svg = render(&fixture::memory(false), &WriteOptions::default());
+    assert!(svg.contains("load (100,000 bytes, 97.09%)"), "{svg}");
+    assert!(
+        svg.contains(">bytes allocated, 1.0 s<"),
+        "the subtitle names the unit: {svg}"
+    );
+    let held = render(&fixture::memory(true), &WriteOptions::default());
+    assert!(held.contains("bytes still held at the end"), "{held}");
+}
+
+#[test]
 fn custom_title_is_escaped() {
     let opts = WriteOptions {
         title: Some("CPU <worker> & co".to_string()),

@@ -86,7 +86,8 @@ struct StackKey {
 /// long recording of deep stacks costs a node per new frame, not a copy of every stack.
 #[derive(Default)]
 pub struct StackTable {
-    counts: HashMap<StackKey, u64>,
+    /// Each stack's count and, in a profile of bytes, the allocations it counts.
+    counts: HashMap<StackKey, (u64, u64)>,
     /// (caller node, frame) of each node.
     nodes: Vec<(NodeId, RawFrame)>,
     node_ids: HashMap<(NodeId, RawFrame), NodeId>,
@@ -170,6 +171,19 @@ impl StackTable {
     /// Counts `count` samples of `frames` (leaf first), taken where `sampled` says, whose
     /// user stack's walk ended as `end`: the one way every source counts.
     pub fn count(&mut self, sampled: Sampled<'_>, frames: &[RawFrame], end: WalkEnd, count: u64) {
+        self.count_objects(sampled, frames, end, count, 0);
+    }
+
+    /// Counts `bytes` of memory in `objects` allocations made at `frames`, as [`Self::count`]
+    /// counts samples.
+    pub fn count_objects(
+        &mut self,
+        sampled: Sampled<'_>,
+        frames: &[RawFrame],
+        end: WalkEnd,
+        bytes: u64,
+        objects: u64,
+    ) {
         let (comm, process) = match sampled.names {
             Some((comm, process)) => (self.name(comm), self.name(process)),
             None => (UNNAMED, UNNAMED),
@@ -183,7 +197,9 @@ impl StackTable {
             stack: self.stack(frames),
             end,
         };
-        *self.counts.entry(key).or_insert(0) += count;
+        let counted = self.counts.entry(key).or_insert((0, 0));
+        counted.0 += bytes;
+        counted.1 += objects;
     }
 
     /// The node of a leaf-first stack, adding the nodes it lacks.

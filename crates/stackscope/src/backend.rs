@@ -8,7 +8,7 @@
 //! source. The README's "Which backend" part says what was measured.
 
 use anyhow::{bail, Result};
-use stackscope_bpf::TimeProfile;
+use stackscope_bpf::{MemoryProfile, TimeProfile};
 use stackscope_stacks::Target;
 
 use crate::cli::{BackendArg, RecordArgs};
@@ -43,7 +43,14 @@ pub(crate) fn choose(
     args: &RecordArgs,
     target: &Target,
     time: Option<&TimeProfile>,
+    memory: Option<&MemoryProfile>,
 ) -> Result<Choice> {
+    if let Some(memory) = memory {
+        if args.backend == Some(BackendArg::Perf) {
+            bail!("counting {memory} runs on the eBPF backend only: drop --backend perf");
+        }
+        return Choice::of(BackendArg::Bpf, format!("{memory} are counted in the kernel"));
+    }
     if let Some(time) = time {
         let flag = if args.wall { "--wall" } else { "--off-cpu" };
         if args.backend == Some(BackendArg::Perf) {
@@ -114,7 +121,7 @@ mod tests {
         let Command::Record(args) = Cli::try_parse_from(argv).unwrap().command else {
             unreachable!("a record command line");
         };
-        choose(&args, &target, None)
+        choose(&args, &target, None, None)
     }
 
     fn command() -> Target {

@@ -7,12 +7,14 @@
 mod diff;
 mod flags;
 mod gdb;
+mod memory;
 #[cfg(target_os = "linux")]
 mod profile;
 
 pub use diff::DiffArgs;
 pub use flags::*;
 pub use gdb::GdbArgs;
+pub use memory::MemoryArgs;
 #[cfg(target_os = "linux")]
 pub use profile::ProfileArgs;
 
@@ -70,14 +72,16 @@ pub enum Command {
     /// A command (with its arguments), processes (-p), threads (-L) or the whole system (-a).
     #[command(
         after_help = format!("{RECORD_EXAMPLES}\n\n\
-            Every flag (events, off-CPU and wall-clock time, unwinding, permissions): \
+            Every flag (events, off-CPU and wall-clock time, memory, unwinding, permissions): \
             stackscope record --help"),
         after_long_help = format!("{RECORD_EXAMPLES}\n  \
             stackscope record -o flame.svg -- ./myprog --flag  # `--` is optional\n  \
             stackscope record -e uprobe:libc:malloc ./myprog   # stacks that allocate\n  \
             stackscope record -e tracepoint:syscalls:sys_enter_write -e kprobe:vfs_read ./myprog\n  \
             stackscope record --off-cpu --min-block 1000 ./myprog  # where it waits\n  \
-            stackscope record --wall -p 1234 -d 10             # on- and off-CPU time\n\n\
+            stackscope record --wall -p 1234 -d 10             # on- and off-CPU time\n  \
+            stackscope record --alloc -o alloc.svg ./myprog    # bytes allocated, by stack\n  \
+            stackscope record --in-use --min-age 10 -p 1234 -d 60  # held and older than 10 s\n\n\
             Recording stops when the duration ends, when the target exits, or at Ctrl-C; in every \
             case the profile collected so far is written. With a launched command, stackscope \
             exits with the command's exit code.\n\n\
@@ -260,6 +264,9 @@ pub struct RecordArgs {
     /// add up to the time it lived in the recording. eBPF backend. Not with --event.
     #[arg(long, hide_short_help = true)]
     pub wall: bool,
+
+    #[command(flatten)]
+    pub memory: MemoryArgs,
 
     /// How to sample: `perf` opens perf events and unwinds copied user stacks in stackscope;
     /// `bpf` counts stacks in the kernel with an eBPF program that unwinds user stacks there

@@ -41,6 +41,16 @@ pub fn run(args: DiffArgs) -> Result<i32> {
 
     let before = read_profile(&args.before)?;
     let after = read_profile(&args.after)?;
+    let units = (before.meta.count_unit, after.meta.count_unit);
+    if units.0 != units.1 {
+        bail!(
+            "{} counts {} and {} counts {}: compare two profiles of one unit (folded stacks carry none: save both as .json)",
+            args.before.display(),
+            units.0.short_name(),
+            args.after.display(),
+            units.1.short_name()
+        );
+    }
     let options = DiffOptions {
         no_normalize: args.no_normalize,
         strip_hex: args.strip_hex,

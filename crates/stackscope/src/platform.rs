@@ -27,6 +27,9 @@ pub(crate) fn refuse_unavailable(args: &RecordArgs) -> Result<()> {
         (args.off_cpu, "--off-cpu", LINUX),
         (args.wall, "--wall", LINUX),
         (args.min_block.is_some(), "--min-block", LINUX),
+        (args.memory.alloc, "--alloc", LINUX),
+        (args.memory.in_use, "--in-use", LINUX),
+        (!args.memory.alloc_fns.is_empty(), "--alloc-fn", LINUX),
         (
             !args.target.tid.is_empty(),
             "-L/--tid",
@@ -93,7 +96,7 @@ mod tests {
 
     #[test]
     fn each_flag_the_source_cannot_honour_is_refused_by_name() {
-        let cases: [(&[&str], &str); 14] = [
+        let cases: [(&[&str], &str); 17] = [
             (&["--backend", "bpf"], "--backend is Linux-only"),
             (&["--backend", "perf"], "--backend is Linux-only"),
             (&["-e", "uprobe:libc:malloc"], "-e/--event is Linux-only"),
@@ -105,6 +108,12 @@ mod tests {
             (&["--off-cpu"], "--off-cpu is Linux-only"),
             (&["--wall"], "--wall is Linux-only"),
             (&["--min-block", "10"], "--min-block is Linux-only"),
+            (&["--alloc"], "--alloc is Linux-only"),
+            (&["--in-use", "--min-age", "1"], "--in-use is Linux-only"),
+            (
+                &["--alloc-fn", "./prog:get,put"],
+                "--alloc-fn is Linux-only",
+            ),
             (&["-L", "4321"], "-L/--tid is not available on Windows"),
             (&["-a", "-C", "1"], "-C/--cpu is not available on Windows"),
             (&["-c", "1000000"], "-c/--count is not available on Windows"),

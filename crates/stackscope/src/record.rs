@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{BpfConfig, EventSpec, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
+use stackscope_bpf::{
+    default_max_live, BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES,
+};
 #[cfg(target_os = "linux")]
 use stackscope_perf_event::record::{record, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
@@ -34,13 +36,15 @@ pub(crate) fn run_with(
     // Threads sampled on the CPU that --off-cpu and --wall could follow off it.
     let threads = !matches!(target, Target::System);
     let time = time_profile(&args)?;
-    let choice = crate::backend::choose(&args, &target, time.as_ref())?;
+    let memory = memory_profile(&args)?;
+    let choice = crate::backend::choose(&args, &target, time.as_ref(), memory.as_ref())?;
     let backend = choice.backend;
     let config = sampler_config(&args, backend)?;
     let command = command_line(&args);
     let what = describe(&target, &command, config.cpu);
     let probes = probe_names(&args);
     let title = match (&probes, &time) {
+        _ if memory.is_some() => format!("stackscope: {what} ({})", memory_words(&memory)),
         (_, Some(TimeProfile::OffCpu { .. })) => format!("stackscope: {what} (off-cpu time, µs)"),
         (_, Some(TimeProfile::Wall)) => {
             format!("stackscope: {what} (on-cpu and off-cpu time, µs)")
@@ -55,6 +59,11 @@ pub(crate) fn run_with(
     crate::debuginfod::install(&args.debuginfod);
     let duration = args.duration.duration;
     let announcement = match (&probes, &time) {
+        _ if memory.is_some() => format!(
+            "stackscope: counting, by stack, the {} in {what} {}",
+            memory_words(&memory),
+            until(&target, duration)
+        ),
         (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
             "stackscope: counting the off-CPU time of {what}{} {}",
             match min_block_ns / 1000 {
@@ -97,13 +106,19 @@ pub(crate) fn run_with(
                 max_frames,
                 events: args.events.clone(),
                 time,
+                memory,
+                alloc_fns: args.memory.alloc_fns.clone(),
                 ..bpf_config(target, &config, duration, &command)
             };
             crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
         }
     };
     eprintln!("{}", choice.line());
-    summary::finish(recording, &output, ending(&command, threads), write)
+    let mut ending = ending(&command, threads);
+    if memory.is_some() {
+        ending.why_empty = " (no allocation through the probed allocator was counted)";
+    }
+    summary::finish(recording, &output, ending, write)
 }
 
 /// `record` where neither perf_event nor eBPF exists: the same target, output and ending,
@@ -230,6 +245,59 @@ fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
             min_block_ns: args.min_block.unwrap_or(0).saturating_mul(1000),
         },
     }))
+}
+
+/// `--alloc` or `--in-use`, refused beside what they cannot be counted with.
+#[cfg(target_os = "linux")]
+fn memory_profile(args: &RecordArgs) -> Result<Option<MemoryProfile>> {
+    let memory = &args.memory;
+    if !memory.in_use && !memory.alloc && !memory.alloc_fns.is_empty() {
+        bail!("--alloc-fn adds an allocator to --alloc or --in-use: give one of them");
+    }
+    if !memory.in_use {
+        if let Some(flag) = [
+            (memory.min_age.is_some(), "--min-age"),
+            (memory.max_live.is_some(), "--max-live"),
+        ]
+        .iter()
+        .find_map(|&(given, flag)| given.then_some(flag))
+        {
+            bail!("{flag} is for --in-use: it applies to the allocations still held at the end");
+        }
+    }
+    let (flag, profile) = match (memory.alloc, memory.in_use) {
+        (true, _) => ("--alloc", MemoryProfile::Allocated),
+        (false, true) => (
+            "--in-use",
+            MemoryProfile::InUse {
+                min_age_ns: memory.min_age.map_or(0, |age| age.as_nanos() as u64),
+                max_live: memory.max_live.unwrap_or_else(default_max_live),
+            },
+        ),
+        (false, false) => return Ok(None),
+    };
+    if let Some(event) = args.events.first() {
+        bail!("{flag} counts bytes and --event {event} counts hits: record them apart");
+    }
+    if args.off_cpu || args.wall {
+        bail!("{flag} counts bytes and --off-cpu/--wall count time: record them apart");
+    }
+    if args.rate.frequency.frequency.is_some() || args.rate.count.is_some() {
+        bail!("{flag} counts every allocation: -F/-c set a timer it does not use");
+    }
+    if args.stacks.kernel_stacks_only {
+        bail!("{flag} takes user stacks only: an allocation's kernel stack is the probe's own");
+    }
+    Ok(Some(profile))
+}
+
+/// What a memory profile counts, in the title's and the announcement's words.
+#[cfg(target_os = "linux")]
+fn memory_words(memory: &Option<MemoryProfile>) -> &'static str {
+    match memory {
+        Some(MemoryProfile::InUse { .. }) => "bytes still held at the end",
+        _ => "bytes allocated",
+    }
 }
 
 /// The probes counted, as written, when there are any.

@@ -36,9 +36,10 @@ pub fn run(mut args: ReportArgs) -> Result<i32> {
     }
     if !output.is_stdout() {
         eprintln!(
-            "stackscope: wrote {} ({} samples)",
+            "stackscope: wrote {} ({} {})",
             output.written(),
-            profile.total_samples()
+            profile.total_samples(),
+            profile.meta.count_unit.short_name()
         );
     }
     Ok(0)

@@ -97,3 +97,71 @@ fn diff_help_says_what_vanished_and_negate_before_its_options() {
         run.stdout
     );
 }
+
+/// A profile of bytes still held (`record --in-use`), saved as JSON: `grown` holds `held`
+/// bytes, `steady` 1000.
+fn held_json(path: &Path, held: u64) {
+    use stackscope_profile::format::{write, Format, WriteOptions};
+    use stackscope_profile::{CountUnit, Frame, Metadata, ProfileBuilder, Thread, IN_USE_EVENT};
+    let mut b = ProfileBuilder::new(Metadata {
+        event: IN_USE_EVENT.to_string(),
+        count_unit: CountUnit::Bytes,
+        ..Metadata::default()
+    });
+    let t = b.thread(Thread {
+        comm: "prog".into(),
+        ..Thread::default()
+    });
+    for (name, bytes) in [("grown", held), ("steady", 1000)] {
+        let f = b.frame(Frame {
+            name: name.into(),
+            ..Frame::default()
+        });
+        let s = b.stack(&[f]);
+        b.add_objects(t, s, None, bytes, 1);
+    }
+    let mut out = Vec::new();
+    write(
+        &b.finish(),
+        Format::Json,
+        &WriteOptions::default(),
+        &mut out,
+    )
+    .unwrap();
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn a_diff_of_two_memory_profiles_counts_bytes_and_refuses_another_unit() {
+    let dir = tempdir();
+    let (before, after) = (dir.path().join("b.json"), dir.path().join("a.json"));
+    held_json(&before, 1000);
+    held_json(&after, 9000);
+    let svg = dir.path().join("grew.svg");
+    diff(dir.path(), &before, &after, &svg, &["--no-normalize"]);
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("2000 bytes before, 10000 after"), "{drawn}");
+    assert!(
+        drawn.contains(">grown (9,000 bytes"),
+        "grown is drawn in bytes:\n{drawn}"
+    );
+
+    let (samples, _) = inputs(dir.path());
+    let run = stackscope(
+        dir.path(),
+        [
+            os("diff"),
+            samples.as_os_str(),
+            after.as_os_str(),
+            os("-o"),
+            svg.as_os_str(),
+        ],
+    );
+    assert!(!run.status.success());
+    assert!(
+        run.stderr.contains("counts samples") && run.stderr.contains("counts bytes"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+}

@@ -10,26 +10,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::Path;
-use std::process::Command;
-
-/// `go tool pprof ARGS FILE`'s stdout; fails the test with pprof's stderr.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", file.parent().unwrap())
-        .output()
-        .expect(
-            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
-        );
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// The `-top` rows: (row index, cum share in percent, function name).
 fn top_rows(top: &str) -> Vec<(usize, f64, String)> {

@@ -159,12 +159,18 @@ struct {
 	__uint(max_entries, 4096);
 } requested SEC(".maps");
 
+/* Adds `n` to the drop counter `which`. */
+static __always_inline void count_drops(__u32 which, __u64 n)
+{
+	__u64 *count = bpf_map_lookup_elem(&drops, &which);
+
+	if (count)
+		*count += n;
+}
+
 static __always_inline void count_drop(__u32 which)
 {
-	__u64 *n = bpf_map_lookup_elem(&drops, &which);
-
-	if (n)
-		*n += 1;
+	count_drops(which, 1);
 }
 
 static __always_inline void emit(__u32 kind, __u32 pid, __u32 ppid, __u32 held)
@@ -528,3 +534,5 @@ int on_loader_event(struct pt_regs *ctx)
 	emit(EVENT_LOADED, pid, 0, held);
 	return 0;
 }
+
+#include "alloc.bpf.h"

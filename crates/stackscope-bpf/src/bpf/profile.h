@@ -59,7 +59,64 @@ struct blocked {
 enum drop_counter {
 	DROP_COUNT_MAP_FULL = 0,
 	DROP_USER_STACK_FULL = 1,
-	DROP_COUNTERS = 2,
+	/* Allocations the live map had no room for, and their bytes (record --in-use). */
+	DROP_LIVE_FULL = 2,
+	DROP_LIVE_FULL_BYTES = 3,
+	DROP_COUNTERS = 4,
+};
+
+/* How an allocator entry point takes its arguments (the attach cookie of its probes). */
+enum alloc_kind {
+	/* (size, ...): malloc, valloc, pvalloc, jemalloc's mallocx, mimalloc's *_aligned. */
+	ALLOC_SIZE_FIRST = 1,
+	/* (n, size): calloc. */
+	ALLOC_CALLOC = 2,
+	/* (old, size, ...): realloc, rallocx, mi_realloc_aligned. */
+	ALLOC_REALLOC = 3,
+	/* (old, n, size): reallocarray. */
+	ALLOC_REALLOCARRAY = 4,
+	/* (&ptr, align, size), the block written to *ptr, 0 returned on success. */
+	ALLOC_POSIX_MEMALIGN = 5,
+	/* (align, size): aligned_alloc, memalign. */
+	ALLOC_SIZE_SECOND = 6,
+	/* (ptr, ...): free, jemalloc's sdallocx, mi_free; munmap (a block it unmaps whole). */
+	ALLOC_FREE = 7,
+	/* mmap (addr, len, prot, flags, fd, off): anonymous mappings only, MAP_FAILED a failure. */
+	ALLOC_MMAP = 8,
+};
+
+/* A thread inside an allocator call: what the call's return completes. */
+struct alloc_call {
+	__u64 size;
+	/* realloc's old block, freed when the call returns a new one (or frees it: size 0). */
+	__u64 old;
+	/* posix_memalign's out pointer. */
+	__u64 memptr;
+	/* The stack pointer at the outermost call's entry: calls below it are nested in it. */
+	__u64 sp;
+	__u32 kind;
+	/* Calls nested in the outermost one (realloc calling malloc), still to return. */
+	__u32 depth;
+};
+
+/* Bytes and allocations counted under one key (record --alloc). */
+struct alloc_total {
+	__u64 bytes;
+	__u64 calls;
+};
+
+/* A live allocation, by process and address (record --in-use). */
+struct live_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 addr;
+};
+
+struct live_alloc {
+	__u64 size;
+	/* bpf_ktime_get_ns at the allocation. */
+	__u64 since;
+	struct count_key key;
 };
 
 /* Ring buffer events: what user space must (re)load unwind tables for. */

@@ -3,6 +3,7 @@
 
 use libbpf_rs::{KprobeOpts, Link, TracepointCategory, TracepointOpts, UprobeOpts};
 
+use super::alloc::{AllocKind, AllocSite};
 use super::{Plan, Resolved};
 use crate::error::BpfError;
 use crate::program::ProfileSkel;
@@ -82,6 +83,9 @@ impl Probes {
                 }
             }
         }
+        if let Some(alloc) = &plan.alloc {
+            attach_alloc_sites(skel, &alloc.sites, pids, &mut links)?;
+        }
         Ok(Probes { links })
     }
 
@@ -89,6 +93,40 @@ impl Probes {
     pub fn stop(&mut self) {
         self.links.clear();
     }
+}
+
+/// Attaches the allocation programs to each allocator entry point in each of `pids` (-1: every
+/// process mapping its file): the entry with its kind as cookie, and the return of those that
+/// allocate.
+fn attach_alloc_sites(
+    skel: &ProfileSkel<'_>,
+    sites: &[AllocSite],
+    pids: &[i32],
+    links: &mut Vec<Link>,
+) -> Result<(), BpfError> {
+    for site in sites {
+        let name = format!("uprobe:{}:{}", site.path.display(), site.func);
+        for &pid in pids {
+            for retprobe in [false, true] {
+                let prog = match retprobe {
+                    false => &skel.progs.on_alloc,
+                    true if site.kind != AllocKind::Free => &skel.progs.on_alloc_return,
+                    true => continue,
+                };
+                let opts = UprobeOpts {
+                    cookie: site.kind as u64,
+                    retprobe,
+                    func_name: Some(site.func.clone()),
+                    ..Default::default()
+                };
+                // libbpf adds the offset to the function's address.
+                let link =
+                    prog.attach_uprobe_with_opts(pid, &site.path, site.offset as usize, opts);
+                links.push(link.map_err(|e| attach_error(&name, e))?);
+            }
+        }
+    }
+    Ok(())
 }
 
 fn attach_error(name: &str, err: libbpf_rs::Error) -> BpfError {

@@ -102,7 +102,7 @@ pub(crate) fn resolve(spec: &EventSpec, pid: Option<u32>) -> Result<Resolved, Bp
 
 /// The names of the functions a file defines (symbol table and dynamic symbols), without
 /// their symbol versions.
-fn function_names(path: &Path) -> Result<Vec<String>, String> {
+pub(super) fn function_names(path: &Path) -> Result<Vec<String>, String> {
     let elf = open_elf(path)?;
     let mut names: Vec<String> = [SymbolTable::Static, SymbolTable::Dynamic]
         .into_iter()

@@ -8,11 +8,11 @@ use stackscope_process::target;
 use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
-use stackscope_stacks::walk::{lookup_addresses, WalkEnd};
+use stackscope_stacks::walk::{lookup_address, lookup_addresses, WalkEnd};
 use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
-use super::{BpfConfig, TimeProfile};
+use super::{memory, BpfConfig, TimeProfile};
 use crate::layout::{self, CountKey};
 use crate::probe::Plan;
 use crate::processes::Processes;
@@ -35,6 +35,16 @@ pub(super) fn collect(
     if plan.off_cpu.is_some() {
         counts.extend(still_blocked(skel, config, ended));
     }
+    let mut counts: Vec<(CountKey, u64, u64)> = counts
+        .into_iter()
+        .map(|(key, count)| {
+            let weight = plan.weight(key.event, count);
+            (key, weight, 0)
+        })
+        .collect();
+    if let Some(memory) = &config.memory {
+        counts.extend(memory::counts(skel, memory, ended));
+    }
     let (dropped, user_full) = program::drops(skel);
     let markers = event_markers(plan);
     let Counted { table, comms, lost } =
@@ -50,6 +60,9 @@ pub(super) fn collect(
     }
     let missed = missed_stacks(&profile);
     let mut hints = hints(config, processes, &tally, dropped, &lost);
+    if let Some(memory) = &config.memory {
+        hints.extend(memory::hints(skel, memory));
+    }
     let skipped = program::switch_misses(skel);
     if skipped > 0 {
         hints.push(Hint::Said(format!(
@@ -160,12 +173,13 @@ fn event_markers(plan: &Plan) -> Vec<&'static str> {
 }
 
 /// Turns each counted key's stack ids into frames, reading every stack once; with several
-/// events, each stack's root is its event's marker.
+/// events, each stack's root is its event's marker. A count is its weight in the profile and,
+/// of memory, the allocations it counts.
 fn count_stacks(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
-    counts: &[(CountKey, u64)],
+    counts: &[(CountKey, u64, u64)],
     markers: &[&'static str],
     plan: &Plan,
 ) -> Counted {
@@ -173,7 +187,7 @@ fn count_stacks(
     let mut comms: HashMap<(u32, u32), String> = HashMap::new();
     let mut read = ReadBack::default();
     let mut frames = Vec::new();
-    for (key, count) in counts {
+    for (key, weight, objects) in counts {
         frames.clear();
         comms
             .entry((key.pid, key.tid))
@@ -183,20 +197,20 @@ fn count_stacks(
         }
         let mut end = WalkEnd::NoStack;
         if config.user {
-            end = read.user(skel, &mut table, processes, key, &mut frames);
+            let leaf = Leaf::of(plan, key.event);
+            end = read.user(skel, &mut table, processes, (key, leaf), &mut frames);
         }
         if let Some(marker) = markers.get(key.event as usize) {
             frames.push(RawFrame::Event(marker));
         }
-        let weight = plan.weight(key.event, *count);
-        if weight > 0 {
+        if *weight > 0 {
             let sampled = Sampled {
                 pid: key.pid,
                 tid: key.tid,
                 cpu: 0,
                 names: None,
             };
-            table.count(sampled, &frames, end, weight);
+            table.count_objects(sampled, &frames, end, *weight, *objects);
         }
     }
 
@@ -247,7 +261,7 @@ impl ReadBack {
         skel: &ProfileSkel<'_>,
         table: &mut StackTable,
         processes: &mut Processes,
-        key: &CountKey,
+        (key, leaf): (&CountKey, Leaf),
         frames: &mut Vec<RawFrame>,
     ) -> WalkEnd {
         match key.user_stack_id {
@@ -257,7 +271,9 @@ impl ReadBack {
                     .entry(id)
                     .or_insert_with(|| program::user_stack(skel, id));
                 match stack {
-                    Some(stack) => return user_frames(table, processes, key, stack, frames),
+                    Some(stack) => {
+                        return user_frames(table, processes, (key, leaf), stack, frames)
+                    }
                     None => {
                         self.lost.count(Loss::Unread);
                         frames.push(RawFrame::Marker(MISSED_USER));
@@ -383,17 +399,43 @@ fn tables_not_loaded(not_loaded: &NotLoaded) -> String {
 const MISSED_USER: &str = stackscope_profile::MISSED_USER_STACK;
 const MISSED_KERNEL: &str = stackscope_profile::MISSED_KERNEL_STACK;
 
+/// What a user stack's leaf address is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leaf {
+    /// The instruction the sample or probe stopped at.
+    Instruction,
+    /// A return address: the stack was taken just after a return (a uretprobe, an
+    /// allocation), so the leaf is named, as every caller is, by its call.
+    Return,
+}
+
+impl Leaf {
+    fn of(plan: &Plan, event: u32) -> Leaf {
+        match plan.taken_at_return(event) {
+            true => Leaf::Return,
+            false => Leaf::Instruction,
+        }
+    }
+}
+
 /// Appends a user stack's frames (leaf first) and says how its walk ended.
 fn user_frames(
     table: &mut StackTable,
     processes: &mut Processes,
-    key: &CountKey,
+    (key, leaf): (&CountKey, Leaf),
     stack: &layout::UserStack,
     frames: &mut Vec<RawFrame>,
 ) -> WalkEnd {
     let maps = processes.maps(key.pid);
     let mut last_module = None;
-    for addr in lookup_addresses(&stack.ips) {
+    let leaf_at_call = stack.ips.first().filter(|_| leaf == Leaf::Return);
+    let addrs = lookup_addresses(&stack.ips)
+        .enumerate()
+        .map(|(i, addr)| match (i, leaf_at_call) {
+            (0, Some(&ret)) => lookup_address(ret),
+            _ => addr,
+        });
+    for addr in addrs {
         let mapping = maps.and_then(|m| m.find(addr));
         last_module = mapping.map(|m| m.path.clone());
         frames.push(table.user_frame(key.pid, addr, mapping));

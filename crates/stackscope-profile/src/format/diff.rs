@@ -72,12 +72,13 @@ pub fn write(
         false => (scaled, ""),
         true => ("", scaled),
     };
+    let unit = after.meta.count_unit.short_name();
     options.subtitle = Some(format!(
-        "{} samples before{before_scaled}, {} after{after_scaled}; drawn as {drawn} was: red grew, blue shrank",
+        "{} {unit} before{before_scaled}, {} after{after_scaled}; drawn as {drawn} was: red grew, blue shrank",
         before.total_samples(),
         after.total_samples(),
     ));
-    options.count_name = "samples".to_string();
+    options.count_name = unit.to_string();
     // inferno colours by the second count less the first; with the pair swapped, negating
     // keeps red for what grew from before to after.
     options.negate_differentials = diff.negate;

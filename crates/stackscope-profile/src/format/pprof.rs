@@ -6,7 +6,10 @@
 //! CPU they were taken on: pprof keeps apart samples whose labels differ, so a `cpu` label
 //! would print one stack once per CPU in `-traces`. A profile of time (counts in
 //! microseconds: off-CPU, or on- and off-CPU) carries one, `off-cpu/nanoseconds` or
-//! `wall/nanoseconds`. When stacks are rooted in the event that counted them (several events),
+//! `wall/nanoseconds`. A profile of bytes carries two, as Go's heap profiles do:
+//! `alloc_objects/count` and `alloc_space/bytes` for the bytes allocated, `inuse_objects/count`
+//! and `inuse_space/bytes` for those still held ([`IN_USE_EVENT`]), the space shown by
+//! default. When stacks are rooted in the event that counted them (several events),
 //! each sample also has an `event` label naming it, for `-tagfocus`. A location is one machine
 //! address: a frame and the frames inlined into it (the model's [`Frame::inlined`] flag marks
 //! a frame that shares its caller's address) become one location with one line per frame,
@@ -20,7 +23,7 @@
 //! a name equal to its system name for one still to demangle, and shortens one that merely
 //! looks demangled by cutting out everything between `<>` and `()`.
 
-use crate::{printable, CountUnit, Frame, FrameKind, Profile};
+use crate::{printable, CountUnit, Frame, FrameKind, Profile, IN_USE_EVENT};
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
@@ -48,7 +51,7 @@ pub fn write(profile: &Profile, _opts: &WriteOptions, out: &mut dyn Write) -> io
             .checked_mul(nanos)
             .is_none_or(|v| i64::try_from(v).is_err())
     };
-    if let Some((stack, _, count)) = per_thread(profile).into_iter().find(|s| too_large(s.2)) {
+    if let Some((stack, _, count, _)) = per_thread(profile).into_iter().find(|s| too_large(s.2)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
@@ -119,7 +122,12 @@ impl<'a> Encoder<'a> {
         let meta = &self.profile.meta;
         let nanos = meta.sample_nanos();
         let timed = meta.count_unit == CountUnit::Microseconds;
-        self.value_types(timed, nanos);
+        let bytes = meta.count_unit == CountUnit::Bytes;
+        if bytes {
+            self.space_types();
+        } else {
+            self.value_types(timed, nanos);
+        }
         self.message.duration_nanos = clamp_f64(meta.duration_secs * 1e9);
         for comment in comments(self.profile) {
             let i = self.string(&comment);
@@ -134,7 +142,7 @@ impl<'a> Encoder<'a> {
         };
         let events = rooted_events(self.profile);
         let mut stack_locations: HashMap<u32, Vec<u64>> = HashMap::new();
-        for (stack, thread, count) in per_thread(self.profile) {
+        for (stack, thread, count, objects) in per_thread(self.profile) {
             let location_id = match stack_locations.get(&stack) {
                 Some(ids) => ids.clone(),
                 None => {
@@ -144,10 +152,14 @@ impl<'a> Encoder<'a> {
                 }
             };
             let mut value = Vec::with_capacity(2);
-            if !timed {
+            if bytes {
+                value.push(clamp(objects));
+            } else if !timed {
                 value.push(clamp(count));
             }
-            if let Some(nanos) = nanos {
+            if bytes {
+                value.push(clamp(count));
+            } else if let Some(nanos) = nanos {
                 value.push(clamp(count.saturating_mul(nanos)));
             }
             let label = self.labels(&keys, &events, stack, thread);
@@ -192,6 +204,20 @@ impl<'a> Encoder<'a> {
             self.message.period_type = Some(count_type);
             self.message.period = 1;
         }
+    }
+
+    /// A profile of bytes: the allocations and their bytes, allocated or still held, as Go's
+    /// heap profiles name them; the bytes are shown by default.
+    fn space_types(&mut self) {
+        let held = self.profile.meta.event == IN_USE_EVENT;
+        let prefix = if held { "inuse" } else { "alloc" };
+        let objects = self.value_type(&format!("{prefix}_objects"), "count");
+        let space = self.value_type(&format!("{prefix}_space"), "bytes");
+        self.message.sample_type.extend([objects, space]);
+        self.message.period_type = Some(self.value_type("space", "bytes"));
+        // One allocation in `period` bytes is counted when allocations are sampled.
+        self.message.period = self.profile.meta.period.map_or(1, clamp);
+        self.message.default_sample_type = space.r#type;
     }
 
     /// A sample's labels: its thread, and the event its stack is rooted in when stacks are.
@@ -339,18 +365,21 @@ impl<'a> Encoder<'a> {
     }
 }
 
-/// The samples as pprof gets them: (stack, thread, count), the counts of one stack on one
-/// thread added up over the CPUs, in the order each first appears. A sum past `u64::MAX` stays
-/// there, which [`write`] refuses as it refuses any count too large.
-fn per_thread(profile: &Profile) -> Vec<(u32, u32, u64)> {
+/// The samples as pprof gets them: (stack, thread, count, objects), the counts of one stack
+/// on one thread added up over the CPUs, in the order each first appears. A sum past
+/// `u64::MAX` stays there, which [`write`] refuses as it refuses any count too large.
+fn per_thread(profile: &Profile) -> Vec<(u32, u32, u64, u64)> {
     let mut at: HashMap<(u32, u32), usize> = HashMap::new();
-    let mut merged: Vec<(u32, u32, u64)> = Vec::new();
+    let mut merged: Vec<(u32, u32, u64, u64)> = Vec::new();
     for sample in &profile.samples {
         match at.get(&(sample.stack, sample.thread)) {
-            Some(&i) => merged[i].2 = merged[i].2.saturating_add(sample.count),
+            Some(&i) => {
+                merged[i].2 = merged[i].2.saturating_add(sample.count);
+                merged[i].3 = merged[i].3.saturating_add(sample.objects);
+            }
             None => {
                 at.insert((sample.stack, sample.thread), merged.len());
-                merged.push((sample.stack, sample.thread, sample.count));
+                merged.push((sample.stack, sample.thread, sample.count, sample.objects));
             }
         }
     }

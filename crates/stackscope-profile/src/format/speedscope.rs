@@ -109,10 +109,10 @@ fn thread_profiles(profile: &Profile, shared_of: &[usize]) -> io::Result<Vec<Sam
         .map(|t| SampledProfile {
             r#type: "sampled",
             name: format!("{} (pid {}, tid {})", shown_name(&t.comm), t.pid, t.tid),
-            unit: if nanos.is_some() {
-                "nanoseconds"
-            } else {
-                "none"
+            unit: match (nanos, profile.meta.count_unit) {
+                (Some(_), _) => "nanoseconds",
+                (None, crate::CountUnit::Bytes) => "bytes",
+                (None, _) => "none",
             },
             start_value: 0,
             end_value: 0,

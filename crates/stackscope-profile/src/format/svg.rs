@@ -11,7 +11,7 @@
 
 use super::folded::{self, Spelling};
 use super::WriteOptions;
-use crate::{printable, CountUnit, Profile};
+use crate::{printable, CountUnit, Profile, IN_USE_EVENT};
 use inferno::flamegraph::{self, color::MultiPalette, Palette};
 use std::io::{self, Write};
 
@@ -48,7 +48,15 @@ pub(super) fn write(profile: &Profile, opts: &WriteOptions, out: &mut dyn Write)
 fn subtitle(profile: &Profile) -> String {
     let meta = &profile.meta;
     let mut s = meta.event.clone();
-    if let Some(hz) = meta.frequency_hz {
+    if meta.count_unit == CountUnit::Bytes {
+        s = match meta.event == IN_USE_EVENT {
+            true => "bytes still held at the end, by the stacks that allocated them".to_string(),
+            false => "bytes allocated".to_string(),
+        };
+        if let Some(every) = meta.period {
+            s.push_str(&format!(", one allocation sampled per {every} bytes"));
+        }
+    } else if let Some(hz) = meta.frequency_hz {
         s.push_str(&format!(" at {hz} Hz"));
     } else if let Some(period) = meta.period {
         s.push_str(&format!(", every {period} events"));

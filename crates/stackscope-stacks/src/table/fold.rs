@@ -53,15 +53,15 @@ impl StackTable {
         let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
         let mut threads: HashMap<(u32, u32, NameId, NameId), ThreadId> = HashMap::new();
-        for (key, count) in &self.counts {
+        for (key, &(count, objects)) in &self.counts {
             self.frames_of(key.stack, &mut raw);
             let seen = self.name_stack(&names, builder, &raw, &mut chain);
-            self.tally_stack(tally, key, *count, &seen);
+            self.tally_stack(tally, key, count, &seen);
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid, key.comm, key.process))
                 .or_insert_with(|| builder.thread(self.thread_of(key, thread)));
-            builder.add(tid, stack, Some(key.cpu), *count);
+            builder.add_objects(tid, stack, Some(key.cpu), count, objects);
         }
         self.note_modules(&names, tally, build_ids);
     }

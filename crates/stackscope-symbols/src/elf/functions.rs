@@ -34,6 +34,14 @@ impl ElfFile {
         self.function_symbols(table, |function, _| Some(function))
     }
 
+    /// The function `table` names `name` (as the table spells it), where the file defines it.
+    pub fn function_named(&self, table: SymbolTable, name: &[u8]) -> Option<Function> {
+        let pick = |function: Function, symbol: &[u8]| {
+            (symbol == name && function.section.is_some()).then_some(function)
+        };
+        self.function_symbols(table, pick)?.into_iter().next()
+    }
+
     /// The names of the functions `table` says the file defines (not those it imports), as
     /// the table spells them; `None` as for [`ElfFile::functions`].
     pub fn defined_function_names(&self, table: SymbolTable) -> Option<Vec<&[u8]>> {

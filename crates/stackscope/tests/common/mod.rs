@@ -54,6 +54,7 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "jit" => c("jit.c", &[]),
         "manystacks" => c("manystacks.c", &["-fomit-frame-pointer"]),
         "secret" => c("secret.c", &["-fomit-frame-pointer"]),
+        "allocs" => c("allocs.c", &["-fomit-frame-pointer"]),
         // debuginfo=1 (not line-tables-only): only then do inlined subroutines carry their
         // full path (`rust_deep::deep_helper_mix`) in DWARF.
         "rust_deep" => (
@@ -66,6 +67,18 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
                 "-C",
                 "force-frame-pointers=no",
                 "rust_deep.rs",
+            ],
+        ),
+        "rust_allocs" => (
+            "rustc",
+            vec![
+                "-C",
+                "opt-level=3",
+                "-C",
+                "debuginfo=1",
+                "-C",
+                "force-frame-pointers=no",
+                "rust_allocs.rs",
             ],
         ),
         other => panic!("no workload named {other}"),
@@ -860,4 +873,23 @@ pub fn gdb_stale_looks(run: &Run) -> u64 {
         })
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
+}
+
+/// `go tool pprof ARGS FILE`'s stdout; fails the test with pprof's stderr.
+pub fn go_pprof(args: &[&str], file: &Path) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof"])
+        .args(args)
+        .arg(file)
+        .env("PPROF_TMPDIR", file.parent().unwrap())
+        .output()
+        .expect(
+            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
+        );
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
 }
