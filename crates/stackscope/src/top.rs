@@ -131,7 +131,11 @@ impl Session {
         if profile.samples.is_empty() {
             return "no samples yet: nothing written".into();
         }
-        match self.output.check_writable().and_then(|_| self.output.write(&profile)) {
+        match self
+            .output
+            .check_writable()
+            .and_then(|_| self.output.write(&profile))
+        {
             Ok(()) => format!("wrote {}", self.output.written()),
             Err(e) => format!("not written: {e:#}"),
         }
@@ -236,7 +240,8 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
     if write_at_end {
         let ending = Ending {
             command: &command,
-            why_empty: " (the target ran for less than one sampling period, or slept the whole time)",
+            why_empty:
+                " (the target ran for less than one sampling period, or slept the whole time)",
             off_cpu_hint: threads,
         };
         return summary::finish(recording, &session.output, ending, |o, p| o.write(p));

@@ -122,7 +122,9 @@ fn refresh_table(session: &mut Session, view: &mut View, screen: &mut Screen, ti
     if tick && screen.status.starts_with("waiting") {
         screen.status.clear();
     }
-    screen.selected = screen.selected.min(screen.table.rows.len().saturating_sub(1));
+    screen.selected = screen
+        .selected
+        .min(screen.table.rows.len().saturating_sub(1));
 }
 
 /// Acts on a key; false to quit.
@@ -245,7 +247,11 @@ fn render(frame: &mut Frame, session: &Session, view: &View, screen: &Screen) {
 /// expanded one followed by its callers and callees.
 fn table_lines<'a>(view: &View, screen: &Screen, height: usize) -> Vec<Line<'a>> {
     let grouped = view.settings.grouping != Grouping::None;
-    let group_head = if grouped { format!("{:<20}  ", "Group") } else { String::new() };
+    let group_head = if grouped {
+        format!("{:<20}  ", "Group")
+    } else {
+        String::new()
+    };
     let mut lines = vec![Line::from(format!(
         " Self%  Total%  Samples  Trend{:15}  {group_head}{:<24}  Function",
         "", "Module"

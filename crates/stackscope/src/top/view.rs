@@ -129,7 +129,9 @@ pub(crate) struct View {
 
 impl View {
     pub fn new(settings: Settings, refresh: Duration, window: Duration) -> View {
-        let window = (window.as_secs_f64() / refresh.as_secs_f64()).ceil().max(1.0) as usize;
+        let window = (window.as_secs_f64() / refresh.as_secs_f64())
+            .ceil()
+            .max(1.0) as usize;
         View {
             counted_as: settings.clone(),
             settings,
@@ -280,7 +282,12 @@ impl View {
         let window = self.buckets.iter().skip(self.buckets.len() - in_window);
         let (counts, total, lost, seconds) = if self.settings.cumulative {
             let seconds = self.refreshes as f64 * self.refresh.as_secs_f64();
-            (self.all_counts.clone(), self.all_total, self.all_lost, seconds)
+            (
+                self.all_counts.clone(),
+                self.all_total,
+                self.all_lost,
+                seconds,
+            )
         } else {
             let mut counts = HashMap::new();
             let (mut total, mut lost) = (0, 0);
@@ -289,7 +296,12 @@ impl View {
                 total += bucket.total;
                 lost += bucket.lost;
             }
-            (counts, total, lost, in_window as f64 * self.refresh.as_secs_f64())
+            (
+                counts,
+                total,
+                lost,
+                in_window as f64 * self.refresh.as_secs_f64(),
+            )
         };
         let filter = self.settings.filter.to_lowercase();
         let mut rows: Vec<Row> = counts
