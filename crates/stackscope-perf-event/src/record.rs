@@ -45,8 +45,11 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// folded on a thread of its own, and `observe` sees the profile so far and what came in.
 pub struct Live {
     pub every: Duration,
-    pub observe: Box<dyn FnMut(&LiveFold, &Interval) + Send>,
+    pub observe: Observer,
 }
+
+/// What sees the profile so far and each hand-over's stacks, on the naming thread.
+pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
 
 /// Records until the duration ends, the target exits, or `options.stop` is set. `on_start`
 /// runs once sampling has begun (the target exists and the events are enabled), so the caller

@@ -79,3 +79,66 @@ impl LiveFold {
         self.folded.snapshot(meta)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Sampled;
+    use crate::walk::WalkEnd;
+    use crate::Mapping;
+
+    #[test]
+    fn an_address_is_named_once_across_the_tables_of_a_chain_and_keeps_its_frames() {
+        // This test's own program: a real file for the symbolizer.
+        let exe = std::env::current_exe().unwrap();
+        let program = Mapping {
+            start: 0x1000,
+            end: 0x100_0000,
+            offset: 0,
+            path: exe.to_string_lossy().as_ref().into(),
+            build_id: None,
+        };
+        let sampled = Sampled {
+            pid: 7,
+            tid: 7,
+            cpu: 0,
+            names: Some(("prog", "prog")),
+        };
+        let mut live = LiveFold::new(|pid, tid| Thread {
+            pid,
+            tid,
+            ..Thread::default()
+        });
+        let mut table = StackTable::default();
+        let leaf = table.user_frame(7, 0x2000, Some(&program));
+        let root = table.user_frame(7, 0x3000, Some(&program));
+        table.count(sampled, &[leaf, root], WalkEnd::Complete, 3);
+        let first = live.fold(&table.take());
+        let named = live.names.len();
+
+        // The next table of the chain: the same addresses again, and one new.
+        let again = table.user_frame(7, 0x2000, Some(&program));
+        assert_eq!(
+            again, leaf,
+            "the successor table numbers the module as before"
+        );
+        table.count(sampled, &[leaf, root], WalkEnd::Complete, 2);
+        let new = table.user_frame(7, 0x4000, Some(&program));
+        table.lose(5);
+        table.count(sampled, &[new, root], WalkEnd::Complete, 1);
+        let second = live.fold(&table.take());
+
+        assert_eq!(
+            live.names.len(),
+            named + 1,
+            "only the new address was named"
+        );
+        assert_eq!(first.stacks.len(), 1);
+        let same = second.stacks.iter().find(|s| s.1 == first.stacks[0].1);
+        assert_eq!(same.map(|s| s.2), Some(2), "{second:?}");
+        assert_eq!(second.stacks.len(), 2);
+        assert_eq!((first.lost, second.lost), (0, 5));
+        // The profile so far holds both tables' samples.
+        assert_eq!(live.snapshot(Default::default()).total_samples(), 6);
+    }
+}
