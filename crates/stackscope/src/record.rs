@@ -97,6 +97,14 @@ impl Plan {
         }
     }
 
+    /// Refuses a live view of what only shows at the end: the eBPF backend's counts.
+    pub fn refuse_live(&self) -> Result<()> {
+        if self.backend == BackendArg::Bpf {
+            bail!("the eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts stacks in the kernel until sampling ends, so it shows nothing live yet: use stackscope record with it");
+        }
+        Ok(())
+    }
+
     /// What is sampled and until when, said once sampling runs.
     pub fn announcement(&self, duration: Option<Duration>) -> String {
         let (what, target, config) = (&self.what, &self.target, &self.config);
@@ -152,7 +160,7 @@ pub(crate) fn sample(
         }
         BackendArg::Bpf => {
             if live.is_some() {
-                bail!("the eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts stacks in the kernel until sampling ends, so it shows nothing live yet: use stackscope record with it");
+                plan.refuse_live()?;
             }
             let max_frames = args.max_stack.max_stack.unwrap_or(DEFAULT_MAX_FRAMES);
             let config = BpfConfig {

@@ -161,6 +161,7 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
         record.all_cpus = true;
     }
     let plan = Plan::new(&record)?;
+    plan.refuse_live()?;
     let write_at_end = record.output.output.is_some() || record.output.format.is_some();
     let output = Output::from_args(&record.output, Fallback::file(plan.title()))?;
     if write_at_end {
