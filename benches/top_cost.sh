@@ -7,6 +7,8 @@
 # Goal: stackscope's own CPU at most half of perf top's.
 # With LONG=SECS, stackscope top then runs alone for that long (600: 10 minutes) under the
 # same build, its RSS polled every 10 s: memory should stay flat (at most 64 MiB).
+# `stackscope record -a` over the same time is measured beside them: what sampling and naming
+# cost without the view.
 #
 # Usage: benches/top_cost.sh     (as root; installs perf, time, tmux and gcc if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
@@ -58,11 +60,13 @@ in_terminal() {
 declare -A cpu mem
 for _ in $(seq "$rounds"); do
     in_terminal stackscope "$STACKSCOPE" top -F 999 -d "$secs"
-    in_terminal perf timeout -s INT "$secs" perf top -F 999 -e cpu-clock --stdio
-    in_terminal perf_dwarf timeout -s INT "$secs" perf top -F 999 -e cpu-clock \
+    in_terminal record "$STACKSCOPE" record -a -F 999 -d "$secs" -o record.folded
+    in_terminal perf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock --stdio
+    in_terminal perf_dwarf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock \
         --call-graph dwarf --stdio
-    for tool in stackscope perf perf_dwarf; do
-        read -r user sys kib <"$tool.time"
+    for tool in stackscope record perf perf_dwarf; do
+        # GNU time puts "Command exited with non-zero status N" (perf top at its timeout) first.
+        read -r user sys kib < <(tail -n 1 "$tool.time")
         cpu[$tool]+="$(calc "$user + $sys") "
         mem[$tool]+="$(calc "$kib / 1024") "
     done
@@ -70,7 +74,7 @@ done
 
 printf "%-11s %12s %12s   (%s s, whole system, under a build)\n" tool "CPU s" "peak MiB" "$secs"
 declare -A med_cpu med_mem
-for tool in stackscope perf perf_dwarf; do
+for tool in stackscope record perf perf_dwarf; do
     # shellcheck disable=SC2086
     med_cpu[$tool]=$(printf "%s\n" ${cpu[$tool]} | median)
     # shellcheck disable=SC2086
