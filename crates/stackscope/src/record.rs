@@ -232,7 +232,7 @@ fn command_line(args: &RecordArgs) -> Vec<String> {
 
 /// How `record`'s summary speaks of the launched command and of an empty profile, and whether
 /// it points a target mostly off the CPU to `--off-cpu` (`threads`: not the whole system).
-fn ending(command: &[String], threads: bool) -> Ending<'_> {
+pub(crate) fn ending(command: &[String], threads: bool) -> Ending<'_> {
     Ending {
         command,
         why_empty: " (the target ran for less than one sampling period, or slept the whole time)",

@@ -26,7 +26,7 @@ use crate::cli::{TopArgs, TOP_REFRESH, TOP_WINDOW};
 use crate::output::{Fallback, Output};
 use crate::record::{self, Plan};
 use crate::status::stop_on_signals;
-use crate::summary::{self, Ending};
+use crate::summary;
 use view::{Grouping, Settings, SortBy, Update, View};
 
 /// How a view asks for the profile so far and gets it.
@@ -169,9 +169,46 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
     }
     let refresh = args.refresh.unwrap_or(TOP_REFRESH);
     let batch = args.batch.is_some() || !std::io::stdout().is_terminal();
+    let (command, threads) = (plan.command.clone(), plan.threads);
+    let session = start(record, plan, output, refresh, batch)?;
+    let settings = Settings {
+        sort: SortBy::Own,
+        kernel: true,
+        grouping: Grouping::None,
+        cumulative: args.cumulative,
+        filter: String::new(),
+    };
+    let view = View::new(settings, refresh, args.window.unwrap_or(TOP_WINDOW));
+    let (session, message) = match batch {
+        true => batch::run(session, view, args.batch, args.rows)?,
+        false => screen::run(session, view)?,
+    };
+    if let Some(message) = message {
+        eprintln!("stackscope: {message}");
+    }
+    let recording = session
+        .sampling
+        .join()
+        .map_err(|_| anyhow!("sampling stopped by a panic"))??;
+    if write_at_end {
+        let ending = record::ending(&command, threads);
+        return summary::finish(recording, &session.output, ending, |o, p| o.write(p));
+    }
+    summary::say_failure(&recording);
+    Ok(summary::exit_code(&recording).unwrap_or(0))
+}
+
+/// Starts sampling as `plan` says on a thread of its own, handing its stacks over every
+/// `refresh`; announces it on stderr for the snapshots (the full-screen view says it itself).
+fn start(
+    record: crate::cli::RecordArgs,
+    plan: Plan,
+    output: Output,
+    refresh: Duration,
+    batch: bool,
+) -> Result<Session> {
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&record.debuginfod);
-
     let meta = Metadata {
         source: "perf_event".into(),
         event: "cpu-clock".into(),
@@ -192,14 +229,12 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
         every: refresh,
         observe: Box::new(observer(updates_in, asked, answers_in)),
     };
-    let (command, threads) = (plan.command.clone(), plan.threads);
     let announcement = plan.announcement(record.duration.duration);
     let sampling = {
         let stop = stop.clone();
         std::thread::Builder::new()
             .name("stackscope-sample".into())
             .spawn(move || {
-                // The full-screen view has the terminal: it says what it samples itself.
                 let announce = || {
                     if batch {
                         eprintln!("{announcement}");
@@ -208,15 +243,7 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
                 record::sample(&record, &plan, &stop, announce, Some(live))
             })?
     };
-    let settings = Settings {
-        sort: SortBy::Own,
-        kernel: true,
-        grouping: Grouping::None,
-        cumulative: args.cumulative,
-        filter: String::new(),
-    };
-    let view = View::new(settings, refresh, args.window.unwrap_or(TOP_WINDOW));
-    let session = Session {
+    Ok(Session {
         updates,
         snapshots: Snapshots { asks, answers },
         stop,
@@ -226,29 +253,7 @@ pub(crate) fn run(args: TopArgs) -> Result<i32> {
         output,
         started: Instant::now(),
         meta,
-    };
-    let (session, message) = match batch {
-        true => batch::run(session, view, args.batch, args.rows)?,
-        false => screen::run(session, view)?,
-    };
-    if let Some(message) = message {
-        eprintln!("stackscope: {message}");
-    }
-    let recording = session
-        .sampling
-        .join()
-        .map_err(|_| anyhow!("sampling stopped by a panic"))??;
-    if write_at_end {
-        let ending = Ending {
-            command: &command,
-            why_empty:
-                " (the target ran for less than one sampling period, or slept the whole time)",
-            off_cpu_hint: threads,
-        };
-        return summary::finish(recording, &session.output, ending, |o, p| o.write(p));
-    }
-    summary::say_failure(&recording);
-    Ok(summary::exit_code(&recording).unwrap_or(0))
+    })
 }
 
 /// What runs on the naming thread after each hand-over: passes what is new in the profile so
