@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stackscope_profile::Metadata;
+use stackscope_stacks::table::{BackgroundFold, Interval, LiveFold};
 
 use crate::sampler::{Sampler, SamplerConfig};
 use stackscope_process::target::Target;
@@ -40,21 +41,59 @@ pub const MAX_STACK_COPY: u32 = crate::perf::MAX_STACK_BYTES;
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 
+/// A live view's part in a recording: every `every`, what was counted since is named and
+/// folded on a thread of its own, and `observe` sees the profile so far and what came in.
+pub struct Live {
+    pub every: Duration,
+    pub observe: Observer,
+}
+
+/// What sees the profile so far and each hand-over's stacks, on the naming thread.
+pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
+
 /// Records until the duration ends, the target exits, or `options.stop` is set. `on_start`
 /// runs once sampling has begun (the target exists and the events are enabled), so the caller
 /// announces nothing for a target that failed to start.
 pub fn record(options: RecordOptions, on_start: impl FnOnce()) -> Result<Recording, SampleError> {
+    record_live(options, None, on_start)
+}
+
+/// [`record`], with a live view fed as it goes when `live` is given.
+pub fn record_live(
+    options: RecordOptions,
+    live: Option<Live>,
+    on_start: impl FnOnce(),
+) -> Result<Recording, SampleError> {
     let mut sampler = Sampler::open(&options.target, &options.sampler)?;
     let mut collector = Collector::new(&options.sampler).reading_on(options.read_stack_on);
+    let every = match live {
+        Some(live) => {
+            let names = collector::thread_names(true);
+            let fold = BackgroundFold::start_live(names, live.observe).map_err(|source| {
+                SampleError::Io {
+                    what: "starting the naming thread".into(),
+                    source,
+                }
+            })?;
+            collector = collector.handing_to(fold);
+            Some(live.every)
+        }
+        None => None,
+    };
     sampler.start()?;
     on_start();
     let started = Instant::now();
+    let mut handed = started;
     let mut interrupted = false;
     let mut failure = None;
     loop {
         if let Err(e) = sampler.poll(POLL_INTERVAL, &mut |event| collector.handle(event)) {
             failure = Some(e);
             break;
+        }
+        if every.is_some_and(|every| handed.elapsed() >= every) {
+            handed = Instant::now();
+            collector.hand_over();
         }
         if options.stop.load(Ordering::Relaxed) {
             interrupted = true;

@@ -408,6 +408,11 @@ impl ProfileBuilder {
         &mut self.profile.meta
     }
 
+    /// What was built so far.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
     pub fn finish(self) -> Profile {
         self.profile
     }

@@ -11,10 +11,12 @@ use crate::walk::WalkEnd;
 use crate::Mapping;
 
 mod fold;
+mod live;
 mod names;
 mod rust_names;
 
 pub use fold::{BackgroundFold, Folded, ModuleUse, Tally, ENTRY_POINTS, UNREADABLE};
+pub use live::{Interval, LiveFold};
 pub(crate) use names::original_path;
 pub use rust_names::rust_clean;
 
@@ -96,6 +98,8 @@ pub struct StackTable {
     names: Vec<Arc<str>>,
     name_ids: HashMap<Arc<str>, NameId>,
     naming: Naming,
+    /// Samples the source lost while this table filled.
+    lost: u64,
 }
 
 /// Where a stack's samples were taken.
@@ -249,6 +253,24 @@ impl StackTable {
                 ..
             })
         )
+    }
+
+    /// The stacks counted so far, leaving this table empty but for its modules, which keep
+    /// their numbers: the raw frames of every table taken from it name the same code, so a
+    /// live recording names each address once across the tables it hands over.
+    pub fn take(&mut self) -> StackTable {
+        let successor = StackTable {
+            modules: self.modules.clone(),
+            module_ids: self.module_ids.clone(),
+            naming: self.naming,
+            ..StackTable::default()
+        };
+        std::mem::replace(self, successor)
+    }
+
+    /// Notes `count` samples the source lost while this table filled.
+    pub fn lose(&mut self, count: u64) {
+        self.lost += count;
     }
 
     /// Unique frames held (one per new frame of any stack): what the table's memory grows

@@ -38,18 +38,23 @@ impl Choice {
 }
 
 /// The backend for `args` (whose target is `target`); probes and time need the eBPF one, and
-/// asking for the perf one with them is refused.
+/// asking for the perf one with them is refused. A `live` view (`top`) takes the perf source
+/// by default: the eBPF source counts in the kernel until sampling ends.
 pub(crate) fn choose(
     args: &RecordArgs,
     target: &Target,
     time: Option<&TimeProfile>,
     memory: Option<&MemoryProfile>,
+    live: bool,
 ) -> Result<Choice> {
     if let Some(memory) = memory {
         if args.backend == Some(BackendArg::Perf) {
             bail!("counting {memory} runs on the eBPF backend only: drop --backend perf");
         }
-        return Choice::of(BackendArg::Bpf, format!("{memory} are counted in the kernel"));
+        return Choice::of(
+            BackendArg::Bpf,
+            format!("{memory} are counted in the kernel"),
+        );
     }
     if let Some(time) = time {
         let flag = if args.wall { "--wall" } else { "--off-cpu" };
@@ -93,6 +98,12 @@ pub(crate) fn choose(
              tables are in the kernel; --backend bpf to choose it",
         );
     }
+    if live {
+        return Choice::of(
+            BackendArg::Perf,
+            "a live view: the eBPF source counts in the kernel until sampling ends",
+        );
+    }
     let (release, missing) = crate::doctor::bpf_missing();
     if !missing.is_empty() {
         return Choice::of(
@@ -121,7 +132,7 @@ mod tests {
         let Command::Record(args) = Cli::try_parse_from(argv).unwrap().command else {
             unreachable!("a record command line");
         };
-        choose(&args, &target, None, None)
+        choose(&args, &target, None, None, false)
     }
 
     fn command() -> Target {

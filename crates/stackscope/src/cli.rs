@@ -10,6 +10,8 @@ mod gdb;
 mod memory;
 #[cfg(target_os = "linux")]
 mod profile;
+#[cfg(target_os = "linux")]
+mod top;
 
 pub use diff::DiffArgs;
 pub use flags::*;
@@ -17,6 +19,8 @@ pub use gdb::GdbArgs;
 pub use memory::MemoryArgs;
 #[cfg(target_os = "linux")]
 pub use profile::ProfileArgs;
+#[cfg(target_os = "linux")]
+pub use top::{TopArgs, TOP_REFRESH, TOP_WINDOW};
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -95,6 +99,27 @@ pub enum Command {
             start of its function in the module (as objdump and addr2line number it)."),
     )]
     Record(RecordArgs),
+    /// The hottest functions and their stacks, live in the terminal (Linux-only).
+    ///
+    /// The same targets, rates and outputs as `record`: the whole system without one. Keys:
+    /// s sort by self/total, / filter, Enter expand a row into its callers and callees, k
+    /// kernel frames, g group by process/thread/none, c window/cumulative, p or space pause,
+    /// w write the profile so far (-o, else flame.svg), q or Ctrl-C quit.
+    #[cfg(target_os = "linux")]
+    #[command(after_help = "Examples:\n  \
+        stackscope top                                   # the whole system\n  \
+        stackscope top -p 4242                           # one process and its threads\n  \
+        stackscope top -- ./target/release/myprog args   # launch and watch\n  \
+        stackscope top -b 3 -p 4242 > snapshots.txt      # 3 plain-text snapshots\n  \
+        stackscope top -o out.json -p 4242               # and write the profile at the end\n\n\
+        Counts are of the last --window seconds (5), or everything since the start (c, \
+        --cumulative). Nothing is written unless -o is given (at the end) or w is pressed. \
+        The eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts in the kernel \
+        until sampling ends and is refused here.")]
+    Top(TopArgs),
+    /// The hottest functions live in the terminal: Linux-only.
+    #[cfg(not(target_os = "linux"))]
+    Top(LinuxOnlyArgs),
     /// Re-render a saved profile, or list its hottest functions.
     ///
     /// It reads stackscope JSON, folded stacks, OSDK JSON, or a perf.data file written by

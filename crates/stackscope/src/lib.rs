@@ -6,7 +6,9 @@
 //! fetched from); `sink`, `output` (where and in which
 //! format), `input`, `status` (signals, exit status), `summary` (the end of every recording)
 //! and `source_bpf`, `source_etw`; `platform` (what is Linux-only, refused elsewhere); `doctor`, to which the recording commands point errors about the
-//! machine; `backend` (which source `record` samples with, and why); the other commands (`record`, `profile`, `gdb`, `report`, `diff`); then the shims
+//! machine; `backend` (which source `record` samples with, and why); the other commands
+//! (`record`, `profile`, `gdb`, `report`, `diff`), and `top`, the live view over `record`'s
+//! start-up and sampling; then the shims
 //! over `record`, and `cargo stackscope` (`cargo`), which builds a target and records it.
 
 #[cfg(target_os = "linux")]
@@ -36,6 +38,8 @@ mod source_bpf;
 mod source_etw;
 mod status;
 mod summary;
+#[cfg(target_os = "linux")]
+mod top;
 
 pub use status::exit;
 
@@ -49,6 +53,10 @@ pub fn main() -> ! {
         cli::Command::Profile(args) => profile::run(args),
         #[cfg(not(target_os = "linux"))]
         cli::Command::Profile(_) => platform::refuse("stackscope profile (bcc's profile, on eBPF)"),
+        #[cfg(target_os = "linux")]
+        cli::Command::Top(args) => top::run(args),
+        #[cfg(not(target_os = "linux"))]
+        cli::Command::Top(_) => platform::refuse("stackscope top (perf_event sampling, live)"),
         cli::Command::Gdb(args) => gdb::run(args),
         cli::Command::Diff(args) => diff::run(args),
         #[cfg(target_os = "linux")]

@@ -8,7 +8,7 @@ use stackscope_bpf::{
     default_max_live, BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES,
 };
 #[cfg(target_os = "linux")]
-use stackscope_perf_event::record::{record, RecordOptions, MAX_STACK_COPY};
+use stackscope_perf_event::record::{record_live, Live, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
 use stackscope_perf_event::sampler::{SamplerConfig, StackMode};
 use stackscope_profile::Profile;
@@ -32,93 +32,170 @@ pub(crate) fn run_with(
     args: RecordArgs,
     write: impl FnOnce(&Output, &Profile) -> Result<()>,
 ) -> Result<i32> {
-    let target = target(&args)?;
-    // Threads sampled on the CPU that --off-cpu and --wall could follow off it.
-    let threads = !matches!(target, Target::System);
-    let time = time_profile(&args)?;
-    let memory = memory_profile(&args)?;
-    let choice = crate::backend::choose(&args, &target, time.as_ref(), memory.as_ref())?;
-    let backend = choice.backend;
-    let config = sampler_config(&args, backend)?;
-    let command = command_line(&args);
-    let what = describe(&target, &command, config.cpu);
-    let probes = probe_names(&args);
-    let title = match (&probes, &time) {
-        _ if memory.is_some() => format!("stackscope: {what} ({})", memory_words(&memory)),
-        (_, Some(TimeProfile::OffCpu { .. })) => format!("stackscope: {what} (off-cpu time, µs)"),
-        (_, Some(TimeProfile::Wall)) => {
-            format!("stackscope: {what} (on-cpu and off-cpu time, µs)")
-        }
-        (Some(events), None) => format!("stackscope: {what} ({events})"),
-        (None, None) => format!("stackscope: {what}"),
-    };
-    let output = Output::from_args(&args.output, Fallback::file(title))?;
+    let plan = Plan::new(&args, false)?;
+    let output = Output::from_args(&args.output, Fallback::file(plan.title()))?;
     output.check_writable()?;
 
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&args.debuginfod);
-    let duration = args.duration.duration;
-    let announcement = match (&probes, &time) {
-        _ if memory.is_some() => format!(
-            "stackscope: counting, by stack, the {} in {what} {}",
-            memory_words(&memory),
-            until(&target, duration)
-        ),
-        (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
-            "stackscope: counting the off-CPU time of {what}{} {}",
-            match min_block_ns / 1000 {
-                0 => String::new(),
-                us => format!(" in blocks of {us} µs or more"),
-            },
-            until(&target, duration)
-        ),
-        (_, Some(TimeProfile::Wall)) => format!(
-            "stackscope: sampling {what} on-CPU at {} and counting its off-CPU time {}",
-            rate(&config),
-            until(&target, duration)
-        ),
-        (Some(events), None) => format!(
-            "stackscope: counting stacks of {what} at {events} {}",
-            until(&target, duration)
-        ),
-        (None, None) => format!(
-            "stackscope: sampling {what} at {} {}",
-            rate(&config),
-            until(&target, duration)
-        ),
-    };
+    let announcement = plan.announcement(args.duration.duration);
     let announce = || eprintln!("{announcement}");
-    let recording = match backend {
+    let mut ending = ending(&plan.command, plan.threads);
+    if plan.memory.is_some() {
+        ending.why_empty = " (no allocation through the probed allocator was counted)";
+    }
+    let recording = sample(&args, &plan, &stop, announce, None)?;
+    eprintln!("{}", plan.choice.line());
+    summary::finish(recording, &output, ending, write)
+}
+
+/// What the record flags ask for, checked before anything starts: the one start-up that
+/// `record` and `top` share.
+#[cfg(target_os = "linux")]
+pub(crate) struct Plan {
+    pub target: Target,
+    /// Threads sampled on the CPU that --off-cpu and --wall could follow off it.
+    pub threads: bool,
+    time: Option<TimeProfile>,
+    memory: Option<MemoryProfile>,
+    /// The source sampled with, and why.
+    pub choice: crate::backend::Choice,
+    pub backend: BackendArg,
+    pub config: SamplerConfig,
+    pub command: Vec<String>,
+    /// The target in the announcement's and title's words.
+    pub what: String,
+    probes: Option<String>,
+}
+
+#[cfg(target_os = "linux")]
+impl Plan {
+    /// The plan for `args`; `live` for a view that shows samples as they come (`top`).
+    pub fn new(args: &RecordArgs, live: bool) -> Result<Plan> {
+        let target = target(args)?;
+        let threads = !matches!(target, Target::System);
+        let time = time_profile(args)?;
+        let memory = memory_profile(args)?;
+        let choice = crate::backend::choose(args, &target, time.as_ref(), memory.as_ref(), live)?;
+        let backend = choice.backend;
+        let config = sampler_config(args, backend)?;
+        let command = command_line(args);
+        let what = describe(&target, &command, config.cpu);
+        let probes = probe_names(args);
+        Ok(Plan {
+            target,
+            threads,
+            time,
+            memory,
+            choice,
+            backend,
+            config,
+            command,
+            what,
+            probes,
+        })
+    }
+
+    /// The flamegraph's title.
+    pub fn title(&self) -> String {
+        let what = &self.what;
+        match (&self.probes, &self.time) {
+            _ if self.memory.is_some() => {
+                format!("stackscope: {what} ({})", memory_words(&self.memory))
+            }
+            (_, Some(TimeProfile::OffCpu { .. })) => {
+                format!("stackscope: {what} (off-cpu time, µs)")
+            }
+            (_, Some(TimeProfile::Wall)) => {
+                format!("stackscope: {what} (on-cpu and off-cpu time, µs)")
+            }
+            (Some(events), None) => format!("stackscope: {what} ({events})"),
+            (None, None) => format!("stackscope: {what}"),
+        }
+    }
+
+    /// Refuses a live view of what only shows at the end: the eBPF backend's counts.
+    pub fn refuse_live(&self) -> Result<()> {
+        if self.backend == BackendArg::Bpf {
+            bail!("the eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts stacks in the kernel until sampling ends, so it shows nothing live yet: use stackscope record with it");
+        }
+        Ok(())
+    }
+
+    /// What is sampled and until when, said once sampling runs.
+    pub fn announcement(&self, duration: Option<Duration>) -> String {
+        let (what, target, config) = (&self.what, &self.target, &self.config);
+        match (&self.probes, &self.time) {
+            _ if self.memory.is_some() => format!(
+                "stackscope: counting, by stack, the {} in {what} {}",
+                memory_words(&self.memory),
+                until(target, duration)
+            ),
+            (_, Some(TimeProfile::OffCpu { min_block_ns })) => format!(
+                "stackscope: counting the off-CPU time of {what}{} {}",
+                match min_block_ns / 1000 {
+                    0 => String::new(),
+                    us => format!(" in blocks of {us} µs or more"),
+                },
+                until(target, duration)
+            ),
+            (_, Some(TimeProfile::Wall)) => format!(
+                "stackscope: sampling {what} on-CPU at {} and counting its off-CPU time {}",
+                rate(config),
+                until(target, duration)
+            ),
+            (Some(events), None) => format!(
+                "stackscope: counting stacks of {what} at {events} {}",
+                until(target, duration)
+            ),
+            (None, None) => format!(
+                "stackscope: sampling {what} at {} {}",
+                rate(config),
+                until(target, duration)
+            ),
+        }
+    }
+}
+
+/// Samples as `plan` says until the duration ends, the target exits or `stop` is set, feeding
+/// `live` as it goes when given (the perf backend only, so far).
+#[cfg(target_os = "linux")]
+pub(crate) fn sample(
+    args: &RecordArgs,
+    plan: &Plan,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    announce: impl FnOnce(),
+    live: Option<Live>,
+) -> Result<stackscope_stacks::Recording> {
+    let duration = args.duration.duration;
+    Ok(match plan.backend {
         BackendArg::Perf => {
             let options = RecordOptions {
-                target,
-                sampler: config,
+                target: plan.target.clone(),
+                sampler: plan.config.clone(),
                 duration,
-                stop,
-                command: command.clone(),
+                stop: stop.clone(),
+                command: plan.command.clone(),
                 read_stack_on: args.read_stack_on,
             };
-            record(options, announce).map_err(|e| crate::doctor::point_to(e.into()))?
+            record_live(options, live, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }
         BackendArg::Bpf => {
+            if live.is_some() {
+                plan.refuse_live()?;
+            }
             let max_frames = args.max_stack.max_stack.unwrap_or(DEFAULT_MAX_FRAMES);
             let config = BpfConfig {
                 max_frames,
                 events: args.events.clone(),
-                time,
-                memory,
+                time: plan.time,
+                memory: plan.memory,
                 alloc_fns: args.memory.alloc_fns.clone(),
-                ..bpf_config(target, &config, duration, &command)
+                ..bpf_config(plan.target.clone(), &plan.config, duration, &plan.command)
             };
-            crate::source_bpf::sample(config, &stop, announce).map_err(crate::doctor::point_to)?
+            crate::source_bpf::sample(config, stop, announce).map_err(crate::doctor::point_to)?
         }
-    };
-    eprintln!("{}", choice.line());
-    let mut ending = ending(&command, threads);
-    if memory.is_some() {
-        ending.why_empty = " (no allocation through the probed allocator was counted)";
-    }
-    summary::finish(recording, &output, ending, write)
+    })
 }
 
 /// `record` where neither perf_event nor eBPF exists: the same target, output and ending,
@@ -179,7 +256,7 @@ fn command_line(args: &RecordArgs) -> Vec<String> {
 
 /// How `record`'s summary speaks of the launched command and of an empty profile, and whether
 /// it points a target mostly off the CPU to `--off-cpu` (`threads`: not the whole system).
-fn ending(command: &[String], threads: bool) -> Ending<'_> {
+pub(crate) fn ending(command: &[String], threads: bool) -> Ending<'_> {
     Ending {
         command,
         why_empty: " (the target ran for less than one sampling period, or slept the whole time)",

@@ -39,10 +39,7 @@ pub(crate) fn finish(
     }
     say_failure(&recording);
     say_figures(&recording);
-    let exit_code = recording.exit_status.map(|status| match status.code() {
-        Some(code) => code,
-        None => 128 + killed_by(status).unwrap_or(0),
-    });
+    let exit_code = exit_code(&recording);
     if let Some(signal) = recording.exit_status.and_then(killed_by) {
         eprintln!(
             "stackscope: {} was killed by signal {signal}",
@@ -68,6 +65,15 @@ pub(crate) fn finish(
         eprintln!("stackscope: wrote {}", output.written());
     }
     Ok(exit_code.unwrap_or(0))
+}
+
+/// The launched command's exit code, when it exited during the recording: its own, or a
+/// shell's `128 + N` for a signal.
+pub(crate) fn exit_code(recording: &Recording) -> Option<i32> {
+    recording.exit_status.map(|status| match status.code() {
+        Some(code) => code,
+        None => 128 + killed_by(status).unwrap_or(0),
+    })
 }
 
 /// The signal that ended a command, as a shell's `128 + N` counts it.

@@ -100,6 +100,13 @@ impl Collector {
         self
     }
 
+    /// A collector that hands its table to `fold` whenever asked ([`Collector::hand_over`]),
+    /// for a live view.
+    pub(crate) fn handing_to(mut self, fold: BackgroundFold) -> Self {
+        self.fold = Some(fold);
+        self
+    }
+
     /// A collector for events read back from a file rather than from live processes.
     pub(crate) fn replaying(mut self) -> Self {
         self.live = false;
@@ -166,7 +173,10 @@ impl Collector {
                     self.unwinder.forget(pid);
                 }
             }
-            Event::Lost { count } => self.lost += count,
+            Event::Lost { count } => {
+                self.lost += count;
+                self.table.lose(count);
+            }
         }
     }
 
@@ -221,8 +231,13 @@ impl Collector {
             // Without a thread, the table grows on and is named at the end.
             self.fold = BackgroundFold::start(thread_names(self.live)).ok();
         }
+        self.hand_over();
+    }
+
+    /// Hands what was counted since the last hand-over to the fold, when there is one.
+    pub(crate) fn hand_over(&mut self) {
         if let Some(fold) = &self.fold {
-            fold.fold(std::mem::take(&mut self.table));
+            fold.fold(self.table.take());
         }
     }
 
@@ -382,7 +397,7 @@ impl Collector {
 
 /// Names for a (pid, tid) pair counted without them. Every sample here is counted with its
 /// thread's names, so this is never asked; the table wants an answer all the same.
-fn thread_names(live: bool) -> impl Fn(u32, u32) -> Thread + Send + 'static {
+pub(crate) fn thread_names(live: bool) -> impl Fn(u32, u32) -> Thread + Send + 'static {
     move |pid, tid| Thread {
         pid,
         tid,

@@ -17,6 +17,7 @@
 use super::check_written;
 use crate::{printable, Profile, StackId};
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::io::{self, Write};
 
 /// How many functions the table shows when not told: a screen's worth.
@@ -39,10 +40,41 @@ impl Default for TopOptions {
 }
 
 /// One function's counts.
-#[derive(Default)]
-struct Counts {
-    own: u64,
-    total: u64,
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Samples taken in the function itself (the stack's leaf).
+    pub own: u64,
+    /// Samples with the function anywhere on the stack, once however often it recurses.
+    pub total: u64,
+}
+
+/// Adds `count` samples of one stack, given as its functions root first, to `functions`:
+/// the one rule for self and total counts, whatever names a function (`report --top` its
+/// name and module, a live view a number it gave them). `on_stack` is scratch space.
+pub fn count_stack<K: Hash + Eq + Clone>(
+    functions: &mut HashMap<K, Counts>,
+    stack: impl ExactSizeIterator<Item = K>,
+    count: u64,
+    on_stack: &mut HashSet<K>,
+) {
+    on_stack.clear();
+    let leaf = stack.len();
+    for (i, key) in stack.enumerate() {
+        let counts = functions.entry(key.clone()).or_default();
+        if i + 1 == leaf {
+            counts.own += count;
+        }
+        if on_stack.insert(key) {
+            counts.total += count;
+        }
+    }
+}
+
+/// One row of the table: a function's name, module and counts.
+pub struct Row<'a> {
+    pub name: &'a str,
+    pub module: &'a str,
+    pub counts: Counts,
 }
 
 /// Writes the table of the `opts.rows` hottest functions. Fails with
@@ -57,20 +89,12 @@ pub fn write(profile: &Profile, opts: &TopOptions, out: &mut dyn Write) -> io::R
     let mut functions: HashMap<(String, String), Counts> = HashMap::new();
     let mut on_stack = HashSet::new();
     for (&stack, &count) in &by_stack {
-        on_stack.clear();
-        let frames = &profile.stack(stack).frames;
-        for (i, &id) in frames.iter().enumerate() {
+        let frames = profile.stack(stack).frames.iter().map(|&id| {
             let frame = profile.frame(id);
             let module = frame.module.as_deref().map(printable).unwrap_or_default();
-            let key = (frame.shown_name().into_owned(), module.into_owned());
-            let counts = functions.entry(key.clone()).or_default();
-            if i + 1 == frames.len() {
-                counts.own += count;
-            }
-            if on_stack.insert(key) {
-                counts.total += count;
-            }
-        }
+            (frame.shown_name().into_owned(), module.into_owned())
+        });
+        count_stack(&mut functions, frames, count, &mut on_stack);
     }
     let mut rows: Vec<((String, String), Counts)> = functions.into_iter().collect();
     rows.sort_by(|(a_key, a), (b_key, b)| {
@@ -87,21 +111,34 @@ pub fn write(profile: &Profile, opts: &TopOptions, out: &mut dyn Write) -> io::R
         profile.meta.duration_secs,
         rows.len()
     )?;
-    let rows = &rows[..shown];
-    let module_width = rows
+    let rows: Vec<Row> = rows[..shown]
         .iter()
-        .map(|((_, module), _)| module_shown(module).chars().count())
-        .max()
-        .unwrap_or(0)
-        .max("Module".len());
+        .map(|((name, module), counts)| Row {
+            name,
+            module,
+            counts: *counts,
+        })
+        .collect();
     let header = if profile.meta.count_unit.is_samples() {
         "Samples"
     } else {
         unit
     };
+    write_rows(&rows, total, header, out)
+}
+
+/// Writes `rows` under the table's column heads, shares out of `total`; `header` heads the
+/// count column.
+pub fn write_rows(rows: &[Row], total: u64, header: &str, out: &mut dyn Write) -> io::Result<()> {
+    let module_width = rows
+        .iter()
+        .map(|row| module_shown(row.module).chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("Module".len());
     let samples_width = rows
         .iter()
-        .map(|(_, c)| c.own.to_string().len())
+        .map(|row| row.counts.own.to_string().len())
         .max()
         .unwrap_or(0)
         .max(header.chars().count());
@@ -110,27 +147,31 @@ pub fn write(profile: &Profile, opts: &TopOptions, out: &mut dyn Write) -> io::R
         " Self%  Total%  {header:>samples_width$}  {:<module_width$}  Function",
         "Module"
     )?;
-    let share = |n: u64| match total {
-        0 => 0.0,
-        total => 100.0 * n as f64 / total as f64,
-    };
-    for ((name, module), counts) in rows {
+    for row in rows {
         writeln!(
             out,
             "{:5.1}%  {:5.1}%  {:>samples_width$}  {:<module_width$}  {}",
-            share(counts.own),
-            share(counts.total),
-            counts.own,
-            module_shown(module),
-            name
+            share(row.counts.own, total),
+            share(row.counts.total, total),
+            row.counts.own,
+            module_shown(row.module),
+            row.name
         )?;
     }
     Ok(())
 }
 
+/// `n` as a percentage of `total` (0 of none).
+pub fn share(n: u64, total: u64) -> f64 {
+    match total {
+        0 => 0.0,
+        total => 100.0 * n as f64 / total as f64,
+    }
+}
+
 /// A module as the table shows it: its file name for a path (the directory rarely tells
 /// functions apart), cut to [`MODULE_WIDTH`] from the left; `-` for none (markers).
-fn module_shown(module: &str) -> String {
+pub fn module_shown(module: &str) -> String {
     let name = module.rsplit('/').next().unwrap_or(module);
     if name.is_empty() {
         return "-".to_string();

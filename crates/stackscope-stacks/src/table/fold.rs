@@ -7,12 +7,13 @@ use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 
 use stackscope_profile::{
-    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, Thread, ThreadId, UnwindStats,
-    UNKNOWN,
+    Frame, FrameId, FrameKind, Metadata, Profile, ProfileBuilder, StackId, Thread, ThreadId,
+    UnwindStats, UNKNOWN,
 };
 use stackscope_symbols::elf::build_id_hex;
 use stackscope_symbols::Symbolizer;
 
+use super::live::{Interval, LiveFold};
 use super::names::{file_name, Names};
 use super::{ModuleId, ModuleKey, NameId, RawFrame, StackKey, StackTable};
 use crate::walk::{Stop, WalkEnd};
@@ -44,26 +45,39 @@ impl StackTable {
         folded: &mut Folded,
         thread: &dyn Fn(u32, u32) -> Thread,
     ) {
+        let names = Names::resolve(&self, symbolizer, &mut folded.builder);
+        self.add_named(&names, folded, thread, |_, _, _| {});
+    }
+
+    /// Adds the counted stacks, their frames already in `names`, to `folded`; `each` sees
+    /// every stack added with its thread and count.
+    pub(super) fn add_named(
+        &self,
+        names: &Names,
+        folded: &mut Folded,
+        thread: &dyn Fn(u32, u32) -> Thread,
+        mut each: impl FnMut(ThreadId, StackId, u64),
+    ) {
         let Folded {
             builder,
             tally,
             build_ids,
         } = folded;
-        let names = Names::resolve(&self, symbolizer, builder);
         let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
         let mut threads: HashMap<(u32, u32, NameId, NameId), ThreadId> = HashMap::new();
         for (key, &(count, objects)) in &self.counts {
             self.frames_of(key.stack, &mut raw);
-            let seen = self.name_stack(&names, builder, &raw, &mut chain);
+            let seen = self.name_stack(names, builder, &raw, &mut chain);
             self.tally_stack(tally, key, count, &seen);
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid, key.comm, key.process))
                 .or_insert_with(|| builder.thread(self.thread_of(key, thread)));
             builder.add_objects(tid, stack, Some(key.cpu), count, objects);
+            each(tid, stack, count);
         }
-        self.note_modules(&names, tally, build_ids);
+        self.note_modules(names, tally, build_ids);
     }
 
     /// Names the frames of one stack, root first, into `chain`, and says what they show of
@@ -193,24 +207,54 @@ struct StackSeen {
 /// Stacks named and counted so far: what [`StackTable`]s fold into.
 #[derive(Default)]
 pub struct Folded {
-    builder: ProfileBuilder,
+    pub(super) builder: ProfileBuilder,
     tally: Tally,
     build_ids: BTreeMap<String, String>,
 }
 
 impl Folded {
+    /// The profile so far: its frames, stacks, threads and samples (its metadata is set by
+    /// [`Folded::finish`]).
+    pub fn so_far(&self) -> &Profile {
+        self.builder.profile()
+    }
+
+    /// How whole the user stacks came out so far.
+    pub fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
     /// The profile, with `meta` and the figures on how whole the user stacks are in
     /// `meta.unwind`.
-    pub fn finish(mut self, meta: Metadata) -> (Profile, Tally) {
-        let own = self.builder.meta_mut();
-        *own = meta;
-        own.unwind = self.tally.stats.clone();
-        own.build_ids.extend(self.build_ids);
-        let mut profile = self.builder.finish();
-        // A stable order makes outputs reproducible run to run.
-        profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
-        (profile, self.tally)
+    pub fn finish(self, meta: Metadata) -> (Profile, Tally) {
+        let Folded {
+            builder,
+            tally,
+            build_ids,
+        } = self;
+        (dressed(builder.finish(), meta, &tally, &build_ids), tally)
     }
+
+    /// The profile so far, as [`Folded::finish`] would give it now.
+    pub fn snapshot(&self, meta: Metadata) -> Profile {
+        let so_far = self.builder.profile().clone();
+        dressed(so_far, meta, &self.tally, &self.build_ids)
+    }
+}
+
+/// `profile` with `meta`, the figures on how whole its user stacks are and its files'
+/// build-ids, its samples in a stable order (outputs are then reproducible run to run).
+fn dressed(
+    mut profile: Profile,
+    meta: Metadata,
+    tally: &Tally,
+    build_ids: &BTreeMap<String, String>,
+) -> Profile {
+    profile.meta = meta;
+    profile.meta.unwind = tally.stats.clone();
+    profile.meta.build_ids.extend(build_ids.clone());
+    profile.samples.sort_by_key(|s| (s.thread, s.stack, s.cpu));
+    profile
 }
 
 /// Folds full [`StackTable`]s on a thread of its own, with its own [`Symbolizer`], so that
@@ -233,6 +277,28 @@ impl BackgroundFold {
                     table.fold_into(&mut symbolizer, &mut folded, &thread);
                 }
                 folded
+            })?;
+        Ok(BackgroundFold { tables, worker })
+    }
+
+    /// Folds every table handed over into one [`LiveFold`], each address named once across
+    /// them, and shows `observe` the profile so far and what the table held, once it is in.
+    pub fn start_live(
+        thread: impl Fn(u32, u32) -> Thread + Send + 'static,
+        mut observe: impl FnMut(&LiveFold, &Interval) + Send + 'static,
+    ) -> io::Result<Self> {
+        let (tables, arriving) = mpsc::sync_channel::<StackTable>(1);
+        let worker = std::thread::Builder::new()
+            .name("stackscope-fold".into())
+            .spawn(move || {
+                let mut live = LiveFold::new(thread);
+                for table in arriving {
+                    let interval = live.fold(&table);
+                    // The table's memory goes back before the view draws.
+                    drop(table);
+                    observe(&live, &interval);
+                }
+                live.into_folded()
             })?;
         Ok(BackgroundFold { tables, worker })
     }

@@ -10,7 +10,10 @@ use stackscope_symbols::{interrupt, SymFrame, Symbolizer};
 use super::{rust_clean, ModuleId, ModuleKey, RawFrame, StackTable};
 
 /// The frames each unique raw frame stands for, interned in the profile being built: a raw
-/// frame costs two words here however long its names are.
+/// frame costs two words here however long its names are. A live recording keeps one across
+/// the tables it hands over ([`Names::extend`]), so that an address is named once, not once
+/// per table.
+#[derive(Default)]
 pub(super) struct Names {
     /// Where each raw frame's frames are in `ids`, and how many (inlined functions make
     /// several).
@@ -40,27 +43,37 @@ impl Names {
         symbolizer: &mut Symbolizer,
         builder: &mut ProfileBuilder,
     ) -> Names {
-        let mut names = Names {
-            spans: HashMap::new(),
-            ids: Vec::new(),
-            unnamed: HashSet::new(),
-            unnamed_entries: HashSet::new(),
-            with_lines: HashSet::new(),
-        };
-        let queued = names.queue(table, builder);
-        names.name_kernel(&queued.kernel, symbolizer, builder);
+        let mut names = Names::default();
+        names.extend(table, symbolizer, builder);
+        names
+    }
+
+    /// Names the raw frames of `table` not named before. Its modules must number as those
+    /// of the tables named before did ([`StackTable::take`] keeps them so).
+    pub(super) fn extend(
+        &mut self,
+        table: &StackTable,
+        symbolizer: &mut Symbolizer,
+        builder: &mut ProfileBuilder,
+    ) {
+        let queued = self.queue(table, builder);
+        self.name_kernel(&queued.kernel, symbolizer, builder);
         for (module, offsets) in queued.by_module {
             if interrupt::interrupted() {
                 // Ctrl-C while naming: what is left keeps its module and address.
-                names.name_by_address(table, module, &offsets, builder);
+                self.name_by_address(table, module, &offsets, builder);
                 continue;
             }
-            names.name_module(table, module, &offsets, symbolizer, builder);
+            self.name_module(table, module, &offsets, symbolizer, builder);
         }
         for (pid, addrs) in queued.jit {
-            names.name_jit(pid, &addrs, symbolizer, builder);
+            self.name_jit(pid, &addrs, symbolizer, builder);
         }
-        names
+    }
+
+    /// Raw frames named so far: what this grows with.
+    pub(super) fn len(&self) -> usize {
+        self.spans.len()
     }
 
     /// Queues each unique address for its symbolizer, and names the raw frames that need no

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What watching the whole system costs: `stackscope top` (full-screen, 999 Hz, whole stacks)
+# against `perf top` (999 Hz on cpu-clock, its own stackless default, and with
+# `--call-graph dwarf` for whole stacks), each run for SECS seconds in a terminal of its own
+# (tmux) while a build runs, one after the other, ROUNDS times: each one's own CPU (user +
+# system, from wait4) and peak RSS, medians, and the ratios of stackscope's to each perf's.
+# Goal: stackscope's own CPU at most half of perf top's.
+# With LONG=SECS, stackscope top then runs alone for that long (600: 10 minutes) under the
+# same build, its RSS polled every 10 s: memory should stay flat (at most 64 MiB).
+# `stackscope record -a` over the same time is measured beside them: what sampling and naming
+# cost without the view.
+#
+# Usage: benches/top_cost.sh     (as root; installs perf, time, tmux and gcc if missing)
+# Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
+#        SECS=30; ROUNDS=3; LONG=600 for the memory run.
+set -euo pipefail
+trap 'echo "top_cost: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+source "$(dirname "$0")/common.sh"
+
+need tmux tmux
+install_perf_tools
+build_unless_set STACKSCOPE stackscope
+make_work_dir
+cd "$work"
+secs=${SECS:-30}
+rounds=${ROUNDS:-3}
+socket="stackscope-bench-$$"
+
+# The build: stackscope's profile crate compiled again and again into a target directory of
+# its own (its dependencies are already fetched), at the machine's parallelism.
+build_loop() {
+    while :; do
+        rm -rf "$work/build-target"
+        (cd "$root" && cargo build --release --quiet -p stackscope-profile \
+            --target-dir "$work/build-target") >/dev/null 2>&1 || sleep 1
+    done
+}
+build_loop &
+load=$!
+cleanup() {
+    kill "$load" 2>/dev/null || true
+    pkill -P "$load" 2>/dev/null || true
+    tmux -L "$socket" kill-server 2>/dev/null || true
+    [ -n "${KEEP:-}" ] && echo "work dir: $work" || rm -rf "$work"
+}
+trap cleanup EXIT
+sleep 5
+
+# in_terminal NAME COMMAND...: runs COMMAND under GNU time in a 200x50 tmux window until it
+# ends; leaves "USER SYS MAXRSS_KIB" in NAME.time.
+in_terminal() {
+    local name=$1
+    shift
+    rm -f "$name.time" "$name.done"
+    tmux -L "$socket" new-session -d -x 200 -y 50 \
+        "/usr/bin/time -o $name.time -f '%U %S %M' $*; touch $name.done"
+    while [ ! -e "$name.done" ]; do sleep 0.5; done
+}
+
+declare -A cpu mem
+for _ in $(seq "$rounds"); do
+    in_terminal stackscope "$STACKSCOPE" top -F 999 -d "$secs"
+    in_terminal record "$STACKSCOPE" record -a -F 999 -d "$secs" -o record.folded
+    in_terminal perf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock --stdio
+    in_terminal perf_dwarf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock \
+        --call-graph dwarf --stdio
+    for tool in stackscope record perf perf_dwarf; do
+        # GNU time puts "Command exited with non-zero status N" (perf top at its timeout) first.
+        read -r user sys kib < <(tail -n 1 "$tool.time")
+        cpu[$tool]+="$(calc "$user + $sys") "
+        mem[$tool]+="$(calc "$kib / 1024") "
+    done
+done
+
+printf "%-11s %12s %12s   (%s s, whole system, under a build)\n" tool "CPU s" "peak MiB" "$secs"
+declare -A med_cpu med_mem
+for tool in stackscope record perf perf_dwarf; do
+    # shellcheck disable=SC2086
+    med_cpu[$tool]=$(printf "%s\n" ${cpu[$tool]} | median)
+    # shellcheck disable=SC2086
+    med_mem[$tool]=$(printf "%s\n" ${mem[$tool]} | median)
+    printf "%-11s %12.2f %12.1f   rounds: %s\n" "$tool" "${med_cpu[$tool]}" "${med_mem[$tool]}" \
+        "${cpu[$tool]}"
+done
+echo "ratios of CPU: stackscope/perf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf]}")," \
+    "stackscope/perf_dwarf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf_dwarf]}")"
+
+if [ -n "${LONG:-}" ]; then
+    tmux -L "$socket" new-session -d -x 200 -y 50 "$STACKSCOPE top -F 999 -d $LONG"
+    sleep 2
+    pid=$(pgrep -n -x stackscope)
+    echo "stackscope top for $LONG s: RSS (MiB) every 10 s"
+    while kill -0 "$pid" 2>/dev/null; do
+        awk '/^VmRSS/ { printf "%.1f ", $2 / 1024 }' "/proc/$pid/status" 2>/dev/null || true
+        sleep 10
+    done
+    echo
+fi

@@ -1,0 +1,144 @@
+//! A live recording's tables, folded as they are handed over: each new address is named once
+//! across all of them (not once per table), every table's stacks join the profile so far, and
+//! each table's own stacks are given back as an [`Interval`] for a live view (`top`).
+
+use stackscope_profile::{Metadata, Profile, StackId, Thread, ThreadId};
+use stackscope_symbols::Symbolizer;
+
+use super::names::Names;
+use super::{Folded, StackTable, Tally};
+
+/// Raw frames named before the names are let go and built anew: a whole-system view over
+/// hours meets ever new addresses, and a name costs little to find again.
+const NAMES_AT_MOST: usize = 1 << 18;
+
+/// What one handed-over table held, in the numbering of the profile so far.
+#[derive(Debug, Default, Clone)]
+pub struct Interval {
+    /// Each stack counted, with its thread and count.
+    pub stacks: Vec<(ThreadId, StackId, u64)>,
+    /// Samples the source lost while the table filled.
+    pub lost: u64,
+}
+
+/// The profile so far of a live recording, and the one naming step that feeds it.
+pub struct LiveFold {
+    symbolizer: Symbolizer,
+    names: Names,
+    folded: Folded,
+    thread: Box<dyn Fn(u32, u32) -> Thread + Send>,
+}
+
+impl LiveFold {
+    /// `thread` names a (pid, tid) pair whose samples were counted without names.
+    pub fn new(thread: impl Fn(u32, u32) -> Thread + Send + 'static) -> Self {
+        LiveFold {
+            symbolizer: Symbolizer::new(),
+            names: Names::default(),
+            folded: Folded::default(),
+            thread: Box::new(thread),
+        }
+    }
+
+    /// Names the addresses of `table` not named before, adds its stacks to the profile so
+    /// far, and gives them back. Every table handed over must come from one
+    /// [`StackTable::take`] chain, so that its modules keep their numbers.
+    pub fn fold(&mut self, table: &StackTable) -> Interval {
+        if self.names.len() >= NAMES_AT_MOST {
+            self.names = Names::default();
+        }
+        self.names
+            .extend(table, &mut self.symbolizer, &mut self.folded.builder);
+        let mut interval = Interval {
+            stacks: Vec::new(),
+            lost: table.lost,
+        };
+        table.add_named(&self.names, &mut self.folded, &*self.thread, |t, s, n| {
+            interval.stacks.push((t, s, n))
+        });
+        interval
+    }
+
+    /// The profile so far (its metadata is the caller's to set).
+    pub fn so_far(&self) -> &Profile {
+        self.folded.so_far()
+    }
+
+    /// How whole the user stacks came out so far.
+    pub fn tally(&self) -> &Tally {
+        self.folded.tally()
+    }
+
+    /// Everything folded, to finish as a recording's profile.
+    pub fn into_folded(self) -> Folded {
+        self.folded
+    }
+
+    /// The profile so far as a writer takes it, with `meta`.
+    pub fn snapshot(&self, meta: Metadata) -> Profile {
+        self.folded.snapshot(meta)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::Sampled;
+    use crate::walk::WalkEnd;
+    use crate::Mapping;
+
+    #[test]
+    fn an_address_is_named_once_across_the_tables_of_a_chain_and_keeps_its_frames() {
+        // This test's own program: a real file for the symbolizer.
+        let exe = std::env::current_exe().unwrap();
+        let program = Mapping {
+            start: 0x1000,
+            end: 0x100_0000,
+            offset: 0,
+            path: exe.to_string_lossy().as_ref().into(),
+            build_id: None,
+        };
+        let sampled = Sampled {
+            pid: 7,
+            tid: 7,
+            cpu: 0,
+            names: Some(("prog", "prog")),
+        };
+        let mut live = LiveFold::new(|pid, tid| Thread {
+            pid,
+            tid,
+            ..Thread::default()
+        });
+        let mut table = StackTable::default();
+        let leaf = table.user_frame(7, 0x2000, Some(&program));
+        let root = table.user_frame(7, 0x3000, Some(&program));
+        table.count(sampled, &[leaf, root], WalkEnd::Complete, 3);
+        let first = live.fold(&table.take());
+        let named = live.names.len();
+
+        // The next table of the chain: the same addresses again, and one new.
+        let again = table.user_frame(7, 0x2000, Some(&program));
+        assert_eq!(
+            again, leaf,
+            "the successor table numbers the module as before"
+        );
+        table.count(sampled, &[leaf, root], WalkEnd::Complete, 2);
+        let new = table.user_frame(7, 0x4000, Some(&program));
+        table.lose(5);
+        table.count(sampled, &[new, root], WalkEnd::Complete, 1);
+        let second = live.fold(&table.take());
+
+        assert_eq!(
+            live.names.len(),
+            named + 1,
+            "only the new address was named"
+        );
+        assert_eq!(first.stacks.len(), 1);
+        let same = second.stacks.iter().find(|s| s.1 == first.stacks[0].1);
+        assert_eq!(same.map(|s| s.2), Some(2), "{second:?}");
+        assert_eq!(second.stacks.len(), 2);
+        assert_eq!((first.lost, second.lost), (0, 5));
+        // The profile so far holds both tables' samples.
+        assert_eq!(live.snapshot(Default::default()).total_samples(), 6);
+    }
+}
