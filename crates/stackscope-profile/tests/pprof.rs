@@ -8,10 +8,10 @@ use prost::Message;
 use stackscope_profile::format::pprof::proto;
 use stackscope_profile::format::{write, Format, WriteOptions};
 use stackscope_profile::{Frame, FrameKind, Metadata, Profile, ProfileBuilder, Thread};
+use stackscope_testkit::peers::go_pprof;
 use std::fmt::Write as _;
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
 
 fn pprof_bytes(profile: &Profile) -> Vec<u8> {
     let mut out = Vec::new();
@@ -154,31 +154,6 @@ fn inlined_frames_are_lines_of_one_location() {
     for x in &p.sample {
         assert_eq!(x.value[1], x.value[0] * (1_000_000_000 / 99));
     }
-}
-
-fn go() -> Command {
-    let mut cmd = Command::new("go");
-    // pprof keeps a cache of fetched profiles under $HOME; keep it out of the way.
-    cmd.env("PPROF_TMPDIR", std::env::temp_dir());
-    cmd
-}
-
-/// Runs `go tool pprof ARGS FILE` and returns its stdout; fails the test with pprof's stderr.
-fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = go()
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .output()
-        .expect(
-            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
-        );
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 fn write_file(profile: &Profile, dir: &Path, name: &str) -> std::path::PathBuf {

@@ -2,9 +2,10 @@
 //! program into a test's directory, compiles it, and fails the test loudly, with the command
 //! and the compiler's errors, when that does not work. A dev-dependency only; not part of
 //! stackscope. [`truth`] reads what the split workloads measure of themselves and compares
-//! profiles with it.
+//! profiles with it; [`peers`] runs the peer tools that read stackscope's files.
 
 pub mod pe;
+pub mod peers;
 pub mod shipped;
 pub mod truth;
 

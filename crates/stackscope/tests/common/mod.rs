@@ -33,6 +33,19 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         args.push(src);
         ("gcc", args)
     };
+    // A Rust release build without frame pointers. debuginfo=1 (not line-tables-only): only
+    // then do inlined subroutines carry their full path (`rust_deep::deep_helper_mix`) in DWARF.
+    let rust = |src: &'static str| {
+        let flags = [
+            "-C",
+            "opt-level=3",
+            "-C",
+            "debuginfo=1",
+            "-C",
+            "force-frame-pointers=no",
+        ];
+        ("rustc", flags.into_iter().chain([src]).collect())
+    };
     match name {
         "split_fp" => c("split.c", &["-fno-omit-frame-pointer"]),
         "split_nofp" => c("split.c", &["-fomit-frame-pointer"]),
@@ -55,32 +68,8 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "manystacks" => c("manystacks.c", &["-fomit-frame-pointer"]),
         "secret" => c("secret.c", &["-fomit-frame-pointer"]),
         "allocs" => c("allocs.c", &["-fomit-frame-pointer"]),
-        // debuginfo=1 (not line-tables-only): only then do inlined subroutines carry their
-        // full path (`rust_deep::deep_helper_mix`) in DWARF.
-        "rust_deep" => (
-            "rustc",
-            vec![
-                "-C",
-                "opt-level=3",
-                "-C",
-                "debuginfo=1",
-                "-C",
-                "force-frame-pointers=no",
-                "rust_deep.rs",
-            ],
-        ),
-        "rust_allocs" => (
-            "rustc",
-            vec![
-                "-C",
-                "opt-level=3",
-                "-C",
-                "debuginfo=1",
-                "-C",
-                "force-frame-pointers=no",
-                "rust_allocs.rs",
-            ],
-        ),
+        "rust_deep" => rust("rust_deep.rs"),
+        "rust_allocs" => rust("rust_allocs.rs"),
         other => panic!("no workload named {other}"),
     }
 }
@@ -875,21 +864,4 @@ pub fn gdb_stale_looks(run: &Run) -> u64 {
         .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
 }
 
-/// `go tool pprof ARGS FILE`'s stdout; fails the test with pprof's stderr.
-pub fn go_pprof(args: &[&str], file: &Path) -> String {
-    let out = Command::new("go")
-        .args(["tool", "pprof"])
-        .args(args)
-        .arg(file)
-        .env("PPROF_TMPDIR", file.parent().unwrap())
-        .output()
-        .expect(
-            "run `go tool pprof` (Debian package golang-go; scripts/install-deps.sh installs it)",
-        );
-    assert!(
-        out.status.success(),
-        "go tool pprof {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+pub use stackscope_testkit::peers::go_pprof;
