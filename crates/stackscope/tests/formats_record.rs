@@ -9,6 +9,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use stackscope_testkit::peers::go_pprof;
 use std::path::Path;
 
 /// The `-top` rows: (row index, cum share in percent, function name).

@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use stackscope_profile::{CountUnit, Frame, Profile};
+use stackscope_testkit::peers::go_pprof;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 

@@ -863,5 +863,3 @@ pub fn gdb_stale_looks(run: &Run) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
 }
-
-pub use stackscope_testkit::peers::go_pprof;
