@@ -120,8 +120,14 @@ fn entry_offset(code: &[u8]) -> u64 {
     }
 }
 
-/// [`entry_offset`] of `func` in `elf`.
+/// [`entry_offset`] of `func` in `elf`; 0 in a file of another architecture than x86-64,
+/// whose instructions those bytes do not decode.
 fn entry_offset_of(elf: &ElfFile, func: &str) -> u64 {
+    if stackscope_stacks::arch::Arch::of_machine(elf.machine())
+        != Some(stackscope_stacks::arch::Arch::X86_64)
+    {
+        return 0;
+    }
     [SymbolTable::Dynamic, SymbolTable::Static]
         .into_iter()
         .find_map(|table| elf.function_named(table, func.as_bytes()))
