@@ -27,7 +27,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 pub(crate) use skel::ProfileSkel;
-use skel::ProfileSkelBuilder;
+use skel::{OpenProfileSkel, ProfileSkelBuilder};
 
 /// Which samples the program keeps (profile.h's `enum filter_mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,30 +118,44 @@ pub(crate) fn load<'a>(
     let mut open = ProfileSkelBuilder::default()
         .open(storage)
         .map_err(|e| BpfError::bpf("open the BPF program", e))?;
-    {
-        let data =
-            open.maps.rodata_data.as_deref_mut().ok_or_else(|| {
-                BpfError::bpf("set up the BPF program", "no read-only data section")
-            })?;
-        data.filter = settings.filter as u32;
-        data.include_idle = settings.include_idle;
-        data.want_user = settings.user;
-        data.want_kernel = settings.kernel;
-        if let Some((dev, ino)) = settings.pid_ns {
-            data.ns_dev = dev;
-            data.ns_ino = ino;
-        }
-        data.hold_loads = settings.hold_loads;
-        data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
-        if let Some(hook) = settings.off_cpu {
-            data.off_cpu_event = hook.event;
-            data.min_block_ns = hook.min_block_ns;
-        }
-        if let Some(hook) = settings.alloc {
-            data.alloc_event = hook.event;
-            data.count_live = hook.max_live.is_some();
-        }
+    set_read_only_data(&mut open, settings)?;
+    choose_programs(&mut open, settings);
+    size_maps(&mut open, settings)?;
+    let loaded = open.load();
+    libbpf_rs::set_print(None);
+    loaded.map_err(load_error)
+}
+
+/// The program's settings, in its read-only data: fixed before the verifier sees them.
+fn set_read_only_data(open: &mut OpenProfileSkel<'_>, settings: &Settings) -> Result<(), BpfError> {
+    let data = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .ok_or_else(|| BpfError::bpf("set up the BPF program", "no read-only data section"))?;
+    data.filter = settings.filter as u32;
+    data.include_idle = settings.include_idle;
+    data.want_user = settings.user;
+    data.want_kernel = settings.kernel;
+    if let Some((dev, ino)) = settings.pid_ns {
+        data.ns_dev = dev;
+        data.ns_ino = ino;
     }
+    data.hold_loads = settings.hold_loads;
+    data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
+    if let Some(hook) = settings.off_cpu {
+        data.off_cpu_event = hook.event;
+        data.min_block_ns = hook.min_block_ns;
+    }
+    if let Some(hook) = settings.alloc {
+        data.alloc_event = hook.event;
+        data.count_live = hook.max_live.is_some();
+    }
+    Ok(())
+}
+
+/// Which programs load and which attach with the others.
+fn choose_programs(open: &mut OpenProfileSkel<'_>, settings: &Settings) {
     // Programs no event uses are not loaded: the verifier's time is not spent on them.
     open.progs.on_probe.set_autoload(settings.probes);
     open.progs.on_tracepoint.set_autoload(settings.tracepoints);
@@ -160,6 +174,11 @@ pub(crate) fn load<'a>(
     open.progs.on_switch_raw.set_autoattach(false);
     open.progs.on_alloc.set_autoattach(false);
     open.progs.on_alloc_return.set_autoattach(false);
+}
+
+/// Each map sized for what this recording counts.
+fn size_maps(open: &mut OpenProfileSkel<'_>, settings: &Settings) -> Result<(), BpfError> {
+    let alloc = settings.alloc;
     // Deep stacks take values of max_frames frames; with fewer frames the map stays unused.
     let deep_frames = (settings.max_frames as usize)
         .clamp(layout::MAX_STACK_FRAMES + 1, MAX_USER_FRAMES as usize);
@@ -197,9 +216,7 @@ pub(crate) fn load<'a>(
         map.set_max_entries(size.max(1))
             .map_err(|e| BpfError::bpf("size the BPF maps", e))?;
     }
-    let loaded = open.load();
-    libbpf_rs::set_print(None);
-    loaded.map_err(load_error)
+    Ok(())
 }
 
 /// Turns a failed load into the error that says why.

@@ -169,12 +169,7 @@ pub fn record<S: Stream>(
         max_slowdown: options.max_slowdown.clamp(0.001, 1.0),
         ..options.clone()
     };
-    let mut stacks = StackTable::default();
-    stacks.set_naming(Naming {
-        short_rust_names: options.rust_clean,
-    });
-    let packet_size = client.features().packet_size;
-    let mut sampling = Sampling::new(stacks, target.image().name(), packet_size);
+    let mut sampling = sampling_for(client, &target, options);
     let mut pauses = Vec::new();
     // Given back when sampling is over.
     let _slice = wake::ask_for_short_slices();
@@ -233,6 +228,56 @@ pub fn record<S: Stream>(
     if let Some(refusal) = refusal {
         return Err(refusal);
     }
+    let log = RoundLog {
+        rounds,
+        pauses,
+        floor_pauses,
+        paused: pace.total_paused(),
+        late: pace.late,
+    };
+    Ok(collected(sampling, &target, options, log, elapsed, failure))
+}
+
+/// The rounds' state for `target`, its stacks named as `options` say.
+fn sampling_for<S: Stream>(
+    client: &Client<S>,
+    target: &Target,
+    options: &SamplerOptions,
+) -> Sampling {
+    let mut stacks = StackTable::default();
+    stacks.set_naming(Naming {
+        short_rust_names: options.rust_clean,
+    });
+    let packet_size = client.features().packet_size;
+    Sampling::new(stacks, target.image().name(), packet_size)
+}
+
+/// What one run's rounds were: their count, their pauses and the floor rounds' pauses, the
+/// time the target was stopped in all, and the rounds that waited for the allowance.
+struct RoundLog {
+    rounds: u64,
+    pauses: Vec<Duration>,
+    floor_pauses: Vec<Duration>,
+    paused: Duration,
+    late: u64,
+}
+
+/// The recording of a finished run: its rounds' figures and its stacks, named.
+fn collected(
+    mut sampling: Sampling,
+    target: &Target,
+    options: &SamplerOptions,
+    log: RoundLog,
+    elapsed: Duration,
+    failure: Option<Error>,
+) -> Recording {
+    let RoundLog {
+        rounds,
+        mut pauses,
+        mut floor_pauses,
+        paused,
+        late,
+    } = log;
     pauses.sort();
     floor_pauses.sort();
     sampling.runs.sort();
@@ -247,24 +292,24 @@ pub fn record<S: Stream>(
         pause_steps: std::mem::replace(&mut sampling.steps, Steps::new()).medians(),
         stale_looks: sampling.stale,
         run_median: percentile(&sampling.runs, 50),
-        paused: pace.total_paused(),
+        paused,
         max_slowdown: options.max_slowdown,
-        late_rounds: pace.late,
+        late_rounds: late,
         floor_rounds: floor_pauses.len() as u64,
         floor_median: percentile(&floor_pauses, 50),
     };
-    let meta = metadata(&target, options, elapsed);
+    let meta = metadata(target, options, elapsed);
     let thread = vcpu_thread(target.image().name());
     let (profile, _) =
         sampling
             .into_table(&target.space)
             .into_profile(&mut Symbolizer::new(), meta, &thread);
-    Ok(Recording {
+    Recording {
         profile,
         failure: failure.map(|e| e.to_string()),
         figures: Some(SourceFigures::Gdb(figures)),
         ..Recording::default()
-    })
+    }
 }
 
 /// The refusal of an interval asked for that stops the target more than `max_slowdown`

@@ -39,27 +39,9 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     }
     let target = prepared?;
 
-    let rate = match frequency_hz {
-        Some(hz) => format!("{hz} Hz"),
-        None if interval.is_zero() => {
-            format!("as often as --max-slowdown {}% allows", args.max_slowdown)
-        }
-        None => format!("every {} s", interval.as_secs_f64()),
-    };
-    let until = match (args.samples, duration) {
-        (Some(n), _) => format!("for {n} rounds"),
-        (_, Some(d)) => format!("for {} s", d.as_secs_f64()),
-        _ => "until Ctrl-C or the guest exits".to_string(),
-    };
-    let unwinding = if target.image().has_unwind_info() {
-        "DWARF CFI"
-    } else {
-        "frame pointers (no .eh_frame/.debug_frame)"
-    };
     eprintln!(
-        "stackscope: sampling {} of {} vCPU(s) at {remote} at {rate} {until}, unwinding by {unwinding}",
-        target.sampled_vcpus(),
-        target.vcpus(),
+        "{}",
+        announcement(&args, &target, &remote, interval, frequency_hz)
     );
 
     let progress = progress_bar(args.samples, duration);
@@ -93,6 +75,38 @@ pub fn run(args: GdbArgs) -> Result<i32> {
     summary::finish(recording, &output, ending, |output, profile| {
         output.write(profile)
     })
+}
+
+/// What is sampled, how often, for how long and how it is unwound, said once sampling starts.
+fn announcement(
+    args: &GdbArgs,
+    target: &stackscope_gdb::sample::Target,
+    remote: &Remote,
+    interval: Duration,
+    frequency_hz: Option<u64>,
+) -> String {
+    let rate = match frequency_hz {
+        Some(hz) => format!("{hz} Hz"),
+        None if interval.is_zero() => {
+            format!("as often as --max-slowdown {}% allows", args.max_slowdown)
+        }
+        None => format!("every {} s", interval.as_secs_f64()),
+    };
+    let until = match (args.samples, args.duration.duration) {
+        (Some(n), _) => format!("for {n} rounds"),
+        (_, Some(d)) => format!("for {} s", d.as_secs_f64()),
+        _ => "until Ctrl-C or the guest exits".to_string(),
+    };
+    let unwinding = if target.image().has_unwind_info() {
+        "DWARF CFI"
+    } else {
+        "frame pointers (no .eh_frame/.debug_frame)"
+    };
+    format!(
+        "stackscope: sampling {} of {} vCPU(s) at {remote} at {rate} {until}, unwinding by {unwinding}",
+        target.sampled_vcpus(),
+        target.vcpus(),
+    )
 }
 
 /// The gap between rounds and the frequency it stands for (none for `--interval`).

@@ -4,9 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
-use stackscope_bpf::{
-    default_max_live, BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES,
-};
+use stackscope_bpf::{BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
 #[cfg(target_os = "linux")]
 use stackscope_perf_event::record::{record_live, Live, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
@@ -20,6 +18,11 @@ use crate::cli::{BackendArg, UnwindArg, RECORD_FREQUENCY, STACK_SIZE};
 use crate::output::{Fallback, Output};
 use crate::status::stop_on_signals;
 use crate::summary::{self, Ending};
+
+#[cfg(target_os = "linux")]
+mod counted;
+#[cfg(target_os = "linux")]
+use counted::{memory_profile, memory_words, time_profile};
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     run_with(args, |output, profile| output.write(profile))
@@ -287,93 +290,6 @@ fn bpf_config(
         command: command.to_vec(),
         measure_cost: true,
         ..BpfConfig::new(target, rate)
-    }
-}
-
-/// `--off-cpu` or `--wall`, refused beside what they cannot be counted with.
-#[cfg(target_os = "linux")]
-fn time_profile(args: &RecordArgs) -> Result<Option<TimeProfile>> {
-    let flag = match (args.off_cpu, args.wall) {
-        (true, true) => bail!(
-            "--wall counts off-CPU time already (beside on-CPU time): give --wall or --off-cpu, not both"
-        ),
-        (true, false) => "--off-cpu",
-        (false, true) => "--wall",
-        (false, false) => {
-            if args.min_block.is_some() {
-                bail!("--min-block is for --off-cpu: it leaves out blocks shorter than it");
-            }
-            return Ok(None);
-        }
-    };
-    if let Some(event) = args.events.first() {
-        bail!("{flag} counts time and --event {event} counts hits: record them apart");
-    }
-    if args.wall && args.min_block.is_some() {
-        bail!("--min-block is for --off-cpu: --wall counts every block, so that a thread's on- and off-CPU times add up to its wall-clock time");
-    }
-    let timer = args.rate.frequency.frequency.is_some() || args.rate.count.is_some();
-    if args.off_cpu && timer {
-        bail!("--off-cpu takes no timer: -F/-c set the on-CPU sampling of --wall");
-    }
-    Ok(Some(match args.wall {
-        true => TimeProfile::Wall,
-        false => TimeProfile::OffCpu {
-            min_block_ns: args.min_block.unwrap_or(0).saturating_mul(1000),
-        },
-    }))
-}
-
-/// `--alloc` or `--in-use`, refused beside what they cannot be counted with.
-#[cfg(target_os = "linux")]
-fn memory_profile(args: &RecordArgs) -> Result<Option<MemoryProfile>> {
-    let memory = &args.memory;
-    if !memory.in_use && !memory.alloc && !memory.alloc_fns.is_empty() {
-        bail!("--alloc-fn adds an allocator to --alloc or --in-use: give one of them");
-    }
-    if !memory.in_use {
-        if let Some(flag) = [
-            (memory.min_age.is_some(), "--min-age"),
-            (memory.max_live.is_some(), "--max-live"),
-        ]
-        .iter()
-        .find_map(|&(given, flag)| given.then_some(flag))
-        {
-            bail!("{flag} is for --in-use: it applies to the allocations still held at the end");
-        }
-    }
-    let (flag, profile) = match (memory.alloc, memory.in_use) {
-        (true, _) => ("--alloc", MemoryProfile::Allocated),
-        (false, true) => (
-            "--in-use",
-            MemoryProfile::InUse {
-                min_age_ns: memory.min_age.map_or(0, |age| age.as_nanos() as u64),
-                max_live: memory.max_live.unwrap_or_else(default_max_live),
-            },
-        ),
-        (false, false) => return Ok(None),
-    };
-    if let Some(event) = args.events.first() {
-        bail!("{flag} counts bytes and --event {event} counts hits: record them apart");
-    }
-    if args.off_cpu || args.wall {
-        bail!("{flag} counts bytes and --off-cpu/--wall count time: record them apart");
-    }
-    if args.rate.frequency.frequency.is_some() || args.rate.count.is_some() {
-        bail!("{flag} counts every allocation: -F/-c set a timer it does not use");
-    }
-    if args.stacks.kernel_stacks_only {
-        bail!("{flag} takes user stacks only: an allocation's kernel stack is the probe's own");
-    }
-    Ok(Some(profile))
-}
-
-/// What a memory profile counts, in the title's and the announcement's words.
-#[cfg(target_os = "linux")]
-fn memory_words(memory: &Option<MemoryProfile>) -> &'static str {
-    match memory {
-        Some(MemoryProfile::InUse { .. }) => "bytes still held at the end",
-        _ => "bytes allocated",
     }
 }
 

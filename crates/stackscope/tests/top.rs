@@ -425,6 +425,46 @@ fn the_terminal_is_restored_after_ctrl_c_and_after_the_target_exits() {
     assert_eq!(tmux.assert_restored(), 0);
 }
 
+#[test]
+fn a_terminal_that_hangs_up_ends_top_and_the_profile_so_far_is_written() {
+    let _serial = serial();
+    let dir = tempdir();
+    let split = Measured::new(dir.path(), "split_nofp", "40000");
+    let args = format!(
+        "--refresh 0.5 -o hup.json -- {} {} {}",
+        split.prog.display(),
+        split.rounds,
+        split.truth.display()
+    );
+    let tmux = Tmux::start(dir.path(), &args);
+    tmux.wait("no samples shown", Duration::from_secs(10), |s| {
+        screen_table(s).total > 0
+    });
+    // Killing the server closes the terminal under top, as closing a terminal window does.
+    drop(tmux);
+    let running = || {
+        Command::new("pgrep")
+            .args(["-f", &format!("top {args}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "top still runs 20 s after its terminal hung up"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let profile = read_json(&dir.path().join("hup.json"));
+    assert!(
+        share_of(&profile, "func_b") > 0.3,
+        "{}",
+        top_stacks(&profile, 5)
+    );
+}
+
 /// The functions every whole stack starts in.
 const ENTRY_POINTS: &[&str] = &[
     "main",

@@ -65,7 +65,14 @@ pub(super) fn run(mut session: Session, mut view: View) -> Result<(Session, Opti
             draw(&mut terminal, &session, &mut view, &screen)?;
             dirty = false;
         }
-        if event::poll(KEY_WAIT)? {
+        // The terminal's event reader spins on a hung-up terminal (it reads end of file
+        // forever), so a hang-up is seen here first and ends the view, as SIGHUP stops sampling.
+        if !keys_may_come(KEY_WAIT) {
+            stop(&session);
+            away_from_the_dead_terminal();
+            return Ok((session, Some("the terminal hung up".into())));
+        }
+        if event::poll(Duration::ZERO)? {
             match event::read()? {
                 Event::Key(key) if key.kind != KeyEventKind::Release => {
                     if !on_key(key, &session, &mut view, &mut screen) {
@@ -97,6 +104,37 @@ pub(super) fn run(mut session: Session, mut view: View) -> Result<(Session, Opti
             refresh_table(&mut session, &mut view, &mut screen, true);
             view.rotate();
             (pending, tick, dirty) = (false, Instant::now(), true);
+        }
+    }
+}
+
+/// Waits up to `wait` for input on standard input when it is the terminal, and says whether
+/// the terminal is still there (false once it hung up or was closed).
+fn keys_may_come(wait: Duration) -> bool {
+    // SAFETY: isatty and poll only read the descriptor's state and the one pollfd given.
+    if unsafe { libc::isatty(0) } != 1 {
+        std::thread::sleep(wait);
+        return true;
+    }
+    let mut fd = libc::pollfd {
+        fd: 0,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ready = unsafe { libc::poll(&mut fd, 1, wait.as_millis() as libc::c_int) };
+    ready <= 0 || fd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) == 0
+}
+
+/// Points standard output and error at /dev/null once the terminal hung up: every write to
+/// it fails, and a failed message must not keep the profile so far from being written.
+fn away_from_the_dead_terminal() {
+    // SAFETY: plain descriptor calls on a file opened here; 1 and 2 stay open, now on /dev/null.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup2(null, 1);
+            libc::dup2(null, 2);
+            libc::close(null);
         }
     }
 }
