@@ -364,17 +364,17 @@ fn exec_failures_are_errors_naming_the_command() {
 
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing");
-    let mut sampler = Sampler::open(
+    // A path that does not exist is refused before anything is opened or launched.
+    let err = Sampler::open(
         &Target::Command(vec![missing.clone().into()]),
         &config(DWARF),
     )
-    .unwrap();
-    let err = sampler.start().unwrap_err();
+    .err()
+    .expect("a missing path is an error");
     assert!(
         matches!(&err, SampleError::CommandNotFound(c) if *c == missing.display().to_string()),
         "{err}"
     );
-    assert!(sampler.target_finished(), "failed child is reaped");
 
     let not_exec = dir.path().join("data.txt");
     std::fs::write(&not_exec, "just text\n").unwrap();
@@ -391,6 +391,7 @@ fn exec_failures_are_errors_naming_the_command() {
         )),
         "{err}"
     );
+    assert!(sampler.target_finished(), "failed child is reaped");
 }
 
 #[test]
