@@ -387,21 +387,28 @@ fn the_view_shows_the_hottest_function_first_and_its_keys_sort_filter_expand_pau
     assert_eq!(tmux.assert_restored(), 130);
 }
 
-#[test]
-fn the_terminal_is_restored_after_ctrl_c_and_after_the_target_exits() {
-    let _serial = serial();
-    let dir = tempdir();
-    let split = Measured::new(dir.path(), "split_nofp", "40000");
+/// `top FLAGS -- split_nofp` in tmux (a run far longer than the test), once its table shows
+/// samples; with top's arguments.
+fn showing_split(dir: &Path, flags: &str) -> (Tmux, String) {
+    let split = Measured::new(dir, "split_nofp", "40000");
     let args = format!(
-        "--refresh 0.5 -o end.json -- {} {} {}",
+        "{flags} -- {} {} {}",
         split.prog.display(),
         split.rounds,
         split.truth.display()
     );
-    let tmux = Tmux::start(dir.path(), &args);
+    let tmux = Tmux::start(dir, &args);
     tmux.wait("no samples shown", Duration::from_secs(10), |s| {
         screen_table(s).total > 0
     });
+    (tmux, args)
+}
+
+#[test]
+fn the_terminal_is_restored_after_ctrl_c_and_after_the_target_exits() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (tmux, _) = showing_split(dir.path(), "--refresh 0.5 -o end.json");
     tmux.keys(&["C-c"]);
     tmux.assert_restored();
     // -o writes at the end, through record's summary.
@@ -429,17 +436,7 @@ fn the_terminal_is_restored_after_ctrl_c_and_after_the_target_exits() {
 fn a_terminal_that_hangs_up_ends_top_and_the_profile_so_far_is_written() {
     let _serial = serial();
     let dir = tempdir();
-    let split = Measured::new(dir.path(), "split_nofp", "40000");
-    let args = format!(
-        "--refresh 0.5 -o hup.json -- {} {} {}",
-        split.prog.display(),
-        split.rounds,
-        split.truth.display()
-    );
-    let tmux = Tmux::start(dir.path(), &args);
-    tmux.wait("no samples shown", Duration::from_secs(10), |s| {
-        screen_table(s).total > 0
-    });
+    let (tmux, args) = showing_split(dir.path(), "--refresh 0.5 -o hup.json");
     // Killing the server closes the terminal under top, as closing a terminal window does.
     drop(tmux);
     let running = || {
