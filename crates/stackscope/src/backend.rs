@@ -71,7 +71,7 @@ pub(crate) fn choose(
         (Some(BackendArg::Perf), Some(probe)) => bail!(
             "--event {probe} runs on the eBPF backend only: drop --backend perf (the perf backend samples the timer, profile:hz:N)"
         ),
-        (Some(backend), _) => return Choice::of(backend, "--backend"),
+        (Some(backend), _) => return Choice::of(backend, "asked for with --backend"),
         (None, Some(probe)) => {
             return Choice::of(BackendArg::Bpf, format!("--event {probe} is a probe"))
         }

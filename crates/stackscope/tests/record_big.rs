@@ -174,7 +174,7 @@ fn share_of_module(profile: &Profile, module: &str) -> f64 {
 
 #[test]
 fn deep_stacks_of_big_frames_reach_their_entry_with_the_perf_source() {
-    whole_stacks_with(&[]);
+    whole_stacks_with(&["--backend", "perf"]);
 }
 
 #[test]
