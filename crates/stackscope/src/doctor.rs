@@ -290,6 +290,11 @@ pub(crate) fn bpf_missing() -> (String, Vec<&'static str>) {
     let cap_bpf = admin || holds(effective, "CAP_BPF");
     let perfmon = admin || holds(effective, "CAP_PERFMON");
     let mut missing = Vec::new();
+    if !cfg!(target_arch = "x86_64") {
+        missing.push(
+            "an x86-64 host: the eBPF unwinder has x86-64's rules only so far (the perf source walks this architecture)",
+        );
+    }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         missing
             .push("no BTF (/sys/kernel/btf/vmlinux): a kernel built with CONFIG_DEBUG_INFO_BTF=y");

@@ -15,6 +15,14 @@ pub(crate) fn sample(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording> {
+    // Refused rather than walk this host's stacks by another architecture's rules.
+    if !cfg!(target_arch = "x86_64") {
+        anyhow::bail!(
+            "the eBPF backend has unwind rules for x86-64 only so far: on this host `stackscope \
+             record --backend perf` samples the timer (probes, --off-cpu, --wall, --alloc and \
+             --in-use need the eBPF backend)"
+        );
+    }
     Ok(stackscope_bpf::record(config, stop, on_start)?)
 }
 

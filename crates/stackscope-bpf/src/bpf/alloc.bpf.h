@@ -8,7 +8,7 @@
  * old block and allocates a new one; an anonymous mmap is an allocation, a munmap a free. Calls nested in an allocator call (glibc's realloc calls
  * malloc, memalign tail-calls it) count once, as the outermost call.
  *
- * Included by profile.bpf.c after the counting helpers it uses. x86-64 registers, as there.
+ * Included by profile.bpf.c after the counting helpers it uses; registers by kernel.h's REGS_*.
  */
 
 /* Set by the loader: keep live blocks (--in-use) rather than totals (--alloc); the count
@@ -102,12 +102,12 @@ int on_alloc(struct pt_regs *ctx)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	__u32 kind = bpf_get_attach_cookie(ctx);
-	struct alloc_call call = { .kind = kind, .sp = ctx->rsp };
+	struct alloc_call call = { .kind = kind, .sp = REGS_SP(ctx) };
 	struct alloc_call *outer;
 
 	if (kind == ALLOC_FREE) {
-		if (count_live && ctx->rdi)
-			forget_block(ctx->rdi);
+		if (count_live && REGS_ARG(ctx, 0))
+			forget_block(REGS_ARG(ctx, 0));
 		return 0;
 	}
 	outer = bpf_map_lookup_elem(&alloc_calls, &tid);
@@ -119,31 +119,31 @@ int on_alloc(struct pt_regs *ctx)
 	}
 	switch (kind) {
 	case ALLOC_SIZE_FIRST:
-		call.size = ctx->rdi;
+		call.size = REGS_ARG(ctx, 0);
 		break;
 	case ALLOC_CALLOC:
-		call.size = ctx->rdi * ctx->rsi;
+		call.size = REGS_ARG(ctx, 0) * REGS_ARG(ctx, 1);
 		break;
 	case ALLOC_REALLOC:
-		call.old = ctx->rdi;
-		call.size = ctx->rsi;
+		call.old = REGS_ARG(ctx, 0);
+		call.size = REGS_ARG(ctx, 1);
 		break;
 	case ALLOC_REALLOCARRAY:
-		call.old = ctx->rdi;
-		call.size = ctx->rsi * ctx->rdx;
+		call.old = REGS_ARG(ctx, 0);
+		call.size = REGS_ARG(ctx, 1) * REGS_ARG(ctx, 2);
 		break;
 	case ALLOC_POSIX_MEMALIGN:
-		call.memptr = ctx->rdi;
-		call.size = ctx->rdx;
+		call.memptr = REGS_ARG(ctx, 0);
+		call.size = REGS_ARG(ctx, 2);
 		break;
 	case ALLOC_SIZE_SECOND:
-		call.size = ctx->rsi;
+		call.size = REGS_ARG(ctx, 1);
 		break;
 	case ALLOC_MMAP:
 		/* A file's mapping is no allocation (MAP_ANONYMOUS is 0x20). */
-		if (!(ctx->rcx & 0x20))
+		if (!(REGS_ARG(ctx, 3) & 0x20))
 			return 0;
-		call.size = ctx->rsi;
+		call.size = REGS_ARG(ctx, 1);
 		break;
 	default:
 		return 0;
@@ -159,7 +159,7 @@ int on_alloc_return(struct pt_regs *ctx)
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 	struct alloc_call *outer = bpf_map_lookup_elem(&alloc_calls, &tid);
 	struct alloc_call call;
-	__u64 addr = ctx->rax;
+	__u64 addr = REGS_RET(ctx);
 
 	if (!outer)
 		return 0;

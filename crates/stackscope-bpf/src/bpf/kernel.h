@@ -64,15 +64,39 @@ struct bpf_iter_num {
 	__u64 __opaque[1];
 } __attribute__((aligned(8)));
 
+/* The user-visible register layout (asm/ptrace.h), as perf_event and uprobe programs see it in
+ * their ctx and as bpf_task_pt_regs() begins, with what the programs read of it by name:
+ * REGS_USER (the registers are of user mode), REGS_IP, REGS_SP, REGS_FP, REGS_ARG(r, n) (a
+ * function's n-th integer argument at its entry, n < 4) and REGS_RET (its return value). */
 #if defined(__TARGET_ARCH_x86)
-/* User-visible register layout (asm/ptrace.h), as perf_event programs see it in their ctx. */
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
 	unsigned long rax, rcx, rdx, rsi, rdi, orig_rax;
 	unsigned long rip, cs, eflags, rsp, ss;
 };
+#define REGS_USER(r) (((r)->cs & 3) != 0)
+#define REGS_IP(r) ((r)->rip)
+#define REGS_SP(r) ((r)->rsp)
+#define REGS_FP(r) ((r)->rbp)
+#define REGS_ARG(r, n) ((n) == 0 ? (r)->rdi : (n) == 1 ? (r)->rsi : (n) == 2 ? (r)->rdx : (r)->rcx)
+#define REGS_RET(r) ((r)->rax)
+#elif defined(__TARGET_ARCH_arm64)
+/* struct user_pt_regs, which the kernel's struct pt_regs begins with. */
+struct pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+/* PSR_MODE_MASK is 0xf, and EL0 (user mode) is mode 0. */
+#define REGS_USER(r) (((r)->pstate & 0xf) == 0)
+#define REGS_IP(r) ((r)->pc)
+#define REGS_SP(r) ((r)->sp)
+#define REGS_FP(r) ((r)->regs[29])
+#define REGS_ARG(r, n) ((r)->regs[n])
+#define REGS_RET(r) ((r)->regs[0])
 #else
-#error "stackscope's BPF program supports x86_64 only"
+#error "stackscope's BPF program supports x86_64 and aarch64 only"
 #endif
 
 struct bpf_perf_event_data {

@@ -247,17 +247,23 @@ static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
 }
 
 /* The user registers to unwind from: the hook's own when it stopped the task in user mode (a
- * cpu-clock sample taken there, a uprobe), else those saved at the task's kernel entry. */
+ * cpu-clock sample taken there, a uprobe), else those saved at the task's kernel entry, read
+ * field by field (the whole saved struct would not fit the program's stack on aarch64). */
 static __always_inline void user_regs(struct pt_regs *regs, struct task_struct *task,
-				      struct pt_regs *out)
+				      struct unwind_regs *out)
 {
-	if (regs && (regs->cs & 3)) {
-		out->rip = regs->rip;
-		out->rsp = regs->rsp;
-		out->rbp = regs->rbp;
-	} else {
-		bpf_probe_read_kernel(out, sizeof(*out), (void *)bpf_task_pt_regs(task));
+	struct pt_regs *saved;
+
+	if (regs && REGS_USER(regs)) {
+		out->ip = REGS_IP(regs);
+		out->sp = REGS_SP(regs);
+		out->bp = REGS_FP(regs);
+		return;
 	}
+	saved = (struct pt_regs *)bpf_task_pt_regs(task);
+	bpf_probe_read_kernel(&out->ip, sizeof(out->ip), &REGS_IP(saved));
+	bpf_probe_read_kernel(&out->sp, sizeof(out->sp), &REGS_SP(saved));
+	bpf_probe_read_kernel(&out->bp, sizeof(out->bp), &REGS_FP(saved));
 }
 
 /* Unwinds the current task's user stack and stores it; returns its id or an error. `ctx` is
@@ -280,13 +286,9 @@ static __always_inline __s64 user_stack(void *ctx, struct pt_regs *regs, __u32 p
 #if HAVE_UNWIND_TABLES
 	{
 		struct unwind_regs uregs = {};
-		struct pt_regs saved = {};
 		__u32 status = UNWIND_BROKEN;
 
-		user_regs(regs, task, &saved);
-		uregs.ip = saved.rip;
-		uregs.sp = saved.rsp;
-		uregs.bp = saved.rbp;
+		user_regs(regs, task, &uregs);
 		n = unwind_user(&uregs, pid, st->ips, max_frames, &status);
 		if (status == UNWIND_COMPLETE)
 			end = USER_END_COMPLETE;

@@ -210,13 +210,7 @@ impl Tracee {
                 m.start..m.end
             }
         };
-        let mut regs = Regs {
-            arch: Arch::X86_64,
-            pc: 0,
-            sp: 0,
-            fp: 0,
-            lr: 0,
-        };
+        let mut regs = None;
         let mut stopped = false;
         // Bounded by time, not tries: on a loaded machine the program may not run at all
         // between two quick stops, so each try lets it run a little first.
@@ -224,14 +218,9 @@ impl Tracee {
         while std::time::Instant::now() < deadline {
             ptrace::interrupt(nix_pid).unwrap();
             waitpid(nix_pid, None).unwrap();
-            let r = ptrace::getregs(nix_pid).unwrap();
-            regs = Regs {
-                pc: r.rip,
-                sp: r.rsp,
-                fp: r.rbp,
-                ..regs
-            };
-            if wanted.contains(&regs.pc) {
+            let caught = walk_regs(&ptrace::getregs(nix_pid).unwrap());
+            regs = Some(caught);
+            if wanted.contains(&caught.pc) {
                 stopped = true;
                 break;
             }
@@ -246,7 +235,7 @@ impl Tracee {
         let mut tracee = Tracee {
             _child: child,
             pid,
-            regs,
+            regs: regs.expect("caught at least once"),
             stack: Vec::new(),
             maps,
         };
@@ -610,4 +599,28 @@ fn files_no_live_process_maps_are_dropped_beyond_the_idle_bound() {
     // A live process's files stay whatever else comes and goes.
     let (out, end) = t.unwind_with(&mut unwinder, &t.stack);
     assert_complete_through(&t, &exe, &out, &end, &simple_frames(&exe));
+}
+
+/// The registers a walk starts from, of a tracee stopped on the machine the tests run on.
+#[cfg(target_arch = "x86_64")]
+fn walk_regs(r: &libc::user_regs_struct) -> Regs {
+    Regs {
+        arch: Arch::X86_64,
+        pc: r.rip,
+        sp: r.rsp,
+        fp: r.rbp,
+        lr: 0,
+    }
+}
+
+/// The registers a walk starts from, of a tracee stopped on the machine the tests run on.
+#[cfg(target_arch = "aarch64")]
+fn walk_regs(r: &libc::user_regs_struct) -> Regs {
+    Regs {
+        arch: Arch::Aarch64,
+        pc: r.pc,
+        sp: r.sp,
+        fp: r.regs[29],
+        lr: r.regs[30],
+    }
 }
