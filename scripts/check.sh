@@ -8,9 +8,12 @@
 #     checking needs no Windows linker);
 #   - a full build of the Windows binaries for x86_64-pc-windows-gnu (linked by mingw-w64's
 #     gcc, Rust's default linker for that target), into target/x86_64-pc-windows-gnu/debug;
-#   - scripts/wine-smoke.sh: that build run under Wine.
+#   - scripts/wine-smoke.sh: that build run under Wine;
+#   - clippy with -D warnings for aarch64-unknown-linux-gnu (scripts/aarch64.sh, which also
+#     makes the cross build that .ci/run makes before the tests).
 # Every check runs even when one before failed; the last lines say each one's result, and the
-# exit status is 1 when any failed. The apt packages (mingw-w64, wine64) come from
+# exit status is 1 when any failed. The apt packages (mingw-w64, wine64, the aarch64 cross
+# compiler and arm64 libraries) come from
 # scripts/install-deps.sh; the Rust targets and components are added here when missing.
 set -uo pipefail
 
@@ -66,6 +69,8 @@ else
     results+=("check wine-smoke: FAILED (not run: the windows-gnu build failed)")
     failed=$((failed + 1))
 fi
+
+check clippy-aarch64 scripts/aarch64.sh clippy
 
 echo
 printf '%s\n' "${results[@]}"

@@ -27,6 +27,7 @@ test_packages=(
     debuginfod elfutils        # a real debuginfod server that the debug-info fetching tests read from
     systemtap-sdt-dev          # sys/sdt.h: the USDT probe of the probes workload (record --event usdt:...)
     bpftrace                   # the peer benches/probe_malloc.sh compares a malloc uprobe against
+    cpio                       # the initramfs of the arm64 host test
     tmux                       # drives `stackscope top`'s full-screen view in its tests (send-keys, capture-pane)
     gcc-mingw-w64-x86-64       # links the x86_64-pc-windows-gnu build (scripts/check.sh) and the Wine test's DLL and program;
                                # and the mingw program with DWARF inside its PE image of the symbolizer's PE tests
@@ -63,6 +64,22 @@ fi
 
 if [ "$mode" = build ]; then
     exit 0
+fi
+
+# The aarch64 cross build (scripts/check.sh): Debian's cross compiler, and the arm64 libelf and
+# zlib that libbpf links, from the arm64 architecture added to dpkg.
+if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+fi
+cross_missing=()
+for pkg in gcc-aarch64-linux-gnu libc6-dev-arm64-cross libelf-dev:arm64 zlib1g-dev:arm64; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || cross_missing+=("$pkg")
+done
+if [ ${#cross_missing[@]} -gt 0 ]; then
+    echo "installing ${cross_missing[*]} ..." >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${cross_missing[@]}" >/dev/null ||
+        echo "warning: could not install ${cross_missing[*]}: the aarch64 cross build will fail" >&2
 fi
 
 # Tracepoints are found (and attached, by libbpf) through tracefs; some kernels boot without

@@ -6,7 +6,7 @@
 //! through the stub. It is generic over the architecture of the registers too ([`ArchRegs`]);
 //! [`crate::arch::Unwinder`] picks the architecture a sample's registers say they are of.
 
-use framehop::aarch64::{CacheAarch64, UnwindRegsAarch64, UnwinderAarch64};
+use framehop::aarch64::{CacheAarch64, PtrAuthMask, UnwindRegsAarch64, UnwinderAarch64};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as FramehopError, FrameAddress, Unwinder as _};
 
@@ -41,6 +41,11 @@ pub trait ArchRegs: Copy {
     /// pointer and its frame pointer.
     fn caller(return_address: u64, sp: u64, fp: u64) -> Self::Unwind;
     fn unwind_sp(regs: &Self::Unwind) -> u64;
+    /// The code address a return address read from a frame record stands for: the address
+    /// itself, unless the architecture signs return addresses.
+    fn code_address(return_address: u64) -> u64 {
+        return_address
+    }
     /// Where the frame record at frame pointer `fp` keeps the caller's frame pointer and the
     /// return address, and the caller's stack pointer: `[fp]`, `[fp + 8]` and `fp + 16`
     /// unless the architecture lays it out otherwise.
@@ -136,10 +141,18 @@ impl ArchRegs for RegsAarch64 {
         self.fp
     }
     fn unwind_regs(&self) -> UnwindRegsAarch64 {
-        UnwindRegsAarch64::new(self.lr, self.sp, self.fp)
+        UnwindRegsAarch64::new_with_ptr_auth_mask(ptr_auth_mask(self.pc), self.lr, self.sp, self.fp)
     }
     fn caller(return_address: u64, sp: u64, fp: u64) -> UnwindRegsAarch64 {
-        UnwindRegsAarch64::new(return_address, sp, fp)
+        UnwindRegsAarch64::new_with_ptr_auth_mask(
+            ptr_auth_mask(return_address),
+            return_address,
+            sp,
+            fp,
+        )
+    }
+    fn code_address(return_address: u64) -> u64 {
+        ptr_auth_mask(return_address).strip_ptr_auth(return_address)
     }
     fn unwind_sp(regs: &UnwindRegsAarch64) -> u64 {
         regs.sp()
@@ -152,6 +165,19 @@ impl ArchRegs for RegsAarch64 {
         read: &mut F,
     ) -> Result<Option<u64>, FramehopError> {
         unwinder.unwind_frame(address, regs, cache, read)
+    }
+}
+
+/// What of an aarch64 return address is address: code signed with pointer authentication
+/// (`paciasp`, as distributions build their arm64 libraries) stores its return addresses with
+/// the signature in the bits above the address. Linux gives user space 48 bits of address
+/// unless a program asks for more, so in the lower half (bit 55 clear) everything above them
+/// is signature; kernel addresses (upper half) are left as they are.
+fn ptr_auth_mask(address: u64) -> PtrAuthMask {
+    if address & (1 << 55) == 0 {
+        PtrAuthMask(u64::MAX >> 16)
+    } else {
+        PtrAuthMask::new_no_strip()
     }
 }
 
@@ -343,7 +369,7 @@ fn leaf_caller<R: ArchRegs, E>(
     }
     let record = R::frame_record(bp);
     let (caller_bp, return_address) = match frame_record(read, record)? {
-        Ok(record) => record,
+        Ok((caller_bp, signed)) => (caller_bp, R::code_address(signed)),
         Err(end) => return Ok(Err(end)),
     };
     let Some(next) = FrameAddress::from_return_address(return_address) else {

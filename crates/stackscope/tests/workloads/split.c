@@ -2,7 +2,10 @@
  * the CPU time they really take: iteration counts do not fix how the CPU spends its time, so a
  * test compares a profile with what the program measured, not with 30/70.
  *
- * Usage: split [ROUNDS [TRUTH_FILE]]. ROUNDS scales the work (default 4000, about 2 s of CPU).
+ * Usage: split [ROUNDS [TRUTH_FILE [SLICE]]]. ROUNDS scales the work (default 4000, about 2 s of
+ * CPU); SLICE is the mean work between two reads of the clock (default 30000), longer where a
+ * read of the clock is slow (under emulation, a system call costs as much as a long slice), and
+ * the truth file below is written as many times less often as the slice is longer.
  * With TRUTH_FILE, the program writes there, at start, every 100 ms or so of CPU time and at
  * exit, the thread CPU time spent in each function and in all since main started:
  *
@@ -97,6 +100,8 @@ int main(int argc, char **argv)
 {
     long rounds = argc > 1 ? atol(argv[1]) : 4000;
     const char *truth = argc > 2 ? argv[2] : NULL;
+    if (argc > 3)
+        slice = strtoul(argv[3], NULL, 10);
     unsigned long long main_start, written = 0;
     unsigned long s = 1, lengths = 0x9e3779b97f4a7c15UL;
     THREAD_CPU_NS(main_start);
@@ -105,7 +110,7 @@ int main(int argc, char **argv)
     for (long r = 0; r < rounds; r++) {
         s = func_a(3 * slice_len(&lengths), s) + 1;
         s = func_b(7 * slice_len(&lengths), s) + 1;
-        if (truth && spent_a + spent_b - written >= 100000000ULL) {
+        if (truth && spent_a + spent_b - written >= 100000000ULL / 30000 * slice) {
             written = spent_a + spent_b;
             write_truth(truth, main_start);
         }
