@@ -3,6 +3,8 @@
 //! ([`stackscope_symbols::elf`]) as ranges of one read-only mapping of the file that every
 //! process mapping the file shares. Mapped, not copied: the pages are the page cache's, only
 //! those an unwind touches are resident, and the kernel may drop them again under pressure.
+//! The one exception is an aarch64 file whose `.eh_frame` says where return addresses are
+//! signed ([`ra_state`]): that section is a copy with those instructions made no-ops.
 
 use std::fs::File;
 use std::io;
@@ -14,6 +16,8 @@ use object::elf;
 use stackscope_symbols::elf::{ElfError, ElfFile, Section, Segment};
 
 use crate::Mapping;
+
+mod ra_state;
 
 pub use stackscope_symbols::elf::SectionData;
 
@@ -88,11 +92,19 @@ impl ModuleFile {
         }
         let svma = |name: &str| elf.section(name)?.svma();
         let with_svma = |name: &str| SectionBytes::of(elf.section(name)?);
+        let mut eh_frame = with_svma(".eh_frame");
+        if elf.machine() == elf::EM_AARCH64 {
+            if let Some(section) = eh_frame.as_mut() {
+                if let Some(patched) = ra_state::without_ra_state(&section.data) {
+                    section.data = SectionData::copied(patched);
+                }
+            }
+        }
         Ok(ModuleFile {
             loads: elf.segments().to_vec(),
             text_svma: svma(".text"),
             got_svma: svma(".got"),
-            eh_frame: with_svma(".eh_frame"),
+            eh_frame,
             eh_frame_hdr: with_svma(".eh_frame_hdr"),
             debug_frame: debug_frame(elf),
             build_id: elf.build_id().map(<[u8]>::to_vec),

@@ -3,11 +3,13 @@
 //! from Debian's arm64 packages (`tests/arm64/image.sh`), holding the cross-built stackscope
 //! (`target/aarch64-unknown-linux-gnu/release/stackscope`, which .ci/run builds with
 //! scripts/aarch64.sh before the tests) and the split workload cross-built without frame
-//! pointers. Inside, `stackscope record` with no backend flag samples it; what it printed, the
-//! profile and what the workload measured of itself come back over the serial console. The
-//! profile must say the perf source was picked and why, hold the split the program measured
-//! within its sample-count tolerance, and have at least 99% of its stacks reach their entry,
-//! and of those in the workload's functions through `main`.
+//! pointers, once plain and once with pointer authentication (`-mbranch-protection=standard`:
+//! its return addresses are signed, as `-cpu max` does, and its unwind rules say where).
+//! Inside, `stackscope record` with no backend flag samples each; what it printed, the profile
+//! and what the workload measured of itself come back over the serial console. Each profile
+//! must say the perf source was picked and why, hold the split the program measured within its
+//! sample-count tolerance, and have at least 99% of its stacks reach their entry, and of those
+//! in the workload's functions through `main`.
 
 #![cfg(target_os = "linux")]
 
@@ -40,7 +42,17 @@ const RATE: &str = "250";
 const DEADLINE: Duration = Duration::from_secs(900);
 
 /// The workloads the guest records, each built by aarch64-linux-gnu-gcc with these flags.
-const WORKLOADS: [(&str, &[&str]); 1] = [("split", &["-O2", "-fomit-frame-pointer"])];
+const WORKLOADS: [(&str, &[&str]); 2] = [
+    ("split", &["-O2", "-fomit-frame-pointer"]),
+    (
+        "split_pac",
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-mbranch-protection=standard",
+        ],
+    ),
+];
 
 /// The cross-built stackscope, or a one-line reason the test cannot run.
 fn cross_built_stackscope() -> PathBuf {
@@ -215,7 +227,7 @@ fn hot_through_main(profile: &Profile) -> f64 {
 }
 
 #[test]
-fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks() {
+fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_also_through_pac_signed_code() {
     // First, so that a missing build is the one line said.
     cross_built_stackscope();
     let dir = tempfile::tempdir().unwrap();

@@ -41,6 +41,15 @@ impl SectionData {
             range,
         }
     }
+
+    /// A section's bytes as rewritten by a reader that needed them otherwise.
+    pub fn copied(bytes: Vec<u8>) -> Self {
+        let range = 0..bytes.len();
+        SectionData {
+            bytes: ElfBytes::Copied(Arc::from(bytes)),
+            range,
+        }
+    }
 }
 
 impl Deref for SectionData {
