@@ -6,7 +6,8 @@
 # system, from wait4) and peak RSS, medians, and the ratios of stackscope's to each perf's.
 # Goal: stackscope's own CPU at most half of perf top's.
 # With LONG=SECS, stackscope top then runs alone for that long (600: 10 minutes) under the
-# same build, its RSS polled every 10 s: memory should stay flat (at most 64 MiB).
+# same build, its RSS (anonymous and file-backed) polled every 10 s: memory should stay flat
+# (at most 64 MiB).
 # `stackscope record -a` over the same time is measured beside them: what sampling and naming
 # cost without the view.
 #
@@ -86,12 +87,17 @@ echo "ratios of CPU: stackscope/perf $(calc "${med_cpu[stackscope]} / ${med_cpu[
     "stackscope/perf_dwarf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf_dwarf]}")"
 
 if [ -n "${LONG:-}" ]; then
-    tmux -L "$socket" new-session -d -x 200 -y 50 "$STACKSCOPE top -F 999 -d $LONG"
-    sleep 2
-    pid=$(pgrep -n -x stackscope)
-    echo "stackscope top for $LONG s: RSS (MiB) every 10 s"
+    # The shell in the window gives its pid to stackscope (exec): no other stackscope running
+    # on the machine is mistaken for it.
+    tmux -L "$socket" new-session -d -x 200 -y 50 \
+        "echo \$\$ > long.pid; exec $STACKSCOPE top -F 999 -d $LONG"
+    while [ ! -s long.pid ]; do sleep 0.1; done
+    pid=$(cat long.pid)
+    echo "stackscope top for $LONG s: RSS in MiB (anonymous + file-backed) every 10 s"
     while kill -0 "$pid" 2>/dev/null; do
-        awk '/^VmRSS/ { printf "%.1f ", $2 / 1024 }' "/proc/$pid/status" 2>/dev/null || true
+        awk '/^RssAnon/ { a = $2 } /^RssFile/ { f = $2 }
+            END { if (a != "") printf "%.0f+%.0f ", a / 1024, f / 1024 }' \
+            "/proc/$pid/status" 2>/dev/null || true
         sleep 10
     done
     echo

@@ -3,6 +3,7 @@
 //! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
 
 mod binary;
+mod kept;
 mod nameless;
 mod pe;
 
@@ -20,6 +21,7 @@ use crate::pe::pdb::SymbolPath;
 use crate::perf_map::PerfMap;
 use crate::sym_frame::{display_name, strip_rust_hash, sym_frame};
 use crate::{FileId, SymFrame, SymbolError};
+use kept::Kept;
 
 const DEFAULT_PERF_MAP_DIR: &str = "/tmp";
 const KALLSYMS: &str = "/proc/kallsyms";
@@ -41,6 +43,8 @@ pub struct Symbolizer {
     symbol_path: SymbolPath,
     /// The matching PDB found for each PE image.
     pdbs: HashMap<FileId, Option<PathBuf>>,
+    /// The binaries whose parsed files outlive a call.
+    kept: Kept,
 }
 
 impl Default for Symbolizer {
@@ -82,7 +86,21 @@ impl Symbolizer {
             perf_maps: HashMap::new(),
             symbol_path: SymbolPath::from_env(),
             pdbs: HashMap::new(),
+            kept: Kept::new(0),
         }
+    }
+
+    /// Keeps the files parsed for the last `binaries` binaries named (their symbol tables,
+    /// DWARF and debug files) between calls, instead of releasing each binary's on return:
+    /// for a live view, which names a few new addresses of the same binaries over and over.
+    pub fn keeping(mut self, binaries: usize) -> Self {
+        self.kept = Kept::new(binaries);
+        self
+    }
+
+    /// How many binaries are kept parsed between calls.
+    pub fn binaries_kept(&self) -> usize {
+        self.kept.len()
     }
 
     /// Looks up PE images' PDBs in `symbol_path`'s places (after their recorded path and

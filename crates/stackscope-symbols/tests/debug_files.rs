@@ -261,3 +261,50 @@ fn a_stripped_librarys_functions_start_where_their_unwind_entries_do() {
     let frames = frames_at(&mut symbolizer, &lib, None, alpha + 1);
     assert_eq!(frames[0].name, "hot_alpha", "unstripped: named");
 }
+
+#[test]
+fn a_kept_binary_is_named_again_from_what_was_parsed_and_a_replaced_one_anew() {
+    let dir = TempDir::new().unwrap();
+    let prog = build(dir.path(), &[], "prog");
+    let offsets = hot_offsets(&prog);
+    let empty = dir.path().join("empty");
+    let watched = dir.path().join("watched");
+    std::fs::copy(&prog, &watched).unwrap();
+
+    let mut kept = symbolizer_in(&[&empty]).keeping(1);
+    for _ in 0..2 {
+        assert_named(
+            &kept.symbolize_file(&watched, None, &offsets).unwrap(),
+            true,
+        );
+        assert_eq!(kept.binaries_kept(), 1);
+    }
+
+    // Replaced at its path by a stripped build whose symbols are only in its MiniDebugInfo:
+    // the DWARF parsed before must not name it.
+    let stripped = dir.path().join("stripped");
+    strip("--strip-all", &prog, &stripped);
+    add_mini_debuginfo(&prog, &stripped);
+    std::fs::rename(&stripped, &watched).unwrap();
+    for _ in 0..2 {
+        assert_named(
+            &kept.symbolize_file(&watched, None, &offsets).unwrap(),
+            false,
+        );
+    }
+
+    // A second binary: the bound lets the first go.
+    assert_named(&kept.symbolize_file(&prog, None, &offsets).unwrap(), true);
+    assert_eq!(kept.binaries_kept(), 1);
+
+    let mut released = symbolizer_in(&[&empty]);
+    assert_named(
+        &released.symbolize_file(&prog, None, &offsets).unwrap(),
+        true,
+    );
+    assert_eq!(
+        released.binaries_kept(),
+        0,
+        "a recording's symbolizer keeps nothing"
+    );
+}

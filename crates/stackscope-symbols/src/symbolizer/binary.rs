@@ -2,17 +2,14 @@
 //! debug file, its symbol tables, its MiniDebugInfo, a fetched debug file; and where a function
 //! no source names starts.
 
-use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use blazesym::symbolize::evict::{self, Evict};
-
+use super::kept::Opened;
 use super::{AddrKind, Symbolizer};
 use crate::debug_file::DebugFile;
 use crate::elf::{build_id_hex, ElfFile};
 use crate::elf_info::ElfInfo;
-use crate::foreign::{self, Kind};
-use crate::mini_debuginfo::MiniDebugInfo;
+use crate::foreign;
 use crate::{SymFrame, SymbolError};
 
 impl Symbolizer {
@@ -31,7 +28,8 @@ impl Symbolizer {
     ///
     /// What was parsed for the file (symbol tables, DWARF, its debug file) is released on
     /// return, so that naming a whole system holds one file's symbols at a time: pass all
-    /// of a file's offsets in one call.
+    /// of a file's offsets in one call. A symbolizer [`keeping`](Symbolizer::keeping) files
+    /// keeps them parsed for the next call instead.
     pub fn symbolize_file(
         &mut self,
         path: &Path,
@@ -41,25 +39,23 @@ impl Symbolizer {
         if crate::pe::is_pe(path) {
             return self.symbolize_pe(path, offsets);
         }
-        let mut opened = Opened::default();
-        let result = self.symbolize_file_cached(path, build_id, offsets, &mut opened);
-        for (file, _) in opened.0 {
-            // Eviction only fails for a file that was never cached, which is fine.
-            let _ = self.inner.evict(&Evict::Elf(evict::Elf::new(file)));
-        }
+        let info = self.elf_info(path)?;
+        let mut opened = self.kept.take(path, info.id, &mut self.inner);
+        let result = self.symbolize_file_cached(path, &info, build_id, offsets, &mut opened);
+        self.kept.put_back(path, info.id, opened, &mut self.inner);
         result
     }
 
-    /// [`Symbolizer::symbolize_file`] without the release; keeps in `opened` the files
-    /// blazesym was asked to parse.
+    /// [`Symbolizer::symbolize_file`] of the binary `info` describes, opening what blazesym
+    /// parses through `opened`.
     fn symbolize_file_cached(
         &mut self,
         path: &Path,
+        info: &ElfInfo,
         build_id: Option<&[u8]>,
         offsets: &[u64],
         opened: &mut Opened,
     ) -> Result<Vec<Vec<SymFrame>>, SymbolError> {
-        let info = self.elf_info(path)?;
         let mut out = vec![Vec::new(); offsets.len()];
         if offsets.is_empty() {
             return Ok(out);
@@ -80,20 +76,17 @@ impl Symbolizer {
             }
         }
         if !info.has_dwarf {
-            if let Some(debug_file) = self.local_debug_file(path, &info, build_id) {
+            if let Some(debug_file) = self.local_debug_file(path, info, build_id) {
                 let file = Separate::DebugFile(&debug_file.path);
-                self.name_from_separate(file, &info, offsets, &mut out, opened);
+                self.name_from_separate(file, info, offsets, &mut out, opened);
             }
         }
         self.name_from_binary(path, info.has_dwarf, offsets, &mut out, opened)?;
         let unnamed = |out: &[Vec<SymFrame>]| out.iter().any(Vec::is_empty);
         if info.has_mini_debuginfo && unnamed(&out) {
-            let mini = ElfFile::open(path)
-                .ok()
-                .and_then(|elf| MiniDebugInfo::extract(&elf, path));
-            if let Some(mini) = mini {
-                let file = Separate::MiniDebugInfo(mini.path());
-                self.name_from_separate(file, &info, offsets, &mut out, opened);
+            if let Some(mini) = opened.mini_debuginfo(path) {
+                let file = Separate::MiniDebugInfo(&mini);
+                self.name_from_separate(file, info, offsets, &mut out, opened);
             }
         }
         if info.has_dwarf || !unnamed(&out) {
@@ -102,7 +95,7 @@ impl Symbolizer {
         let build_id = build_id.or(info.build_id.as_deref());
         if let Some(fetched) = build_id.and_then(|id| self.fetch(id)) {
             let file = Separate::DebugFile(&fetched.path);
-            self.name_from_separate(file, &info, offsets, &mut out, opened);
+            self.name_from_separate(file, info, offsets, &mut out, opened);
         }
         Ok(out)
     }
@@ -252,26 +245,6 @@ impl Symbolizer {
     /// of the program starts in, named or not.
     pub fn entry_point(&mut self, path: &Path) -> Option<u64> {
         self.elf_info(path).ok()?.entry
-    }
-}
-
-/// The files blazesym was handed during one [`Symbolizer::symbolize_file`], each by a path that
-/// opens the very file [`foreign::open`] checked (blazesym opens files by path itself), kept
-/// open until blazesym lets them go.
-#[derive(Default)]
-pub(super) struct Opened(Vec<(PathBuf, File)>);
-
-impl Opened {
-    /// The path to hand blazesym for the file at `path`; `None` when it is refused.
-    fn open(&mut self, path: &Path) -> Option<PathBuf> {
-        let file = foreign::open(path, Kind::Binary).ok()?;
-        #[cfg(target_os = "linux")]
-        let reopened = foreign::reopen_path(&file);
-        // Elsewhere there is no path to an open file: blazesym opens the path checked.
-        #[cfg(not(target_os = "linux"))]
-        let reopened = path.to_path_buf();
-        self.0.push((reopened.clone(), file));
-        Some(reopened)
     }
 }
 
