@@ -1,11 +1,55 @@
 //! CPython code objects read from a process's memory: a code object's name, file and first
-//! line, and the line an instruction offset is on, from its location table. Generic over how
+//! line, and the line an instruction offset is on, from its location table; and which CPython
+//! an interpreter's file is, from the version constant it exports. Generic over how
 //! memory is read (a live process, a core, a test), as the walk is. A code object is read once
 //! and its lines looked up as often as its frames were sampled.
 //!
 //! Layouts are those of x86-64 GIL builds of CPython 3.11 and 3.12, as their headers
 //! (`Include/cpython/code.h`, `unicodeobject.h`, `bytesobject.h`) lay them out; the location
 //! table's encoding is the one `Objects/locations.md` documents.
+
+use crate::elf::{ElfFile, SymbolTable};
+
+/// A CPython release, as `PY_VERSION_HEX` numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PyVersion {
+    pub major: u8,
+    pub minor: u8,
+    pub micro: u8,
+}
+
+impl PyVersion {
+    /// The version of the CPython whose ELF file `elf` is (a static interpreter's executable,
+    /// or `libpython3.X.so`), from the `Py_Version` constant it exports from 3.11 on: read from
+    /// the file, so a new patch release needs nothing new here. `None` for any other file.
+    pub fn of_file(elf: &ElfFile) -> Option<PyVersion> {
+        let bytes = [SymbolTable::Dynamic, SymbolTable::Static]
+            .into_iter()
+            .find_map(|table| elf.object_bytes(table, b"Py_Version"))?;
+        let hex = match bytes.len() {
+            8 => u64::from_ne_bytes(bytes.try_into().ok()?),
+            4 => u64::from(u32::from_ne_bytes(bytes.try_into().ok()?)),
+            _ => return None,
+        };
+        let byte = |shift: u32| (hex >> shift) as u8;
+        Some(PyVersion {
+            major: byte(24),
+            minor: byte(16),
+            micro: byte(8),
+        })
+    }
+
+    /// The code object layout of this version, when this reader knows it.
+    pub fn code_layout(&self) -> Option<CodeLayout> {
+        CodeLayout::of(self.major, self.minor)
+    }
+}
+
+impl std::fmt::Display for PyVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.micro)
+    }
+}
 
 /// Where the fields this reader needs sit, for one CPython minor version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Code objects of live CPython interpreters read from their memory: each one's qualified
 //! name, file and first line as the interpreter itself gives them, and the line of every
-//! instruction as its `co_positions()` says. Debian's python3.11 always (a static
+//! instruction as its `co_positions()` says; and each interpreter's version, from the one file
+//! it maps that exports one (its executable, or its libpython). Debian's python3.11 always (a static
 //! interpreter); the shared-libpython 3.11 and 3.12 builds pyenv has, where it has them.
 
 #![cfg(target_os = "linux")]
@@ -9,7 +10,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use stackscope_symbols::python_code::{CodeLayout, PyCode};
+use stackscope_symbols::elf::ElfFile;
+use stackscope_symbols::python_code::{CodeLayout, PyCode, PyVersion};
 
 /// Prints, per code object, `id qualname filename firstlineno index:line...` (tab-separated),
 /// then `done`, and waits for its stdin to close.
@@ -153,4 +155,53 @@ fn code_objects_read_from_live_interpreters_name_and_number_as_the_interpreter_d
         );
         eprintln!("{}: {lines_checked} instruction lines", python.display());
     }
+}
+
+#[test]
+fn an_interpreters_version_is_read_from_the_one_file_it_maps_that_says_it() {
+    for python in interpreters() {
+        let mut child = Command::new(&python)
+            .args([
+                "-c",
+                "import sys; print(*sys.version_info[:3], sep='.', flush=True); sys.stdin.read()",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {}: {e}", python.display()));
+        let mut said = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut said)
+            .unwrap();
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        let mut files: Vec<&str> = maps
+            .lines()
+            .filter_map(|line| line.split_whitespace().nth(5))
+            .filter(|path| path.starts_with('/'))
+            .collect();
+        files.dedup();
+        let versions: Vec<(&str, PyVersion)> = files
+            .iter()
+            .filter_map(|path| {
+                Some((
+                    *path,
+                    PyVersion::of_file(&ElfFile::open(path.as_ref()).ok()?)?,
+                ))
+            })
+            .collect();
+        let [(file, version)] = versions[..] else {
+            panic!("{}: files giving a version: {versions:?}", python.display());
+        };
+        assert_eq!(version.to_string(), said.trim(), "{file}");
+        assert!(version.code_layout().is_some(), "{file}: {version}");
+    }
+    // A 3.13 has no layout here: its frames are to stay native.
+    let unknown = PyVersion {
+        major: 3,
+        minor: 13,
+        micro: 0,
+    };
+    assert_eq!(unknown.code_layout(), None);
 }
