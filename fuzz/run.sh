@@ -40,12 +40,19 @@ perf record -q -N -B -z -F 99 -g -o - -- "$seeds/split" 200 > corpus/perf_data/s
 "$stackscope" report corpus/stackscope_json/split.json -o corpus/osdk_json/split.osdk.json --format osdk
 cp corpus/stackscope_json/split.json corpus/folded/split.folded corpus/osdk_json/split.osdk.json \
     corpus/profile_input/
-# Files a profiled process names: a JIT's perf map, ELF files (the workload, stripped, with a
+# Files a profiled process names: a JIT's perf map and jitdump, ELF files (the workload, stripped, with a
 # debug link; a shared library), and MiniDebugInfo as objcopy and xz make it.
 mkdir -p corpus/perf_map corpus/elf corpus/mini_debuginfo
 printf '7f0000001000 40 jit_hot_loop\n0x7f0000002000 0x10 LazyCompile:*leafJs /app.js:3\n' \
     > corpus/perf_map/node.map
 cp "$seeds/split" corpus/elf/split
+# The head of a jitdump as Node writes it (in its working directory), when node is there: its
+# first records, of every kind, without megabytes of code.
+mkdir -p corpus/jitdump
+if command -v node >/dev/null; then
+    (cd "$seeds" && node --perf-prof -e 'let s = 0; for (let i = 0; i < 1e6; i++) s += i % 7;' &&
+        head -c 65536 jit-*.dump > "$fuzz/corpus/jitdump/node.dump") || true
+fi
 objcopy --only-keep-debug "$seeds/split" "$seeds/split.debug"
 strip --strip-all -o "$seeds/split.stripped" "$seeds/split"
 objcopy --add-gnu-debuglink="$seeds/split.debug" "$seeds/split.stripped"

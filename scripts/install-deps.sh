@@ -28,6 +28,7 @@ test_packages=(
     systemtap-sdt-dev          # sys/sdt.h: the USDT probe of the probes workload (record --event usdt:...)
     bpftrace                   # the peer benches/probe_malloc.sh compares a malloc uprobe against
     cpio                       # the initramfs of the arm64 host test
+    nodejs                     # node --perf-prof and --perf-basic-prof: JIT code named from a jitdump and a perf map
     tmux                       # drives `stackscope top`'s full-screen view in its tests (send-keys, capture-pane)
     gcc-mingw-w64-x86-64       # links the x86_64-pc-windows-gnu build (scripts/check.sh) and the Wine test's DLL and program;
                                # and the mingw program with DWARF inside its PE image of the symbolizer's PE tests

@@ -35,4 +35,13 @@ impl Mapping {
         let windows = self.path.as_bytes().get(1..3) == Some(b":\\");
         windows || (self.path.starts_with('/') && !self.path.starts_with("//anon"))
     }
+
+    /// True for a JIT runtime's jitdump (`jit-PID.dump`), which it maps only so that
+    /// profilers learn where it is.
+    pub fn is_jitdump(&self) -> bool {
+        let name = self.path.rsplit('/').next().unwrap_or_default();
+        name.strip_prefix("jit-")
+            .and_then(|rest| rest.strip_suffix(".dump"))
+            .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+    }
 }

@@ -2,9 +2,12 @@
 //! sorted and never overlapping, so that the mapping of a code address is one binary search.
 //! Every source keeps its targets' mappings in one: a Linux process's from `/proc/PID/maps` and
 //! mmap records, a Windows process's (and the Windows kernel's) from image loads, a GDB guest's
-//! from its ELF files' loadable segments.
+//! from its ELF files' loadable segments. It also remembers the jitdump a JIT runtime mapped
+//! into it (Node's `--perf-prof` writes one in its working directory and maps it so that
+//! profilers find it), whose names outlive the mapping.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::Mapping;
 
@@ -17,6 +20,7 @@ static GENERATIONS: AtomicU64 = AtomicU64::new(0);
 pub struct AddressSpace {
     mappings: Vec<Mapping>,
     generation: u64,
+    jitdump: Option<Arc<str>>,
 }
 
 impl AddressSpace {
@@ -26,6 +30,9 @@ impl AddressSpace {
     pub fn insert(&mut self, new: Mapping) {
         if new.start >= new.end {
             return;
+        }
+        if new.is_jitdump() {
+            self.jitdump = Some(new.path.clone());
         }
         // Starts and ends are both sorted, so the overlapped mappings are one run.
         let first = self.mappings.partition_point(|m| m.end <= new.start);
@@ -77,6 +84,11 @@ impl AddressSpace {
     /// The mappings in address order.
     pub fn iter(&self) -> std::slice::Iter<'_, Mapping> {
         self.mappings.iter()
+    }
+
+    /// The path of the last jitdump (`jit-PID.dump`) mapped, even if unmapped since.
+    pub fn jitdump(&self) -> Option<&Arc<str>> {
+        self.jitdump.as_ref()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -203,6 +215,22 @@ mod tests {
         assert_eq!(path(u64::MAX), None, "past the last mapping");
         assert_eq!(space.find(0x1010).unwrap().file_offset(0x1010), 0x410);
         assert!(AddressSpace::default().find(0x1000).is_none());
+    }
+
+    #[test]
+    fn a_mapped_jitdump_is_remembered_after_it_is_unmapped() {
+        let mut space: AddressSpace = [mapping(0x1000, 0x2000, 0, "/usr/bin/node")]
+            .into_iter()
+            .collect();
+        space.insert(mapping(0x3000, 0x4000, 0, "/srv/jit-12.dump.old"));
+        space.insert(mapping(0x5000, 0x6000, 0, "/srv/not-jit-12.dump"));
+        assert_eq!(space.jitdump(), None);
+        space.insert(mapping(0x7000, 0x8000, 0, "/srv/app/jit-4242.dump"));
+        assert!(space.remove(0x7000).is_some());
+        assert_eq!(
+            space.jitdump().map(|p| &**p),
+            Some("/srv/app/jit-4242.dump")
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use stackscope_profile::FrameKind;
 
 use crate::walk::WalkEnd;
-use crate::Mapping;
+use crate::{AddressSpace, Mapping};
 
 mod fold;
 mod live;
@@ -100,6 +100,8 @@ pub struct StackTable {
     naming: Naming,
     /// Samples the source lost while this table filled.
     lost: u64,
+    /// The jitdump each process mapped, where its JIT code is named.
+    jitdumps: HashMap<u32, Arc<str>>,
 }
 
 /// Where a stack's samples were taken.
@@ -164,6 +166,16 @@ impl StackTable {
         RawFrame::User {
             module,
             offset: m.file_offset(addr),
+        }
+    }
+
+    /// Notes the jitdump process `pid` mapped into `space`, if it mapped one, so that its JIT
+    /// frames are named from it after the process is gone.
+    pub fn note_jitdump(&mut self, pid: u32, space: &AddressSpace) {
+        if let Some(path) = space.jitdump() {
+            if self.jitdumps.get(&pid) != Some(path) {
+                self.jitdumps.insert(pid, path.clone());
+            }
         }
     }
 
@@ -263,6 +275,7 @@ impl StackTable {
             modules: self.modules.clone(),
             module_ids: self.module_ids.clone(),
             naming: self.naming,
+            jitdumps: self.jitdumps.clone(),
             ..StackTable::default()
         };
         std::mem::replace(self, successor)

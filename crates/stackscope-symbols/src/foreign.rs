@@ -1,5 +1,5 @@
 //! The one opener of files that others name: the libraries a profiled process maps, the
-//! debug files those name, a JIT's perf map, what a perf.data or a GDB stub lists, a debuginfod
+//! debug files those name, a JIT's perf map and jitdump, what a perf.data or a GDB stub lists, a debuginfod
 //! answer. Any local user can point a process at such a path, and stackscope often runs as
 //! root, so every reader opens these files here and nowhere else:
 //!
@@ -33,6 +33,8 @@ pub enum Kind {
     Binary,
     /// A JIT's `/tmp/perf-PID.map`: text, read into memory whole.
     PerfMap,
+    /// A JIT's `jit-PID.dump`: records with the code's bytes, read into memory whole.
+    JitDump,
     /// The decompressed MiniDebugInfo (`.gnu_debugdata`) of a binary: a symbol table.
     MiniDebugInfo,
 }
@@ -43,17 +45,20 @@ impl Kind {
         match self {
             Kind::Binary => "STACKSCOPE_MAX_BINARY_SIZE",
             Kind::PerfMap => "STACKSCOPE_MAX_PERF_MAP_SIZE",
+            Kind::JitDump => "STACKSCOPE_MAX_JITDUMP_SIZE",
             Kind::MiniDebugInfo => "STACKSCOPE_MAX_MINI_DEBUGINFO_SIZE",
         }
     }
 
     /// The largest file of this kind read by default: past what real ones reach (the largest
-    /// debug files distributions ship are a few GiB; a busy JIT's perf map some hundred MiB;
-    /// MiniDebugInfo a few MiB), well short of what would fill memory or take minutes.
+    /// debug files distributions ship are a few GiB; a busy JIT's perf map some hundred MiB,
+    /// its jitdump, which holds the code too, some times that; MiniDebugInfo a few MiB), well
+    /// short of what would fill memory or take minutes.
     pub fn default_bound(self) -> u64 {
         match self {
             Kind::Binary => 4 << 30,
             Kind::PerfMap => 256 << 20,
+            Kind::JitDump => 1 << 30,
             Kind::MiniDebugInfo => 256 << 20,
         }
     }
@@ -70,6 +75,7 @@ impl Kind {
         match self {
             Kind::Binary => "binary",
             Kind::PerfMap => "perf map",
+            Kind::JitDump => "jitdump",
             Kind::MiniDebugInfo => "MiniDebugInfo",
         }
     }

@@ -1,5 +1,5 @@
 //! Entry points for the fuzz targets (`fuzz/`) into readers of what others write that are not
-//! public otherwise: a perf map's lines, a MiniDebugInfo stream, an ELF file's headers and
+//! public otherwise: a perf map's lines, a jitdump's records, a MiniDebugInfo stream, an ELF file's headers and
 //! debug link. Not an API.
 
 use crate::elf::ElfFile;
@@ -9,6 +9,14 @@ pub fn perf_map(text: &str) {
     let map = crate::perf_map::PerfMap::parse(text);
     for addr in [0, 1, 0x1000, u64::MAX / 2, u64::MAX] {
         let _ = map.lookup(addr);
+    }
+}
+
+/// Parses `bytes` as a jitdump and looks up a few addresses in it.
+pub fn jitdump(bytes: &[u8]) {
+    let dump = crate::jitdump::JitDump::parse(bytes);
+    for addr in [0, 1, 0x1000, u64::MAX / 2, u64::MAX] {
+        let _ = dump.lookup(addr);
     }
 }
 

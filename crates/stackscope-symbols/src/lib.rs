@@ -1,9 +1,10 @@
 //! Turns code addresses into named frames: functions in ELF files (with inlined functions and
 //! demangled names; from separate debug files found by build-id, by debug link or by a
 //! fetcher, and from MiniDebugInfo, for stripped binaries), kernel functions from
-//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map`, the vDSO, and PE images by RVA from
-//! their PDB or the DWARF inside them ([`pe`]); and, for code no symbol
-//! names, where its function starts. Addresses are resolved in batches, each unique address
+//! `/proc/kallsyms`, JIT code from `/tmp/perf-PID.map` and jitdumps, the vDSO, and PE
+//! images by RVA from their PDB or the DWARF inside them ([`pe`]), CPython code objects from a
+//! process's memory ([`python_code`]); and, for code no symbol names, where its function
+//! starts. Addresses are resolved in batches, each unique address
 //! once.
 //!
 //! Also owns the one ELF reader ([`elf::ElfFile`]), the one file identity ([`FileId`]) and the
@@ -22,9 +23,11 @@ pub mod foreign;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod interrupt;
+mod jitdump;
 mod mini_debuginfo;
 pub mod pe;
 mod perf_map;
+pub mod python_code;
 mod sym_frame;
 mod symbolizer;
 

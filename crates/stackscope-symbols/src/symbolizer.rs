@@ -1,6 +1,6 @@
 //! The [`Symbolizer`]: blazesym plus the lookups it does not do the way stackscope needs
 //! (separate debug files in [`crate::debug_file`]'s order, perf maps from a configurable
-//! directory, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
+//! directory and jitdumps, vDSO offsets), and conversion to outermost-first [`SymFrame`] lists.
 
 mod binary;
 mod kept;
@@ -17,6 +17,7 @@ use blazesym::{MaybeDefault, Pid};
 
 use crate::debug_file::{DebugFile, DebugFiles};
 use crate::elf_info::ElfInfo;
+use crate::jitdump::JitDump;
 use crate::pe::pdb::SymbolPath;
 use crate::perf_map::PerfMap;
 use crate::sym_frame::{display_name, strip_rust_hash, sym_frame};
@@ -39,6 +40,7 @@ pub struct Symbolizer {
     perf_map_dir: PathBuf,
     elf_infos: HashMap<PathBuf, Rc<ElfInfo>>,
     perf_maps: HashMap<u32, PerfMap>,
+    jitdumps: HashMap<u32, JitDump>,
     /// Where PE images' PDBs are looked up beyond their recorded path and directory.
     symbol_path: SymbolPath,
     /// The matching PDB found for each PE image.
@@ -84,6 +86,7 @@ impl Symbolizer {
             perf_map_dir: PathBuf::from(DEFAULT_PERF_MAP_DIR),
             elf_infos: HashMap::new(),
             perf_maps: HashMap::new(),
+            jitdumps: HashMap::new(),
             symbol_path: SymbolPath::from_env(),
             pdbs: HashMap::new(),
             kept: Kept::new(0),
@@ -111,10 +114,12 @@ impl Symbolizer {
         self
     }
 
-    /// Reads perf maps as `dir/perf-PID.map` instead of from `/tmp`.
+    /// Reads perf maps as `dir/perf-PID.map`, and jitdumps no process mapped as
+    /// `dir/jit-PID.dump`, instead of from `/tmp`.
     pub fn with_perf_map_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.perf_map_dir = dir.into();
         self.perf_maps.clear();
+        self.jitdumps.clear();
         self
     }
 
@@ -137,10 +142,21 @@ impl Symbolizer {
         }
     }
 
-    /// JIT code via `/tmp/perf-PID.map` (format: `START SIZE name`, hex START/SIZE, one per
-    /// line; read once per pid; missing file = all `None`).
-    pub fn symbolize_perf_map(&mut self, pid: u32, addrs: &[u64]) -> Vec<Option<SymFrame>> {
+    /// JIT code of process `pid`: from its jitdump (names, and source lines where it has debug
+    /// info), at `jitdump` where the process mapped one, else `/tmp/jit-PID.dump`; then from
+    /// `/tmp/perf-PID.map` (`START SIZE name` lines, hex START and SIZE). Each file is read
+    /// once per pid; a missing one names nothing.
+    pub fn symbolize_jit(
+        &mut self,
+        pid: u32,
+        jitdump: Option<&Path>,
+        addrs: &[u64],
+    ) -> Vec<Option<SymFrame>> {
         let dir = &self.perf_map_dir;
+        let dump = self.jitdumps.entry(pid).or_insert_with(|| match jitdump {
+            Some(path) => JitDump::read(path),
+            None => JitDump::read(&dir.join(format!("jit-{pid}.dump"))),
+        });
         let map = self
             .perf_maps
             .entry(pid)
@@ -148,6 +164,15 @@ impl Symbolizer {
         addrs
             .iter()
             .map(|&addr| {
+                if let Some(function) = dump.lookup(addr) {
+                    let (file, line) = function.location.unzip();
+                    return Some(sym_frame(
+                        function.name,
+                        file.map(str::to_string),
+                        line,
+                        false,
+                    ));
+                }
                 map.lookup(addr).map(|name| SymFrame {
                     name: strip_rust_hash(name).to_string(),
                     file: None,

@@ -605,8 +605,9 @@ fn perf_map_for_fake_pid() {
     )
     .unwrap();
     let mut symbolizer = Symbolizer::new().with_perf_map_dir(dir.path());
-    let frames = symbolizer.symbolize_perf_map(
+    let frames = symbolizer.symbolize_jit(
         pid,
+        None,
         &[
             0x7f00_0000_1000,
             0x7f00_0000_103f,
@@ -628,7 +629,7 @@ fn perf_map_for_fake_pid() {
     // No map: unknown, and the answer is kept for the pid (read once).
     let other = pid + 1;
     assert_eq!(
-        symbolizer.symbolize_perf_map(other, &[0x7f00_0000_1000]),
+        symbolizer.symbolize_jit(other, None, &[0x7f00_0000_1000]),
         vec![None]
     );
     std::fs::write(
@@ -637,7 +638,7 @@ fn perf_map_for_fake_pid() {
     )
     .unwrap();
     assert_eq!(
-        symbolizer.symbolize_perf_map(other, &[0x7f00_0000_1000]),
+        symbolizer.symbolize_jit(other, None, &[0x7f00_0000_1000]),
         vec![None]
     );
 }

@@ -440,6 +440,9 @@ fn user_frames(
         last_module = mapping.map(|m| m.path.clone());
         frames.push(table.user_frame(key.pid, addr, mapping));
     }
+    if let Some(maps) = maps {
+        table.note_jitdump(key.pid, maps);
+    }
     let end = stack.end.clone().in_module(|| last_module);
     if end == WalkEnd::Truncated {
         frames.push(RawFrame::Truncated);

@@ -277,6 +277,9 @@ impl Collector {
             let mapping = maps.and_then(|m| m.find(addr));
             self.frames.push(self.table.user_frame(pid, addr, mapping));
         }
+        if let Some(maps) = maps {
+            self.table.note_jitdump(pid, maps);
+        }
         if matches!(
             end,
             WalkEnd::Stopped {

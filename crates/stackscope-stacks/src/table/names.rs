@@ -67,7 +67,8 @@ impl Names {
             self.name_module(table, module, &offsets, symbolizer, builder);
         }
         for (pid, addrs) in queued.jit {
-            self.name_jit(pid, &addrs, symbolizer, builder);
+            let jitdump = table.jitdumps.get(&pid).map(|path| Path::new(&**path));
+            self.name_jit((pid, jitdump), &addrs, symbolizer, builder);
         }
     }
 
@@ -248,14 +249,15 @@ impl Names {
         }
     }
 
+    /// Names JIT code of `pid` from the jitdump it mapped (if any) and its perf map.
     fn name_jit(
         &mut self,
-        pid: u32,
+        (pid, jitdump): (u32, Option<&Path>),
         addrs: &[u64],
         symbolizer: &mut Symbolizer,
         builder: &mut ProfileBuilder,
     ) {
-        let resolved = symbolizer.symbolize_perf_map(pid, addrs);
+        let resolved = symbolizer.symbolize_jit(pid, jitdump, addrs);
         for (addr, sym) in addrs.iter().zip(resolved) {
             let frame = match sym {
                 Some(sym) => frame_from(sym, FrameKind::User, Some("[jit]")),

@@ -1,5 +1,5 @@
 //! The functions an ELF file's symbol tables name (where they are, their code, what they are
-//! called), and which of them its `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI, and
+//! called), the bytes of the data objects they name, and which of them its `.eh_frame_hdr` indexes: what tells whether a binary keeps frame pointers or lacks CFI, and
 //! where a function no symbol names starts.
 
 use gimli::{BaseAddresses, EhFrame, EhFrameHdr, RunTimeEndian, UnwindSection};
@@ -48,10 +48,31 @@ impl ElfFile {
         self.function_symbols(table, |function, name| function.section.map(|_| name))
     }
 
+    /// The bytes of the data object `table` names `name`, where the file holds them (not in
+    /// `.bss`): a constant such as a version number.
+    pub fn object_bytes(&self, table: SymbolTable, name: &[u8]) -> Option<&[u8]> {
+        let pick = |object: Function, symbol: &[u8]| (symbol == name).then_some(object);
+        let object = self
+            .symbols_of(table, &[elf::STT_OBJECT], pick)?
+            .into_iter()
+            .find(|o| o.section.is_some())?;
+        self.code(&object, object.size)
+    }
+
     /// `pick(function, name)` of each function symbol of `table`, where it gives one.
     fn function_symbols<'a, T>(
         &'a self,
         table: SymbolTable,
+        pick: impl FnMut(Function, &'a [u8]) -> Option<T>,
+    ) -> Option<Vec<T>> {
+        self.symbols_of(table, &[elf::STT_FUNC, elf::STT_GNU_IFUNC], pick)
+    }
+
+    /// `pick(symbol, name)` of each symbol of `table` of one of `types`, where it gives one.
+    fn symbols_of<'a, T>(
+        &'a self,
+        table: SymbolTable,
+        types: &[elf::SymbolType],
         pick: impl FnMut(Function, &'a [u8]) -> Option<T>,
     ) -> Option<Vec<T>> {
         let sh_type = match table {
@@ -59,9 +80,9 @@ impl ElfFile {
             SymbolTable::Dynamic => elf::SHT_DYNSYM,
         };
         if self.is_64 {
-            function_symbols::<FileHeader64<Endianness>, T>(self.bytes(), sh_type, pick)
+            symbols_of::<FileHeader64<Endianness>, T>(self.bytes(), (sh_type, types), pick)
         } else {
-            function_symbols::<FileHeader32<Endianness>, T>(self.bytes(), sh_type, pick)
+            symbols_of::<FileHeader32<Endianness>, T>(self.bytes(), (sh_type, types), pick)
         }
     }
 
@@ -150,9 +171,9 @@ impl ElfFile {
     }
 }
 
-fn function_symbols<'data, Elf: FileHeader<Endian = Endianness>, T>(
+fn symbols_of<'data, Elf: FileHeader<Endian = Endianness>, T>(
     data: &'data [u8],
-    sh_type: elf::SectionType,
+    (sh_type, types): (elf::SectionType, &[elf::SymbolType]),
     mut pick: impl FnMut(Function, &'data [u8]) -> Option<T>,
 ) -> Option<Vec<T>> {
     let header = Elf::parse(data).ok()?;
@@ -170,7 +191,7 @@ fn function_symbols<'data, Elf: FileHeader<Endian = Endianness>, T>(
         .iter()
         .enumerate()
         .skip(1)
-        .filter(|(_, s)| matches!(s.st_type(), elf::STT_FUNC | elf::STT_GNU_IFUNC))
+        .filter(|(_, s)| types.contains(&s.st_type()))
         .filter_map(|(i, s)| {
             let function = Function {
                 address: s.st_value(endian).into(),
