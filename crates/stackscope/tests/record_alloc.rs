@@ -1,8 +1,8 @@
 //! `record --alloc` and `--in-use`: memory counted by stack at the allocator's entry points,
 //! checked against what the allocating programs say they asked for (tests/workloads/allocs.c,
-//! glibc's whole family and anonymous mmap from C built without frame pointers; rust_allocs.rs, Rust's system
-//! allocator). Every call is counted, so bytes and calls per site are exact however loaded the
-//! machine.
+//! glibc's whole family and anonymous mmap from C built without frame pointers; rust_allocs.rs,
+//! Rust's system allocator; jemalloc_allocs, the same on tikv-jemallocator). Every call is
+//! counted, so bytes and calls per site are exact however loaded the machine.
 
 #![cfg(target_os = "linux")]
 
@@ -161,8 +161,21 @@ fn in_use_holds_exactly_what_was_not_freed_and_min_age_keeps_the_old() {
 
 #[test]
 fn rust_sites_are_counted_exactly_allocated_and_held() {
+    rust_sites_counted_exactly("rust_allocs");
+}
+
+/// The same sites on tikv-jemallocator, linked into the program: counted at its `_rjem_`
+/// entry points, which the program itself defines.
+#[test]
+fn jemalloc_sites_are_counted_exactly_allocated_and_held() {
+    rust_sites_counted_exactly("jemalloc_allocs");
+}
+
+/// `workload` (rust_allocs's sites, on some allocator) counted by `--alloc` and `--in-use`
+/// exactly as it says, with whole stacks.
+fn rust_sites_counted_exactly(workload: &str) {
     let dir = tempdir();
-    let prog = workload("rust_allocs");
+    let prog = common::workload(workload);
     let (seed, calls) = varied();
     let command = [prog.as_os_str(), os(&seed), os(&calls)];
     let (run, profile) = record_json(dir.path(), &["--alloc"], &command);
