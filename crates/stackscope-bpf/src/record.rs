@@ -102,6 +102,9 @@ pub struct BpfConfig {
     pub memory: Option<MemoryProfile>,
     /// The program's own allocators to count memory at too (`--alloc-fn`).
     pub alloc_fns: Vec<AllocFn>,
+    /// Sample one allocation per this many bytes on average, weighed as the bytes it stands
+    /// for (`--sample-bytes`); `None`: every call counted.
+    pub sample_bytes: Option<u64>,
 }
 
 impl BpfConfig {
@@ -124,6 +127,7 @@ impl BpfConfig {
             time: None,
             memory: None,
             alloc_fns: Vec::new(),
+            sample_bytes: None,
         }
     }
 }
@@ -269,6 +273,7 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
         alloc: plan.alloc.as_ref().map(|alloc| AllocHook {
             event: alloc.event,
             max_live: alloc.max_live,
+            sample_bytes: config.sample_bytes.unwrap_or(0),
         }),
     }
 }
