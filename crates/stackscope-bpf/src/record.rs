@@ -196,7 +196,7 @@ pub fn record(
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
     // a live block's age or a block's time off the CPU runs to when recording stopped.
-    let ended = monotonic_ns();
+    let ended = program::monotonic_ns();
     let elapsed = started.elapsed();
     sampling.stop();
     probes.stop();
@@ -276,17 +276,6 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
             sample_bytes: config.sample_bytes.unwrap_or(0),
         }),
     }
-}
-
-/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The processes uprobes go into: the launched command, the processes or threads asked for,
