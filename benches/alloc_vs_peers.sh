@@ -5,17 +5,23 @@
 #   none        untraced
 #   alloc       stackscope record --alloc   (bytes and calls per stack, counted in the kernel)
 #   in-use      stackscope record --in-use  (each live block kept until freed)
+#   sampled     stackscope record --alloc --sample-bytes 512K (one allocation per 512 KiB on
+#               average, an estimate; the traps stay, the stack walks and map updates go)
 #   heaptrack   heaptrack (LD_PRELOAD: every call unwound in the process, written to a file,
 #               then heaptrack_print for the allocations per site)
-#   memleak     bcc's memleak (-c, every call, stacks by frame pointers), where it runs
+#   memleak     bcc's memleak (-p, every call, stacks by frame pointers). bcc compiles its BPF
+#               program at start-up against kernel headers, which this kernel ships none of: it
+#               is pointed (BCC_KERNEL_SOURCE) at the distribution kernel's headers, merged
+#               into one tree, enough for its user-space probes. Its -c starts the command
+#               before the probes are in, so the program waits for memleak to attach.
 # and whether each tool's count per site is the program's own. Medians over RUNS rounds, and
 # each tool's slowdown (untraced rate / traced rate).
 # The program (-O2, frame pointers kept so that memleak's stacks are whole too) allocates
 # CALLS blocks of 16 to 271 bytes from three sites two frames below main, frees two of three
 # at once and the rest at the end.
 #
-# Usage: benches/alloc_vs_peers.sh   (as root; installs gcc and heaptrack if missing; memleak
-#        from bpfcc-tools is run when installed, and said missing otherwise)
+# Usage: benches/alloc_vs_peers.sh   (as root; installs gcc, heaptrack, bpfcc-tools and
+#        linux-headers-amd64 if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; RUNS=N (default 3);
 #        CALLS=N allocations per run (default 300000); KEEP=1 keeps the work dir.
 set -euo pipefail
@@ -28,6 +34,8 @@ calls=${CALLS:-300000}
 need gcc gcc libc6-dev
 need heaptrack heaptrack
 need /usr/bin/time time
+need memleak-bpfcc bpfcc-tools
+[ -n "$(ls -d /usr/src/linux-headers-*-common 2>/dev/null)" ] || need_apt+=(linux-headers-amd64)
 install_needed
 build_unless_set STACKSCOPE stackscope
 make_work_dir
@@ -38,6 +46,7 @@ cat > churn.c <<'EOF'
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 static void **kept;
 static long n_kept;
 static unsigned long bytes[3], count[3];
@@ -72,6 +81,9 @@ int main(int argc, char **argv)
 	struct timespec a, b;
 	struct rusage ru;
 	kept = calloc(calls / 3 + 1, sizeof(void *));
+	/* With a second argument: wait for that file before working (a tracer attaching). */
+	while (argc > 2 && access(argv[2], F_OK) != 0)
+		usleep(1000);
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	work(calls);
 	clock_gettime(CLOCK_MONOTONIC, &b);
@@ -89,6 +101,34 @@ EOF
 gcc -O2 -g -fno-omit-frame-pointer churn.c -o churn
 
 memleak=$(command -v memleak-bpfcc || true)
+# The distribution kernel's headers as one tree (its generated files over the common ones).
+headers=$work/kernel-headers
+mkdir -p "$headers"
+common=$(ls -d /usr/src/linux-headers-*-common | sort -V | tail -1)
+cp -rs "$common/." "$headers/"
+cp -rsf "${common%-common}-amd64/." "$headers/" 2>/dev/null || true
+
+# memleak -p on churn waiting for ./go: starts it, lets the program go once memleak says it
+# attached, stops memleak once the program is done.
+run_memleak() {
+    rm -f go
+    ./churn "$calls" go >memleak.out &
+    local churn=$!
+    BCC_KERNEL_SOURCE=$headers /usr/bin/time -f "time %e %U %S %M" -o memleak.time \
+        "$memleak" -p "$churn" >memleak.err 2>&1 &
+    local tool=$!
+    for _ in $(seq 600); do
+        grep -qs "Attaching to pid" memleak.err && break
+        kill -0 "$tool" 2>/dev/null || break
+        sleep 0.1
+    done
+    touch go
+    wait "$churn"
+    # memleak itself, GNU time's child (a background job ignores SIGINT: SIGTERM ends it).
+    pkill -TERM -P "$tool" 2>/dev/null || true
+    wait "$tool" || true
+    grep -q "Attaching to pid" memleak.err
+}
 
 rate_of() { awk '/^allocs_per_sec/ { print $2 }' "$1"; }
 prog_cpu() { awk '/^allocs_per_sec/ { print $4 }' "$1"; }
@@ -103,8 +143,10 @@ add() { rates[$1]+="$2 "; cpus[$1]+="$3 "; peaks[$1]+="$4 "; }
 for _ in $(seq "$runs"); do
     timed none.time ./churn "$calls" >none.out
     add none "$(rate_of none.out)" "$(prog_cpu none.out)" 0
-    for mode in alloc in-use; do
-        timed "$mode.time" "$STACKSCOPE" record "--$mode" -o "$mode.folded" -- ./churn "$calls" \
+    for mode in alloc in-use sampled; do
+        flags=("--$mode")
+        [ "$mode" = sampled ] && flags=(--alloc --sample-bytes 512K)
+        timed "$mode.time" "$STACKSCOPE" record "${flags[@]}" -o "$mode.folded" -- ./churn "$calls" \
             >"$mode.out" 2>"$mode.err"
         # stackscope's own CPU: what GNU time counted less the program's, which it waited for.
         add "$mode" "$(rate_of "$mode.out")" "$(tool_cpu "$mode.time" "$(prog_cpu "$mode.out")")" \
@@ -114,17 +156,15 @@ for _ in $(seq "$runs"); do
     timed heaptrack.time heaptrack -o heaptrack.churn ./churn "$calls" >heaptrack.out 2>heaptrack.err
     add heaptrack "$(rate_of heaptrack.out)" "$(tool_cpu heaptrack.time "$(prog_cpu heaptrack.out)")" \
         "$(peak_mib heaptrack.time)"
-    if [ -n "$memleak" ]; then
-        if timed memleak.time "$memleak" -c "./churn $calls" >memleak.out 2>memleak.err; then
-            add memleak "$(rate_of memleak.out)" \
-                "$(tool_cpu memleak.time "$(prog_cpu memleak.out)")" "$(peak_mib memleak.time)"
-        fi
+    if [ -n "$memleak" ] && run_memleak; then
+        # memleak's CPU is its own: it did not wait for the program.
+        add memleak "$(rate_of memleak.out)" "$(tool_cpu memleak.time 0)" "$(peak_mib memleak.time)"
     fi
 done
 
 printf "%-10s %14s %10s %12s %12s\n" tool "allocs/s" slowdown "tool CPU s" "peak MiB"
 none_rate=$(printf "%s\n" ${rates[none]} | median)
-for tool in none alloc in-use heaptrack memleak; do
+for tool in none alloc in-use sampled heaptrack memleak; do
     [ -n "${rates[$tool]:-}" ] || continue
     rate=$(printf "%s\n" ${rates[$tool]} | median)
     printf "%-10s %14.0f %10s %12s %12s\n" "$tool" "$rate" "$(calc "$none_rate / $rate")" \
@@ -141,16 +181,19 @@ heaptrack_print -f "$heaptrack_file" --flamegraph-cost-type allocations -F heapt
 under() { awk -v f="$2" '{ n_fr = split($1, fr, ";"); for (i = 1; i <= n_fr; i++) if (fr[i] == f) { n += $NF; break } } END { print n + 0 }' "$1"; }
 # heaptrack's stack lines end in the count after a space, its frames `name (file.c)`.
 heaptrack_under() { awk -v f="$2" '{ c = $NF; n_fr = split($0, fr, ";"); for (i = 1; i <= n_fr; i++) if (fr[i] == f || index(fr[i], f " (") == 1) { n += c; break } } END { print n + 0 }' "$1"; }
-printf "%-6s %12s %10s %16s %16s %16s\n" site "own bytes" "own calls" "--alloc bytes" "--in-use bytes" "heaptrack calls"
+printf "%-6s %12s %10s %16s %16s %16s %16s\n" site "own bytes" "own calls" "--alloc bytes" "--in-use bytes" \
+    "sampled bytes" "heaptrack calls"
 for s in 0 1 2; do
     read -r own_bytes own_calls < <(awk -v s="site$s" '$1 == s { print $2, $4 }' alloc.out)
-    printf "%-6s %12s %10s %16s %16s %16s\n" "site$s" "$own_bytes" "$own_calls" \
+    printf "%-6s %12s %10s %16s %16s %16s %16s\n" "site$s" "$own_bytes" "$own_calls" \
         "$(under alloc.folded "site$s")" "$(under in-use.folded "site$s")" \
+        "$(under sampled.folded "site$s")" \
         "$(heaptrack_under heaptrack.stacks "site$s")"
 done
-echo "(--in-use: the program frees every block before it exits, so nothing is held at the end)"
+echo "(--in-use: the program frees every block before it exits, so nothing is held at the end;" \
+    "sampled: an estimate, within a few sqrt(bytes * 512K) of the truth)"
 if [ -z "$memleak" ]; then
     echo "memleak: not installed (apt install bpfcc-tools)"
 elif [ -z "${rates[memleak]:-}" ]; then
-    echo "memleak: did not run: $(tail -1 memleak.err)"
+    echo "memleak: did not run: $(grep -v '^ ' memleak.err | tail -1)"
 fi

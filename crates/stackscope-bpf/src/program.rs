@@ -70,6 +70,8 @@ pub(crate) struct AllocHook {
     pub event: u32,
     /// Keep each live block, up to this many at once (`--in-use`); `None`: totals by stack.
     pub max_live: Option<u32>,
+    /// One allocation per this many bytes on average is counted (`--sample-bytes`); 0: all.
+    pub sample_bytes: u64,
 }
 
 /// How off-CPU time is counted (see [`Settings::off_cpu`]).
@@ -150,6 +152,7 @@ fn set_read_only_data(open: &mut OpenProfileSkel<'_>, settings: &Settings) -> Re
     if let Some(hook) = settings.alloc {
         data.alloc_event = hook.event;
         data.count_live = hook.max_live.is_some();
+        data.sample_bytes = hook.sample_bytes;
     }
     Ok(())
 }
@@ -478,6 +481,17 @@ pub(crate) fn drop_counter(skel: &ProfileSkel<'_>, which: u32) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

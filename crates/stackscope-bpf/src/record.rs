@@ -102,6 +102,9 @@ pub struct BpfConfig {
     pub memory: Option<MemoryProfile>,
     /// The program's own allocators to count memory at too (`--alloc-fn`).
     pub alloc_fns: Vec<AllocFn>,
+    /// Sample one allocation per this many bytes on average, weighed as the bytes it stands
+    /// for (`--sample-bytes`); `None`: every call counted.
+    pub sample_bytes: Option<u64>,
 }
 
 impl BpfConfig {
@@ -124,6 +127,7 @@ impl BpfConfig {
             time: None,
             memory: None,
             alloc_fns: Vec::new(),
+            sample_bytes: None,
         }
     }
 }
@@ -192,7 +196,7 @@ pub fn record(
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
     // a live block's age or a block's time off the CPU runs to when recording stopped.
-    let ended = monotonic_ns();
+    let ended = program::monotonic_ns();
     let elapsed = started.elapsed();
     sampling.stop();
     probes.stop();
@@ -269,19 +273,9 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
         alloc: plan.alloc.as_ref().map(|alloc| AllocHook {
             event: alloc.event,
             max_live: alloc.max_live,
+            sample_bytes: config.sample_bytes.unwrap_or(0),
         }),
     }
-}
-
-/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The processes uprobes go into: the launched command, the processes or threads asked for,

@@ -30,6 +30,7 @@ pub(crate) fn refuse_unavailable(args: &RecordArgs) -> Result<()> {
         (args.memory.alloc, "--alloc", LINUX),
         (args.memory.in_use, "--in-use", LINUX),
         (!args.memory.alloc_fns.is_empty(), "--alloc-fn", LINUX),
+        (args.memory.sample_bytes.is_some(), "--sample-bytes", LINUX),
         (
             !args.target.tid.is_empty(),
             "-L/--tid",

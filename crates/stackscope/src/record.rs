@@ -194,6 +194,7 @@ pub(crate) fn sample(
                 time: plan.time,
                 memory: plan.memory,
                 alloc_fns: args.memory.alloc_fns.clone(),
+                sample_bytes: args.memory.sample_bytes,
                 ..bpf_config(plan.target.clone(), &plan.config, duration, &plan.command)
             };
             crate::source_bpf::sample(config, stop, announce).map_err(crate::doctor::point_to)?

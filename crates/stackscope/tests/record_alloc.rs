@@ -1,8 +1,8 @@
 //! `record --alloc` and `--in-use`: memory counted by stack at the allocator's entry points,
 //! checked against what the allocating programs say they asked for (tests/workloads/allocs.c,
-//! glibc's whole family and anonymous mmap from C built without frame pointers; rust_allocs.rs, Rust's system
-//! allocator). Every call is counted, so bytes and calls per site are exact however loaded the
-//! machine.
+//! glibc's whole family and anonymous mmap from C built without frame pointers; rust_allocs.rs,
+//! Rust's system allocator; jemalloc_allocs, the same on tikv-jemallocator). Every call is
+//! counted, so bytes and calls per site are exact however loaded the machine.
 
 #![cfg(target_os = "linux")]
 
@@ -11,6 +11,7 @@ mod common;
 use common::*;
 use stackscope_profile::{CountUnit, Frame, Profile};
 use stackscope_testkit::peers::go_pprof;
+use stackscope_testkit::truth::SIGMAS;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
@@ -161,8 +162,21 @@ fn in_use_holds_exactly_what_was_not_freed_and_min_age_keeps_the_old() {
 
 #[test]
 fn rust_sites_are_counted_exactly_allocated_and_held() {
+    rust_sites_counted_exactly("rust_allocs");
+}
+
+/// The same sites on tikv-jemallocator, linked into the program: counted at its `_rjem_`
+/// entry points, which the program itself defines.
+#[test]
+fn jemalloc_sites_are_counted_exactly_allocated_and_held() {
+    rust_sites_counted_exactly("jemalloc_allocs");
+}
+
+/// `workload` (rust_allocs's sites, on some allocator) counted by `--alloc` and `--in-use`
+/// exactly as it says, with whole stacks.
+fn rust_sites_counted_exactly(workload: &str) {
     let dir = tempdir();
-    let prog = workload("rust_allocs");
+    let prog = common::workload(workload);
     let (seed, calls) = varied();
     let command = [prog.as_os_str(), os(&seed), os(&calls)];
     let (run, profile) = record_json(dir.path(), &["--alloc"], &command);
@@ -170,6 +184,51 @@ fn rust_sites_are_counted_exactly_allocated_and_held() {
     let (run, profile) = record_json(dir.path(), &["--in-use"], &command);
     assert_sites(&profile, &account(&run.stdout), &RUST_SITES, "_held");
     assert_user_stacks_complete(&profile);
+}
+
+/// `--sample-bytes N`: each site's bytes are an estimate made of whole sample points (a
+/// multiple of N: every call counted would almost never give one), within [`SIGMAS`] standard
+/// errors of the program's own count. The points on a site's B bytes are Poisson with mean
+/// B/N, so the estimate's standard error is sqrt(B*N).
+#[test]
+fn sampled_bytes_per_site_are_within_what_their_sample_count_allows() {
+    let dir = tempdir();
+    let prog = workload("rust_allocs");
+    let pid = u64::from(std::process::id());
+    // Sites allocate 8 to 3008 bytes a call, far below 16*N: every call is sampled, none
+    // counted exactly.
+    let n = 2048 + pid % 2048;
+    let (seed, calls) = (pid.to_string(), (3000 + pid % 500).to_string());
+    let command = [prog.as_os_str(), os(&seed), os(&calls)];
+    let sample = ["--sample-bytes".to_string(), n.to_string()];
+    for (mode, kind) in [("--alloc", "_bytes"), ("--in-use", "_held")] {
+        let options = [mode, sample[0].as_str(), sample[1].as_str()];
+        let (run, profile) = record_json(dir.path(), &options, &command);
+        let account = account(&run.stdout);
+        assert!(
+            run.stderr.contains("bytes and allocations are estimates"),
+            "the summary says the counts are sampled: {}",
+            run.stderr
+        );
+        let top = top_stacks(&profile, 12);
+        for site in RUST_SITES {
+            let truth = said(&account, &format!("{site}{kind}"));
+            let (estimate, allocations) = counted_at(&profile, site);
+            let sigma = ((truth * n) as f64).sqrt();
+            assert!(
+                (estimate as f64 - truth as f64).abs() <= SIGMAS * sigma,
+                "{mode} {site}: estimated {estimate} bytes, the program counted {truth}: \
+                 more than {SIGMAS} standard errors ({sigma:.0}) apart at N = {n}\n{top}"
+            );
+            assert_eq!(
+                estimate % n,
+                0,
+                "{mode} {site}: {estimate} is no whole number of samples of {n} bytes"
+            );
+            assert!(allocations > 0, "{mode} {site}: no allocations estimated");
+        }
+        assert_user_stacks_complete(&profile);
+    }
 }
 
 #[test]
@@ -253,7 +312,20 @@ fn memory_flags_beside_what_they_cannot_count_with_are_refused_in_one_line() {
         assert!(run.stderr.contains(said), "{options:?}: {}", run.stderr);
         assert!(!out.exists(), "{options:?} wrote a profile");
     }
-    // --min-age and --max-live belong to --in-use.
+    // --min-age and --max-live belong to --in-use; --sample-bytes to either.
+    let run = record(dir.path(), &out, &["--sample-bytes", "4K"], &[os("true")]);
+    assert!(run.stderr.contains("--alloc or --in-use"), "{}", run.stderr);
+    let run = record(
+        dir.path(),
+        &out,
+        &["--alloc", "--sample-bytes", "4Q"],
+        &[os("true")],
+    );
+    assert!(
+        run.stderr.contains("`4Q` is no byte count"),
+        "{}",
+        run.stderr
+    );
     for flag in ["--min-age", "--max-live"] {
         let run = record(dir.path(), &out, &["--alloc", flag, "5"], &[os("true")]);
         assert!(run.stderr.contains("--in-use"), "{flag}: {}", run.stderr);

@@ -94,6 +94,11 @@ struct alloc_call {
 	__u64 memptr;
 	/* The stack pointer at the outermost call's entry: calls below it are nested in it. */
 	__u64 sp;
+	/* What the call counts if it allocates: bytes and thousandths of an allocation (1000
+	 * each when every call is counted; an estimate when sampled by --sample-bytes; 0: not
+	 * sampled, counted nowhere). */
+	__u64 bytes;
+	__u64 milli;
 	__u32 kind;
 	/* Calls nested in the outermost one (realloc calling malloc), still to return. */
 	__u32 depth;
@@ -102,7 +107,8 @@ struct alloc_call {
 /* Bytes and allocations counted under one key (record --alloc). */
 struct alloc_total {
 	__u64 bytes;
-	__u64 calls;
+	/* Allocations, in thousandths: a sampled one stands for a fraction or several. */
+	__u64 milli;
 };
 
 /* A live allocation, by process and address (record --in-use). */
@@ -113,9 +119,12 @@ struct live_key {
 };
 
 struct live_alloc {
+	/* The bytes it stands for: its size, or a sampled block's estimate. */
 	__u64 size;
 	/* bpf_ktime_get_ns at the allocation. */
 	__u64 since;
+	/* Allocations it stands for, in thousandths. */
+	__u64 milli;
 	struct count_key key;
 };
 

@@ -61,7 +61,7 @@ pub(super) fn collect(
     let missed = missed_stacks(&profile);
     let mut hints = hints(config, processes, &tally, dropped, &lost);
     if let Some(memory) = &config.memory {
-        hints.extend(memory::hints(skel, memory));
+        hints.extend(memory::hints(skel, memory, config.sample_bytes));
     }
     let skipped = program::switch_misses(skel);
     if skipped > 0 {

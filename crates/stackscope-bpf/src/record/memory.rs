@@ -77,32 +77,50 @@ pub(super) fn counts(
         return totals;
     };
     let mut by_key: HashMap<CountKey, (u64, u64)> = HashMap::new();
-    for (size, since, key) in live_blocks(skel) {
+    for (size, since, milli, key) in live_blocks(skel) {
         if key.pid == own || ended.saturating_sub(since) < min_age_ns {
             continue;
         }
         let held = by_key.entry(key).or_insert((0, 0));
         held.0 += size;
-        held.1 += 1;
+        held.1 += milli;
     }
     by_key
         .into_iter()
-        .map(|(key, (bytes, blocks))| (key, bytes, blocks))
+        .map(|(key, (bytes, milli))| (key, bytes, allocations(milli)))
         .collect()
 }
 
-/// What a full live map left out, said: never a silent undercount.
-pub(super) fn hints(skel: &ProfileSkel<'_>, memory: &MemoryProfile) -> Vec<Hint> {
+/// Allocations from the thousandths the program counts them in (a sampled allocation stands
+/// for a fraction of one or several), rounded; exact when every call is counted.
+fn allocations(milli: u64) -> u64 {
+    (milli + 500) / 1000
+}
+
+/// That the counts are estimates, when sampled (`sample_bytes`), and what a full live map
+/// left out: never a silent undercount.
+pub(super) fn hints(
+    skel: &ProfileSkel<'_>,
+    memory: &MemoryProfile,
+    sample_bytes: Option<u64>,
+) -> Vec<Hint> {
+    let mut hints = Vec::new();
+    if let Some(n) = sample_bytes {
+        hints.push(Hint::Said(format!(
+            "bytes and allocations are estimates: about one allocation per {n} bytes was sampled (--sample-bytes), each weighed as the bytes it stands for, so a stack's B bytes are within a few sqrt(B*{n}) of its own; allocations of {} bytes or more are counted exactly",
+            16 * n
+        )));
+    }
     let MemoryProfile::InUse { max_live, .. } = *memory else {
-        return Vec::new();
+        return hints;
     };
     let (blocks, bytes) = live_drops(skel);
-    if blocks == 0 {
-        return Vec::new();
+    if blocks > 0 {
+        hints.push(Hint::Said(format!(
+            "the live-allocation map was full ({max_live} blocks): {blocks} newer allocations ({bytes} bytes) were not tracked, so what they still hold is missing; --max-live can keep more"
+        )));
     }
-    vec![Hint::Said(format!(
-        "the live-allocation map was full ({max_live} blocks): {blocks} newer allocations ({bytes} bytes) were not tracked, so what they still hold is missing; --max-live can keep more"
-    ))]
+    hints
 }
 
 /// Bytes and allocations counted by key (`--alloc`).
@@ -112,22 +130,23 @@ fn alloc_totals(skel: &ProfileSkel<'_>) -> Vec<(CountKey, u64, u64)> {
         .filter_map(|key| {
             let value = map.lookup(&key, MapFlags::ANY).ok()??;
             let bytes = layout::words(&value).next()?;
-            let calls = layout::words(&value).nth(1)?;
-            Some((CountKey::from_bytes(&key)?, bytes, calls))
+            let milli = layout::words(&value).nth(1)?;
+            Some((CountKey::from_bytes(&key)?, bytes, allocations(milli)))
         })
         .collect()
 }
 
-/// The blocks still live (`--in-use`): size, when allocated (bpf_ktime_get_ns), and the key
-/// of the stacks that allocated them.
-fn live_blocks(skel: &ProfileSkel<'_>) -> Vec<(u64, u64, CountKey)> {
+/// The blocks still live (`--in-use`): the bytes each stands for, when allocated
+/// (bpf_ktime_get_ns), the thousandths of an allocation it stands for, and the key of the
+/// stacks that allocated it.
+fn live_blocks(skel: &ProfileSkel<'_>) -> Vec<(u64, u64, u64, CountKey)> {
     let map = &skel.maps.live_allocs;
     map.keys()
         .filter_map(|key| {
             let value = map.lookup(&key, MapFlags::ANY).ok()??;
-            let size = layout::words(&value).next()?;
-            let since = layout::words(&value).nth(1)?;
-            Some((size, since, CountKey::from_bytes(value.get(16..)?)?))
+            let mut words = layout::words(&value);
+            let (size, since, milli) = (words.next()?, words.next()?, words.next()?);
+            Some((size, since, milli, CountKey::from_bytes(value.get(24..)?)?))
         })
         .collect()
 }

@@ -46,6 +46,9 @@ pub(super) fn memory_profile(args: &RecordArgs) -> Result<Option<MemoryProfile>>
     if !memory.in_use && !memory.alloc && !memory.alloc_fns.is_empty() {
         bail!("--alloc-fn adds an allocator to --alloc or --in-use: give one of them");
     }
+    if !memory.in_use && !memory.alloc && memory.sample_bytes.is_some() {
+        bail!("--sample-bytes samples the allocations of --alloc or --in-use: give one of them");
+    }
     if !memory.in_use {
         if let Some(flag) = [
             (memory.min_age.is_some(), "--min-age"),

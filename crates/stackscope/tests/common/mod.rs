@@ -70,6 +70,9 @@ fn recipe(name: &str) -> (&'static str, Vec<&'static str>) {
         "allocs" => c("allocs.c", &["-fomit-frame-pointer"]),
         "rust_deep" => rust("rust_deep.rs"),
         "rust_allocs" => rust("rust_allocs.rs"),
+        // A package of its own (it takes tikv-jemallocator from the registry): see
+        // build_package.
+        "jemalloc_allocs" => ("cargo", vec![]),
         other => panic!("no workload named {other}"),
     }
 }
@@ -88,17 +91,36 @@ pub fn workload(name: &str) -> PathBuf {
     // Build under a private name and rename, so test binaries running at the same time
     // never execute a half-written file.
     let tmp = dir.join(format!(".{name}.{}", std::process::id()));
-    let (compiler, args) = recipe(name);
-    stackscope_testkit::run(
-        Command::new(compiler)
-            .current_dir(workloads_src())
-            .args(&args)
-            .arg("-o")
-            .arg(&tmp),
-    );
+    match recipe(name) {
+        ("cargo", _) => build_package(name, &tmp),
+        (compiler, args) => stackscope_testkit::run(
+            Command::new(compiler)
+                .current_dir(workloads_src())
+                .args(&args)
+                .arg("-o")
+                .arg(&tmp),
+        ),
+    }
     std::fs::rename(&tmp, &out).expect("rename built workload");
     built.insert(name.to_string(), out.clone());
     out
+}
+
+/// Builds the workload that is the cargo package `tests/workloads/NAME` (binary NAME) into
+/// `out`, in release, in one target directory kept between runs: only the first build
+/// compiles its dependencies (jemalloc's C code takes minutes), later ones take a second.
+fn build_package(name: &str, out: &Path) {
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("workloads/cargo");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    stackscope_testkit::run(
+        Command::new(cargo)
+            .args(["build", "--release", "--quiet", "--manifest-path"])
+            .arg(workloads_src().join(name).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&target),
+    );
+    let built = target.join("release").join(name);
+    std::fs::copy(&built, out).unwrap_or_else(|e| panic!("cannot copy {}: {e}", built.display()));
 }
 
 /// A finished stackscope run.

@@ -1,4 +1,5 @@
-//! The allocations workload in Rust, on the system allocator (glibc's malloc family): four
+//! The allocations workload in Rust, on the system allocator (glibc's malloc family; the
+//! jemalloc_allocs package runs it on tikv-jemallocator): four
 //! sites allocate known bytes a number of times given on the command line, every third block
 //! is kept to the end (never freed) and the rest dropped, then the program prints its own account so a test
 //! compares a memory profile with it. Sizes vary with the seed.
@@ -67,7 +68,8 @@ impl Account {
     }
 }
 
-fn main() {
+/// Public so that jemalloc_allocs runs the same sites on another allocator.
+pub fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 3 {
         eprintln!("usage: rust_allocs SEED CALLS");
