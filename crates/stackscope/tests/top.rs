@@ -179,7 +179,10 @@ impl Tmux {
             "tmux is needed to drive the full-screen view: install the apt package tmux \
              (scripts/install-deps.sh test installs it)"
         );
-        let socket = format!("stackscope-top-{}", std::process::id());
+        // A server of its own for each view: the last test's may still be shutting down.
+        static VIEWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let view = VIEWS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("stackscope-top-{}-{view}", std::process::id());
         let shell = format!(
             "cd {} && {} top {top_args}; echo \"{EXITED} $?\"; stty -a | tr '\\n' ' '; echo; sleep 600",
             dir.display(),
