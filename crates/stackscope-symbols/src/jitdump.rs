@@ -106,16 +106,9 @@ impl JitDump {
                 });
             }
         }
-        // A JIT reusing an address writes the new code after the old: the last one wins.
-        entries.sort_by_key(|e| e.start);
-        let mut deduped: Vec<Entry> = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match deduped.last_mut() {
-                Some(last) if last.start == entry.start => *last = entry,
-                _ => deduped.push(entry),
-            }
+        Self {
+            entries: crate::perf_map::last_written_per_start(entries, |e| e.start),
         }
-        Self { entries: deduped }
     }
 
     /// The function containing `addr`, and its source line there: that of the last line

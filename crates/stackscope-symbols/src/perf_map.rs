@@ -30,18 +30,10 @@ impl PerfMap {
     }
 
     pub(crate) fn parse(text: &str) -> Self {
-        let mut entries: Vec<Entry> = text.lines().filter_map(parse_line).collect();
-        // Stable sort keeps file order among equal starts; the last one written wins below,
-        // because a JIT reusing an address writes the new function after the old.
-        entries.sort_by_key(|e| e.start);
-        let mut deduped: Vec<Entry> = Vec::with_capacity(entries.len());
-        for entry in entries {
-            match deduped.last_mut() {
-                Some(last) if last.start == entry.start => *last = entry,
-                _ => deduped.push(entry),
-            }
+        let entries: Vec<Entry> = text.lines().filter_map(parse_line).collect();
+        Self {
+            entries: last_written_per_start(entries, |e| e.start),
         }
-        Self { entries: deduped }
     }
 
     /// The name of the function containing `addr`.
@@ -75,6 +67,21 @@ fn parse_line(line: &str) -> Option<Entry> {
         end: start.saturating_add(size),
         name: name.to_string(),
     })
+}
+
+/// JIT functions in file order, sorted by start with one per start: a JIT reusing an
+/// address writes the new function after the old, so the last one written wins (the sort is
+/// stable).
+pub(crate) fn last_written_per_start<E>(mut entries: Vec<E>, start: impl Fn(&E) -> u64) -> Vec<E> {
+    entries.sort_by_key(&start);
+    let mut deduped: Vec<E> = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match deduped.last_mut() {
+            Some(last) if start(last) == start(&entry) => *last = entry,
+            _ => deduped.push(entry),
+        }
+    }
+    deduped
 }
 
 #[cfg(test)]
