@@ -5,6 +5,7 @@
 //! perf_event source.
 
 mod collect;
+mod lead_in;
 mod memory;
 pub(crate) mod sampled;
 
@@ -16,6 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
+use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
 use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
@@ -26,6 +28,7 @@ use crate::layout::Event;
 use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
+pub use lead_in::LeadIn;
 pub use memory::{default_max_live, MemoryProfile};
 use sampled::Targets;
 
@@ -141,6 +144,17 @@ pub fn record(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording, BpfError> {
+    record_led_in(config, stop, on_start, None)
+}
+
+/// [`record`]; a launched command whose timer samples alone are counted is sampled by
+/// `lead_in`, when given, from its exec until the program takes over, rather than held.
+pub fn record_led_in(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    lead_in: Option<&mut dyn LeadIn>,
+) -> Result<Recording, BpfError> {
     config.rate.check()?;
     sampled::check_max_frames(config.max_frames)?;
     let cpus = kernel::choose_cpus(config.cpu)?;
@@ -154,15 +168,29 @@ pub fn record(
         ..config
     };
 
-    // A launched command waits before exec until it is filtered for and traced; spawning it
-    // first reports a missing program before anything is loaded.
+    // A launched command waits before exec until it is filtered for and traced, or sampled by
+    // the lead-in; spawning it first reports a missing program before anything is loaded.
     let mut child = match &config.target {
         Target::Command(argv) => Some(HeldChild::spawn(argv)?),
         _ => None,
     };
+    let mut on_start = Some(on_start);
+    let mut lead_in = match (lead_in, child.as_mut()) {
+        (Some(lead), Some(held)) if plan.only_timer() && config.user => {
+            lead.begin(held.pid).then_some(lead)
+        }
+        _ => None,
+    };
+    if let (Some(_), Some(held)) = (&lead_in, child.as_mut()) {
+        on_start.take().map(|announce| announce());
+        held.release()?;
+    }
     let mut storage = MaybeUninit::uninit();
     let mut skel = program::load(&mut storage, &settings(&config, &targets, &plan))?;
     let verified_insns = program::verified_insns(&skel);
+    if lead_in.is_some() {
+        lead_in::hold_counting(&mut skel)?;
+    }
     program::attach_tracepoints(&mut skel)?;
     let mut processes = follow(&skel, &config, &targets, child.as_ref())?;
     let events: RefCell<Vec<Event>> = RefCell::new(Vec::new());
@@ -172,13 +200,16 @@ pub fn record(
     let timing = config.measure_cost.then(program::time_programs).flatten();
     let (mut sampling, mut probes) = start_counting(&skel, &config, &plan, &cpus, child.as_ref())?;
     // Announced before a launched command runs, so its output comes after the banner.
-    on_start();
-    if let Some(child) = child.as_mut() {
-        if let Err(e) = start_command(child, &skel, &mut processes, config.user) {
-            sampling.stop();
-            probes.stop();
-            return Err(e);
-        }
+    on_start.take().map(|announce| announce());
+    let started_command = match (child.as_mut(), lead_in.as_mut()) {
+        (Some(held), Some(lead)) => lead_in::hand_over(&mut skel, *lead, &mut processes, held.pid),
+        (Some(held), None) => start_command(held, &skel, &mut processes, config.user),
+        (None, _) => Ok(()),
+    };
+    if let Err(e) = started_command {
+        sampling.stop();
+        probes.stop();
+        return Err(e);
     }
     let started = Instant::now();
     let interrupted = sample_until_end(
@@ -271,17 +302,6 @@ fn settings(config: &BpfConfig, targets: &Targets, plan: &Plan) -> Settings {
             max_live: alloc.max_live,
         }),
     }
-}
-
-/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The processes uprobes go into: the launched command, the processes or threads asked for,

@@ -171,6 +171,19 @@ pub struct UnwindStats {
     pub recovered: u64,
 }
 
+impl UnwindStats {
+    /// Adds the figures of another profile's samples.
+    pub fn add(&mut self, other: &UnwindStats) {
+        self.user_stacks += other.user_stacks;
+        self.complete += other.complete;
+        self.with_unknown += other.with_unknown;
+        self.with_unnamed += other.with_unnamed;
+        self.truncated += other.truncated;
+        self.unreadable += other.unreadable;
+        self.recovered += other.recovered;
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -301,6 +314,31 @@ impl Profile {
     /// The sum of all sample counts.
     pub fn total_samples(&self) -> u64 {
         self.samples.iter().map(|s| s.count).sum()
+    }
+
+    /// This profile with `other`'s samples added (frames, stacks and threads interned once,
+    /// equal samples merged): this one's metadata, with the samples lost and the unwind
+    /// figures of both.
+    pub fn merged(self, other: &Profile) -> Profile {
+        let mut meta = self.meta.clone();
+        meta.lost_samples += other.meta.lost_samples;
+        meta.unwind.add(&other.meta.unwind);
+        for (module, id) in &other.meta.build_ids {
+            meta.build_ids.entry(module.clone()).or_insert_with(|| id.clone());
+        }
+        let mut b = ProfileBuilder::new(meta);
+        for profile in [&self, other] {
+            for sample in &profile.samples {
+                let frames: Vec<FrameId> = profile
+                    .stack_frames(sample.stack)
+                    .map(|frame| b.frame(frame.clone()))
+                    .collect();
+                let stack = b.stack(&frames);
+                let thread = b.thread(profile.thread(sample.thread).clone());
+                b.add_objects(thread, stack, sample.cpu, sample.count, sample.objects);
+            }
+        }
+        b.finish()
     }
 
     /// The frames of a sample's stack, root first.

@@ -58,7 +58,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             let _ = writeln!(stdout, "{banner}");
             let _ = stdout.flush();
         }
-    })
+    }, None)
     .map_err(crate::doctor::point_to)?;
     if !args.folded {
         println!();

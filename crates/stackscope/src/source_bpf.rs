@@ -6,16 +6,24 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
+use crate::record::PerfLeadIn;
 use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
-/// sampling runs.
+/// sampling runs. A launched command is sampled by `lead_in`, when given, until the program
+/// takes over.
 pub(crate) fn sample(
     config: BpfConfig,
     stop: &AtomicBool,
     on_start: impl FnOnce(),
+    lead_in: Option<PerfLeadIn>,
 ) -> Result<Recording> {
-    Ok(stackscope_bpf::record(config, stop, on_start)?)
+    let Some(mut lead_in) = lead_in else {
+        return Ok(stackscope_bpf::record(config, stop, on_start)?);
+    };
+    let mut recording = stackscope_bpf::record_led_in(config, stop, on_start, Some(&mut lead_in))?;
+    lead_in.finish(&mut recording);
+    Ok(recording)
 }
 
 /// bcc profile's warnings, in its words: its advice to raise --stack-storage-size when the
