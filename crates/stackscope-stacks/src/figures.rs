@@ -34,6 +34,8 @@ pub struct LeadInFigures {
     pub complete: u64,
     /// From the first sample to the handover.
     pub lasted: Duration,
+    /// The command ended before the program was ready: these are all its samples.
+    pub whole_run: bool,
 }
 
 /// Losses of a source that counts stacks in fixed-size kernel maps.

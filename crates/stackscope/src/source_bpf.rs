@@ -3,6 +3,7 @@
 //! keep.
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
@@ -14,16 +15,14 @@ use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 /// takes over.
 pub(crate) fn sample(
     config: BpfConfig,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     on_start: impl FnOnce(),
     lead_in: Option<PerfLeadIn>,
 ) -> Result<Recording> {
-    let Some(mut lead_in) = lead_in else {
-        return Ok(stackscope_bpf::record(config, stop, on_start)?);
-    };
-    let mut recording = stackscope_bpf::record_led_in(config, stop, on_start, Some(&mut lead_in))?;
-    lead_in.finish(&mut recording);
-    Ok(recording)
+    match lead_in {
+        Some(lead_in) => lead_in.sample(config, stop, on_start),
+        None => Ok(stackscope_bpf::record(config, stop, on_start)?),
+    }
 }
 
 /// bcc profile's warnings, in its words: its advice to raise --stack-storage-size when the

@@ -144,6 +144,17 @@ pub(crate) fn say_naming() {
 
 /// The samples taken before the program took over, and how they were walked, in one line.
 fn describe_lead_in(lead_in: &LeadInFigures) -> String {
+    if lead_in.whole_run {
+        return format!(
+            "stackscope: the command ended before the eBPF program was ready: its {} samples \
+             ({:.0} ms) were taken by perf_event and unwound here from stack copies: {} of {} \
+             user stacks whole",
+            lead_in.samples,
+            lead_in.lasted.as_secs_f64() * 1e3,
+            lead_in.complete,
+            lead_in.user_stacks
+        );
+    }
     format!(
         "stackscope: the first {} samples ({:.0} ms, while the eBPF program was verified and \
          the command's unwind tables loaded) were taken by perf_event and unwound here from \
