@@ -5,14 +5,13 @@
 //! perf_event source.
 
 mod collect;
+mod command;
 mod lead_in;
 mod memory;
 pub(crate) mod sampled;
 
 use std::cell::RefCell;
-use std::io;
 use std::mem::MaybeUninit;
-use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -155,36 +154,12 @@ pub fn record_led_in(
     on_start: impl FnOnce(),
     lead_in: Option<&mut dyn LeadIn>,
 ) -> Result<Recording, BpfError> {
-    config.rate.check()?;
-    sampled::check_max_frames(config.max_frames)?;
-    let cpus = kernel::choose_cpus(config.cpu)?;
-    let targets = sampled::resolve(&config.target)?;
-    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
-        .with_time(config.time.as_ref(), config.rate)?
-        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
-    // An allocation's kernel stack is the uprobe's own handling.
-    let config = BpfConfig {
-        kernel: config.kernel && config.memory.is_none(),
-        ..config
-    };
+    let (config, cpus, targets, plan) = check(config)?;
 
     // A launched command waits before exec until it is filtered for and traced, or sampled by
     // the lead-in; spawning it first reports a missing program before anything is loaded.
-    let mut child = match &config.target {
-        Target::Command(argv) => Some(HeldChild::spawn(argv)?),
-        _ => None,
-    };
     let mut on_start = Some(on_start);
-    let mut lead_in = match (lead_in, child.as_mut()) {
-        (Some(lead), Some(held)) if plan.only_timer() && config.user => {
-            lead.begin(held.pid).then_some(lead)
-        }
-        _ => None,
-    };
-    if let (Some(_), Some(held)) = (&lead_in, child.as_mut()) {
-        on_start.take().map(|announce| announce());
-        held.release()?;
-    }
+    let (mut child, lead_in) = command::launch(&config, &plan, lead_in, &mut on_start)?;
     let mut storage = MaybeUninit::uninit();
     let mut skel = program::load(&mut storage, &settings(&config, &targets, &plan))?;
     let verified_insns = program::verified_insns(&skel);
@@ -200,11 +175,12 @@ pub fn record_led_in(
     let timing = config.measure_cost.then(program::time_programs).flatten();
     let (mut sampling, mut probes) = start_counting(&skel, &config, &plan, &cpus, child.as_ref())?;
     // Announced before a launched command runs, so its output comes after the banner.
-    on_start.take().map(|announce| announce());
-    let started_command = match (child.as_mut(), lead_in.as_mut()) {
-        (Some(held), Some(lead)) => lead_in::hand_over(&mut skel, *lead, &mut processes, held.pid),
-        (Some(held), None) => start_command(held, &skel, &mut processes, config.user),
-        (None, _) => Ok(()),
+    if let Some(announce) = on_start.take() {
+        announce();
+    }
+    let started_command = match child.as_mut() {
+        Some(held) => command::start(held, lead_in, &mut skel, &mut processes, config.user),
+        None => Ok(()),
     };
     if let Err(e) = started_command {
         sampling.stop();
@@ -233,7 +209,7 @@ pub fn record_led_in(
     processes.release_all();
     let exit_status = child
         .as_mut()
-        .and_then(|child| reap_command(child, interrupted));
+        .and_then(|child| command::reap(child, interrupted));
 
     let meta = metadata(&config, &plan, elapsed);
     let cost = ProgramCost {
@@ -246,6 +222,24 @@ pub fn record_led_in(
         interrupted,
         ..counted
     })
+}
+
+/// Checks what `config` asks before anything starts: the CPUs to sample, the targets, and the
+/// plan of what is counted; the config as it is recorded.
+fn check(config: BpfConfig) -> Result<(BpfConfig, Vec<u32>, Targets, Plan), BpfError> {
+    config.rate.check()?;
+    sampled::check_max_frames(config.max_frames)?;
+    let cpus = kernel::choose_cpus(config.cpu)?;
+    let targets = sampled::resolve(&config.target)?;
+    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
+        .with_time(config.time.as_ref(), config.rate)?
+        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
+    // An allocation's kernel stack is the uprobe's own handling.
+    let config = BpfConfig {
+        kernel: config.kernel && config.memory.is_none(),
+        ..config
+    };
+    Ok((config, cpus, targets, plan))
 }
 
 /// Starts what counts stacks: the cpu-clock timer on each of `cpus` when the plan has one,
@@ -264,14 +258,6 @@ fn start_counting(
     sampling.switches(skel)?;
     let probes = Probes::attach(skel, plan, &probed_pids(&config.target, child))?;
     Ok((sampling, probes))
-}
-
-/// Waits for a launched command, ending it first if it still runs; how it exited, when known.
-fn reap_command(child: &mut HeldChild, interrupted: bool) -> Option<std::process::ExitStatus> {
-    if !child.wait(false) {
-        child.end(interrupted, |child| child.wait(false));
-    }
-    child.status.map(std::process::ExitStatus::from_raw)
 }
 
 /// What the program is loaded with.
@@ -436,51 +422,6 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
         },
         ..Metadata::default()
     }
-}
-
-/// Lets a held command exec, stops it right after exec (ptrace) to load the tables of the
-/// program and its dynamic loader, then lets it run. Libraries the loader maps later stop it
-/// again at the loader's debugger hook (a uprobe), until their tables are in too.
-fn start_command(
-    child: &mut HeldChild,
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
-    user: bool,
-) -> Result<(), BpfError> {
-    let pid = child.pid as i32;
-    // SAFETY: plain ptrace on our own child, which is blocked on a pipe read before exec.
-    let seized = user
-        && unsafe {
-            libc::ptrace(
-                libc::PTRACE_SEIZE,
-                pid,
-                0,
-                (libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL) as libc::c_ulong,
-            )
-        } == 0;
-    child.release()?;
-    if !seized {
-        return Ok(());
-    }
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for our own child's ptrace stop.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Ok(());
-        }
-    }
-    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-        child.status = Some(status);
-        return Ok(());
-    }
-    processes.load(skel, child.pid);
-    // SAFETY: detaching our own stopped tracee; it resumes where it stopped.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
-    Ok(())
 }
 
 fn handle_events(

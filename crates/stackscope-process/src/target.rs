@@ -458,7 +458,9 @@ mod tests {
         let comms: Vec<String> = found.iter().filter_map(|&p| thread_comm(p, p)).collect();
         let _ = shell.kill();
         for p in &found {
-            let _ = std::process::Command::new("kill").arg(p.to_string()).status();
+            let _ = std::process::Command::new("kill")
+                .arg(p.to_string())
+                .status();
         }
         let _ = shell.wait();
         assert_eq!(found.len(), 2, "{comms:?}");

@@ -324,7 +324,9 @@ impl Profile {
         meta.lost_samples += other.meta.lost_samples;
         meta.unwind.add(&other.meta.unwind);
         for (module, id) in &other.meta.build_ids {
-            meta.build_ids.entry(module.clone()).or_insert_with(|| id.clone());
+            meta.build_ids
+                .entry(module.clone())
+                .or_insert_with(|| id.clone());
         }
         let mut b = ProfileBuilder::new(meta);
         for profile in [&self, other] {

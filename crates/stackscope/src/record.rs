@@ -24,9 +24,9 @@ mod counted;
 #[cfg(target_os = "linux")]
 mod lead_in;
 #[cfg(target_os = "linux")]
-pub(crate) use lead_in::PerfLeadIn;
-#[cfg(target_os = "linux")]
 use counted::{memory_profile, memory_words, time_profile};
+#[cfg(target_os = "linux")]
+pub(crate) use lead_in::PerfLeadIn;
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     run_with(args, |output, profile| output.write(profile))

@@ -5,9 +5,9 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use crate::record::PerfLeadIn;
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
-use crate::record::PerfLeadIn;
 use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once

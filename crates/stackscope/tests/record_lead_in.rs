@@ -18,7 +18,10 @@ const HZ: u64 = 999;
 fn record_default(dir: &std::path::Path, split: &Measured) -> Option<(Run, Profile)> {
     let (run, profile) = record_json(dir, &["-F", "999"], &split.command());
     if !run.stderr.contains("sampled with eBPF") {
-        eprintln!("not tested: the default backend is not eBPF here:\n{}", run.stderr);
+        eprintln!(
+            "not tested: the default backend is not eBPF here:\n{}",
+            run.stderr
+        );
         return None;
     }
     Some((run, profile))

@@ -75,12 +75,8 @@ impl PerfLeadIn {
                         let _ = wait.recv();
                     }
                 };
-                let recorded = stackscope_bpf::record_led_in(
-                    config,
-                    &stop,
-                    on_start,
-                    Some(&mut lead_in),
-                );
+                let recorded =
+                    stackscope_bpf::record_led_in(config, &stop, on_start, Some(&mut lead_in));
                 recorded.map(|mut recording| {
                     lead_in.finish(&mut recording);
                     recording
