@@ -56,6 +56,8 @@ pub(super) fn hand_over(
         next += 1;
         for child in target::descendants_of(parent) {
             if !followed.contains(&child) {
+                // Sampled, and followed into its own forks, execs and loads.
+                program::add_filter_id(skel, child)?;
                 program::add_followed_process(skel, child)?;
                 followed.push(child);
             }
