@@ -457,3 +457,42 @@ impl ProfileBuilder {
         self.profile
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile of `count` samples of main -> `leaf` on thread 7, whose user stacks are whole.
+    fn one_stack(leaf: &str, count: u64) -> Profile {
+        let mut b = ProfileBuilder::new(Metadata::default());
+        let frames = [b.frame(Frame::marker("main")), b.frame(Frame::marker(leaf))];
+        let stack = b.stack(&frames);
+        let thread = b.thread(Thread {
+            pid: 7,
+            tid: 7,
+            ..Thread::default()
+        });
+        b.add(thread, stack, None, count);
+        b.meta_mut().unwind = UnwindStats {
+            user_stacks: count,
+            complete: count,
+            ..UnwindStats::default()
+        };
+        b.meta_mut().lost_samples = 1;
+        b.finish()
+    }
+
+    #[test]
+    fn merged_profiles_share_frames_and_threads_and_add_their_counts_and_figures() {
+        let merged = one_stack("a", 2)
+            .merged(&one_stack("a", 3))
+            .merged(&one_stack("b", 4));
+        assert_eq!(merged.frames.len(), 3, "{:?}", merged.frames);
+        assert_eq!(merged.threads.len(), 1);
+        let counts: Vec<u64> = merged.samples.iter().map(|s| s.count).collect();
+        assert_eq!(counts, [5, 4]);
+        assert_eq!(merged.meta.unwind.user_stacks, 9);
+        assert_eq!(merged.meta.unwind.complete, 9);
+        assert_eq!(merged.meta.lost_samples, 3);
+    }
+}
