@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # How soon a launched program runs under each profiler, in one run, on the same programs:
-#   bpf        stackscope record --backend bpf (the default where eBPF runs): the program is
-#              held at exec and at each library load until the unwind tables it needs are in
-#              the kernel; cold = an empty table cache, warm = the cache the cold run filled
+#   bpf        stackscope record --backend bpf (the default where eBPF runs): the perf source
+#              samples the program from its exec while the kernel verifies the sampling program
+#              and the unwind tables go in, then hands over; later library loads hold it until
+#              their tables are in; cold = an empty table cache, warm = the cache the cold run
+#              filled
 #   perf_copy  stackscope record --backend perf (perf_event, stack copies)
 #   perf       perf record --call-graph dwarf
 # Programs: `true` (the whole recording: wall and CPU seconds, profiler and program together,

@@ -83,6 +83,11 @@ pub(crate) const ON_CPU: &str = "on-cpu";
 pub(crate) const OFF_CPU: &str = "off-cpu";
 
 impl Plan {
+    /// True when nothing but the cpu-clock timer's samples is counted.
+    pub fn only_timer(&self) -> bool {
+        self.timer && self.probes.is_empty() && self.off_cpu.is_none() && self.alloc.is_none()
+    }
+
     /// Resolves the probes of `events` (none: the timer alone) for `target`; `timer` names the
     /// timer when it is implied.
     pub fn new(events: &[EventSpec], target: &Target, timer: &str) -> Result<Plan, BpfError> {

@@ -262,6 +262,20 @@ fn load_error(err: libbpf_rs::Error) -> BpfError {
     )
 }
 
+/// Counts only timer samples taken at or after `at_ns` (CLOCK_MONOTONIC, the program's
+/// clock); 0 counts them all. The program reads it at every sample, so it takes effect at once.
+pub(crate) fn count_timer_from(skel: &mut ProfileSkel<'_>, at_ns: u64) -> Result<(), BpfError> {
+    let bss = skel
+        .maps
+        .bss_data
+        .as_deref_mut()
+        .ok_or_else(|| BpfError::bpf("set up the BPF program", "no writable data section"))?;
+    // SAFETY: the section is mapped shared with the kernel; a volatile write of an aligned u64
+    // is what the program's volatile read sees whole.
+    unsafe { std::ptr::write_volatile(&mut bss.timer_from_ns, at_ns) };
+    Ok(())
+}
+
 /// How many instructions the verifier walked for each program (kernel 5.16+), for reports.
 pub(crate) fn verified_insns(skel: &ProfileSkel<'_>) -> Vec<(String, u32)> {
     let mut out = Vec::new();

@@ -5,17 +5,18 @@
 //! perf_event source.
 
 mod collect;
+mod command;
+mod lead_in;
 mod memory;
 pub(crate) mod sampled;
 
 use std::cell::RefCell;
-use std::io;
 use std::mem::MaybeUninit;
-use std::os::unix::process::ExitStatusExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
+use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
 use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
@@ -26,6 +27,7 @@ use crate::layout::Event;
 use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
+pub use lead_in::LeadIn;
 pub use memory::{default_max_live, MemoryProfile};
 use sampled::Targets;
 
@@ -145,28 +147,29 @@ pub fn record(
     stop: &AtomicBool,
     on_start: impl FnOnce(),
 ) -> Result<Recording, BpfError> {
-    config.rate.check()?;
-    sampled::check_max_frames(config.max_frames)?;
-    let cpus = kernel::choose_cpus(config.cpu)?;
-    let targets = sampled::resolve(&config.target)?;
-    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
-        .with_time(config.time.as_ref(), config.rate)?
-        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
-    // An allocation's kernel stack is the uprobe's own handling.
-    let config = BpfConfig {
-        kernel: config.kernel && config.memory.is_none(),
-        ..config
-    };
+    record_led_in(config, stop, on_start, None)
+}
 
-    // A launched command waits before exec until it is filtered for and traced; spawning it
-    // first reports a missing program before anything is loaded.
-    let mut child = match &config.target {
-        Target::Command(argv) => Some(HeldChild::spawn(argv)?),
-        _ => None,
-    };
+/// [`record`]; a launched command whose timer samples alone are counted is sampled by
+/// `lead_in`, when given, from its exec until the program takes over, rather than held.
+pub fn record_led_in(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    lead_in: Option<&mut dyn LeadIn>,
+) -> Result<Recording, BpfError> {
+    let (config, cpus, targets, plan) = check(config)?;
+
+    // A launched command waits before exec until it is filtered for and traced, or sampled by
+    // the lead-in; spawning it first reports a missing program before anything is loaded.
+    let mut on_start = Some(on_start);
+    let (mut child, lead_in) = command::launch(&config, &plan, lead_in, &mut on_start)?;
     let mut storage = MaybeUninit::uninit();
     let mut skel = program::load(&mut storage, &settings(&config, &targets, &plan))?;
     let verified_insns = program::verified_insns(&skel);
+    if lead_in.is_some() {
+        lead_in::hold_counting(&mut skel)?;
+    }
     program::attach_tracepoints(&mut skel)?;
     let mut processes = follow(&skel, &config, &targets, child.as_ref())?;
     let events: RefCell<Vec<Event>> = RefCell::new(Vec::new());
@@ -176,13 +179,17 @@ pub fn record(
     let timing = config.measure_cost.then(program::time_programs).flatten();
     let (mut sampling, mut probes) = start_counting(&skel, &config, &plan, &cpus, child.as_ref())?;
     // Announced before a launched command runs, so its output comes after the banner.
-    on_start();
-    if let Some(child) = child.as_mut() {
-        if let Err(e) = start_command(child, &skel, &mut processes, config.user) {
-            sampling.stop();
-            probes.stop();
-            return Err(e);
-        }
+    if let Some(announce) = on_start.take() {
+        announce();
+    }
+    let started_command = match child.as_mut() {
+        Some(held) => command::start(held, lead_in, &mut skel, &mut processes, config.user),
+        None => Ok(()),
+    };
+    if let Err(e) = started_command {
+        sampling.stop();
+        probes.stop();
+        return Err(e);
     }
     let started = Instant::now();
     let interrupted = sample_until_end(
@@ -206,7 +213,7 @@ pub fn record(
     processes.release_all();
     let exit_status = child
         .as_mut()
-        .and_then(|child| reap_command(child, interrupted));
+        .and_then(|child| command::reap(child, interrupted));
 
     let meta = metadata(&config, &plan, elapsed);
     let cost = ProgramCost {
@@ -219,6 +226,24 @@ pub fn record(
         interrupted,
         ..counted
     })
+}
+
+/// Checks what `config` asks before anything starts: the CPUs to sample, the targets, and the
+/// plan of what is counted; the config as it is recorded.
+fn check(config: BpfConfig) -> Result<(BpfConfig, Vec<u32>, Targets, Plan), BpfError> {
+    config.rate.check()?;
+    sampled::check_max_frames(config.max_frames)?;
+    let cpus = kernel::choose_cpus(config.cpu)?;
+    let targets = sampled::resolve(&config.target)?;
+    let plan = Plan::new(&config.events, &config.target, &timer_name(config.rate))?
+        .with_time(config.time.as_ref(), config.rate)?
+        .with_memory(config.memory.as_ref(), &config.target, &config.alloc_fns)?;
+    // An allocation's kernel stack is the uprobe's own handling.
+    let config = BpfConfig {
+        kernel: config.kernel && config.memory.is_none(),
+        ..config
+    };
+    Ok((config, cpus, targets, plan))
 }
 
 /// Starts what counts stacks: the cpu-clock timer on each of `cpus` when the plan has one,
@@ -237,14 +262,6 @@ fn start_counting(
     sampling.switches(skel)?;
     let probes = Probes::attach(skel, plan, &probed_pids(&config.target, child))?;
     Ok((sampling, probes))
-}
-
-/// Waits for a launched command, ending it first if it still runs; how it exited, when known.
-fn reap_command(child: &mut HeldChild, interrupted: bool) -> Option<std::process::ExitStatus> {
-    if !child.wait(false) {
-        child.end(interrupted, |child| child.wait(false));
-    }
-    child.status.map(std::process::ExitStatus::from_raw)
 }
 
 /// What the program is loaded with.
@@ -410,51 +427,6 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
         },
         ..Metadata::default()
     }
-}
-
-/// Lets a held command exec, stops it right after exec (ptrace) to load the tables of the
-/// program and its dynamic loader, then lets it run. Libraries the loader maps later stop it
-/// again at the loader's debugger hook (a uprobe), until their tables are in too.
-fn start_command(
-    child: &mut HeldChild,
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
-    user: bool,
-) -> Result<(), BpfError> {
-    let pid = child.pid as i32;
-    // SAFETY: plain ptrace on our own child, which is blocked on a pipe read before exec.
-    let seized = user
-        && unsafe {
-            libc::ptrace(
-                libc::PTRACE_SEIZE,
-                pid,
-                0,
-                (libc::PTRACE_O_TRACEEXEC | libc::PTRACE_O_EXITKILL) as libc::c_ulong,
-            )
-        } == 0;
-    child.release()?;
-    if !seized {
-        return Ok(());
-    }
-    let mut status = 0;
-    loop {
-        // SAFETY: waiting for our own child's ptrace stop.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
-        if r == pid {
-            break;
-        }
-        if r < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return Ok(());
-        }
-    }
-    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
-        child.status = Some(status);
-        return Ok(());
-    }
-    processes.load(skel, child.pid);
-    // SAFETY: detaching our own stopped tracee; it resumes where it stopped.
-    unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
-    Ok(())
 }
 
 fn handle_events(

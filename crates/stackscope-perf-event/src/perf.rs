@@ -99,6 +99,10 @@ impl EventRequest {
         attr.set_task(1);
         attr.set_sample_id_all(1);
         attr.set_build_id(self.build_id as u64);
+        // Times on the clock the eBPF program reads, so a handover between the two sources
+        // falls between two samples.
+        attr.set_use_clockid(1);
+        attr.clockid = libc::CLOCK_MONOTONIC;
         attr.set_watermark(1);
         attr.__bindgen_anon_2.wakeup_watermark = self.wakeup_bytes.max(1);
         if let Some(arch) = self.user_regs {

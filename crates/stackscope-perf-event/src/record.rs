@@ -2,14 +2,16 @@
 //! asks to stop, tracks each process's comm and mappings from the sampler's events, unwinds
 //! every sample's user stack, counts raw stacks, and symbolizes them into a [`Profile`].
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stackscope_profile::Metadata;
 use stackscope_stacks::table::{BackgroundFold, Interval, LiveFold};
 
+use crate::event::Event;
 use crate::sampler::{Sampler, SamplerConfig};
+use stackscope_process::cpu_clock;
 use stackscope_process::target::Target;
 use stackscope_process::SampleError;
 
@@ -30,6 +32,10 @@ pub struct RecordOptions {
     pub command: Vec<String>,
     /// Read the rest of a user stack deeper than its copy from the live thread.
     pub read_stack_on: bool,
+    /// Once set (nonzero), the moment another source takes over (CLOCK_MONOTONIC ns): samples
+    /// taken from then on are left to it, and sampling ends once it has passed. It must be
+    /// set before it comes.
+    pub hand_over: Option<Arc<AtomicU64>>,
 }
 
 /// What a recording produced: the one result type every source hands back.
@@ -50,6 +56,22 @@ pub struct Live {
 
 /// What sees the profile so far and each hand-over's stacks, on the naming thread.
 pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
+
+/// The moment another source takes over, `u64::MAX` while none is set.
+fn handover_at(at: &AtomicU64) -> u64 {
+    match at.load(Ordering::SeqCst) {
+        0 => u64::MAX,
+        at => at,
+    }
+}
+
+/// Hands `event` to the collector, unless it is a sample another source takes (`hand_over`).
+fn pass(collector: &mut Collector, hand_over: Option<&AtomicU64>, event: Event<'_>) {
+    match (&event, hand_over.map(handover_at)) {
+        (Event::Sample(sample), Some(at)) if sample.time >= at => {}
+        _ => collector.handle(event),
+    }
+}
 
 /// Records until the duration ends, the target exits, or `options.stop` is set. `on_start`
 /// runs once sampling has begun (the target exists and the events are enabled), so the caller
@@ -86,14 +108,18 @@ pub fn record_live(
     let mut handed = started;
     let mut interrupted = false;
     let mut failure = None;
+    let hand_over = options.hand_over.as_deref();
     loop {
-        if let Err(e) = sampler.poll(POLL_INTERVAL, &mut |event| collector.handle(event)) {
+        if let Err(e) = sampler.poll(POLL_INTERVAL, &mut |e| pass(&mut collector, hand_over, e)) {
             failure = Some(e);
             break;
         }
         if every.is_some_and(|every| handed.elapsed() >= every) {
             handed = Instant::now();
             collector.hand_over();
+        }
+        if hand_over.is_some_and(|at| handover_at(at) <= cpu_clock::monotonic_ns()) {
+            break;
         }
         if options.stop.load(Ordering::Relaxed) {
             interrupted = true;
@@ -109,7 +135,7 @@ pub fn record_live(
     sampler.stop();
     if failure.is_none() {
         // What the kernel wrote before the events were disabled is still in the buffers.
-        if let Err(e) = sampler.poll(Duration::ZERO, &mut |event| collector.handle(event)) {
+        if let Err(e) = sampler.poll(Duration::ZERO, &mut |e| pass(&mut collector, hand_over, e)) {
             failure = Some(e);
         }
     }

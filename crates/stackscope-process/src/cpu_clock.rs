@@ -45,6 +45,18 @@ impl Rate {
     }
 }
 
+/// Now on CLOCK_MONOTONIC, in nanoseconds: the clock of the eBPF program
+/// (`bpf_ktime_get_ns`) and of the perf source's samples.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// The attr of a cpu-clock sampling event firing at `rate`, opened disabled.
 pub fn attr(rate: Rate) -> perf_event_attr {
     let mut attr = perf_event_attr {

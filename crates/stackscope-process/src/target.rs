@@ -63,6 +63,34 @@ pub fn is_alive(id: u32) -> bool {
     !matches!(state, None | Some('Z') | Some('X') | Some('x'))
 }
 
+/// The live processes `pid` started, and those they started, from each process's parent in
+/// `/proc/PID/stat`. A process that forks meanwhile may have children this misses: a caller
+/// that must see every one follows forks from before it asks.
+pub fn descendants_of(pid: u32) -> Vec<u32> {
+    let parents: Vec<(u32, u32)> = all_pids()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| Some((p, parent_of(p)?)))
+        .collect();
+    let mut found = vec![pid];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        next += 1;
+        let children = parents.iter().filter(|&&(_, pp)| pp == parent);
+        found.extend(children.map(|&(p, _)| p).filter(|&p| is_alive(p)));
+    }
+    found.remove(0);
+    found
+}
+
+/// A process's parent (`/proc/PID/stat`'s fourth field, after the parenthesized name).
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Resolves argv[0] the way a shell does: as a path if it contains a slash, else through PATH.
 pub fn resolve_command(name: &OsStr) -> Result<PathBuf, SampleError> {
     let shown = name.to_string_lossy().into_owned();
@@ -412,6 +440,32 @@ impl Drop for HeldChild {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shells_child_and_grandchild_are_its_descendants() {
+        // sh starts a second sh, which starts sleep: both are found, and nothing else.
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sh -c 'sleep 5; true' & wait"])
+            .spawn()
+            .unwrap();
+        let pid = shell.id();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut found = descendants_of(pid);
+        while found.len() < 2 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            found = descendants_of(pid);
+        }
+        let comms: Vec<String> = found.iter().filter_map(|&p| thread_comm(p, p)).collect();
+        let _ = shell.kill();
+        for p in &found {
+            let _ = std::process::Command::new("kill")
+                .arg(p.to_string())
+                .status();
+        }
+        let _ = shell.wait();
+        assert_eq!(found.len(), 2, "{comms:?}");
+        assert!(comms.iter().any(|c| c == "sleep"), "{comms:?}");
+    }
 
     #[test]
     fn resolves_commands_through_path() {

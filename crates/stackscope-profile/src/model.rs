@@ -171,6 +171,19 @@ pub struct UnwindStats {
     pub recovered: u64,
 }
 
+impl UnwindStats {
+    /// Adds the figures of another profile's samples.
+    pub fn add(&mut self, other: &UnwindStats) {
+        self.user_stacks += other.user_stacks;
+        self.complete += other.complete;
+        self.with_unknown += other.with_unknown;
+        self.with_unnamed += other.with_unnamed;
+        self.truncated += other.truncated;
+        self.unreadable += other.unreadable;
+        self.recovered += other.recovered;
+    }
+}
+
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
@@ -303,6 +316,33 @@ impl Profile {
         self.samples.iter().map(|s| s.count).sum()
     }
 
+    /// This profile with `other`'s samples added (frames, stacks and threads interned once,
+    /// equal samples merged): this one's metadata, with the samples lost and the unwind
+    /// figures of both.
+    pub fn merged(self, other: &Profile) -> Profile {
+        let mut meta = self.meta.clone();
+        meta.lost_samples += other.meta.lost_samples;
+        meta.unwind.add(&other.meta.unwind);
+        for (module, id) in &other.meta.build_ids {
+            meta.build_ids
+                .entry(module.clone())
+                .or_insert_with(|| id.clone());
+        }
+        let mut b = ProfileBuilder::new(meta);
+        for profile in [&self, other] {
+            for sample in &profile.samples {
+                let frames: Vec<FrameId> = profile
+                    .stack_frames(sample.stack)
+                    .map(|frame| b.frame(frame.clone()))
+                    .collect();
+                let stack = b.stack(&frames);
+                let thread = b.thread(profile.thread(sample.thread).clone());
+                b.add_objects(thread, stack, sample.cpu, sample.count, sample.objects);
+            }
+        }
+        b.finish()
+    }
+
     /// The frames of a sample's stack, root first.
     pub fn stack_frames(&self, id: StackId) -> impl DoubleEndedIterator<Item = &Frame> + '_ {
         self.stack(id).frames.iter().map(|&f| self.frame(f))
@@ -415,5 +455,44 @@ impl ProfileBuilder {
 
     pub fn finish(self) -> Profile {
         self.profile
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profile of `count` samples of main -> `leaf` on thread 7, whose user stacks are whole.
+    fn one_stack(leaf: &str, count: u64) -> Profile {
+        let mut b = ProfileBuilder::new(Metadata::default());
+        let frames = [b.frame(Frame::marker("main")), b.frame(Frame::marker(leaf))];
+        let stack = b.stack(&frames);
+        let thread = b.thread(Thread {
+            pid: 7,
+            tid: 7,
+            ..Thread::default()
+        });
+        b.add(thread, stack, None, count);
+        b.meta_mut().unwind = UnwindStats {
+            user_stacks: count,
+            complete: count,
+            ..UnwindStats::default()
+        };
+        b.meta_mut().lost_samples = 1;
+        b.finish()
+    }
+
+    #[test]
+    fn merged_profiles_share_frames_and_threads_and_add_their_counts_and_figures() {
+        let merged = one_stack("a", 2)
+            .merged(&one_stack("a", 3))
+            .merged(&one_stack("b", 4));
+        assert_eq!(merged.frames.len(), 3, "{:?}", merged.frames);
+        assert_eq!(merged.threads.len(), 1);
+        let counts: Vec<u64> = merged.samples.iter().map(|s| s.count).collect();
+        assert_eq!(counts, [5, 4]);
+        assert_eq!(merged.meta.unwind.user_stacks, 9);
+        assert_eq!(merged.meta.unwind.complete, 9);
+        assert_eq!(merged.meta.lost_samples, 3);
     }
 }

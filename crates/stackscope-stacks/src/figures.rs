@@ -14,11 +14,28 @@ pub enum SourceFigures {
     Gdb(Rounds),
 }
 
-/// What the eBPF source's kernel maps could not keep, and what its program cost.
+/// What the eBPF source's kernel maps could not keep, what its program cost, and what was
+/// sampled before the program took over.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BpfFigures {
     pub storage: Storage,
     pub cost: ProgramCost,
+    /// The samples of a launched command taken by the perf_event source while the program was
+    /// verified and its tables loaded, when it sampled any.
+    pub lead_in: Option<LeadInFigures>,
+}
+
+/// What the perf_event source sampled before the eBPF program took over.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeadInFigures {
+    pub samples: u64,
+    /// Of them, the samples with a user stack, and those whose user stack is whole.
+    pub user_stacks: u64,
+    pub complete: u64,
+    /// From the first sample to the handover.
+    pub lasted: Duration,
+    /// The command ended before the program was ready: these are all its samples.
+    pub whole_run: bool,
 }
 
 /// Losses of a source that counts stacks in fixed-size kernel maps.

@@ -23,7 +23,7 @@ pub mod table;
 mod target;
 pub mod walk;
 
-pub use figures::{BpfFigures, ProgramCost, Rounds, SourceFigures, Storage};
+pub use figures::{BpfFigures, LeadInFigures, ProgramCost, Rounds, SourceFigures, Storage};
 pub use hint::{naming_hints, Hint};
 pub use mapping::Mapping;
 pub use recording::Recording;

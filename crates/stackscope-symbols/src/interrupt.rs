@@ -12,9 +12,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 static SAMPLING_ENDED: AtomicBool = AtomicBool::new(false);
 static NAMING_STOPPED: AtomicBool = AtomicBool::new(false);
 
-/// Sampling has ended: what is named from now on is the profile's last naming.
+std::thread_local! {
+    /// This thread names samples of a source that hands over to another, whose sampling goes on.
+    static HANDS_OVER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sampling has ended: what is named from now on is the profile's last naming. Said on a
+/// thread that [`hands_over`], it is not: another source samples on.
 pub fn sampling_ended() {
-    SAMPLING_ENDED.store(true, Ordering::SeqCst);
+    if !HANDS_OVER.with(|hands_over| hands_over.get()) {
+        SAMPLING_ENDED.store(true, Ordering::SeqCst);
+    }
+}
+
+/// The source sampling on this thread hands over to another (the eBPF backend's first
+/// samples, taken by the perf source): the end of its sampling is not the end of sampling.
+pub fn hands_over() {
+    HANDS_OVER.with(|hands_over| hands_over.set(true));
 }
 
 /// Whether sampling has ended. Only an atomic load: safe in a signal handler.

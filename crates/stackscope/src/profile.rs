@@ -52,13 +52,18 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
         duration: args.duration.map(std::time::Duration::from_secs),
         ..BpfConfig::new(target, rate)
     };
-    let mut recording = crate::source_bpf::sample(config, &stop, || {
-        if let Some(banner) = &banner {
-            let mut stdout = std::io::stdout().lock();
-            let _ = writeln!(stdout, "{banner}");
-            let _ = stdout.flush();
-        }
-    })
+    let mut recording = crate::source_bpf::sample(
+        config,
+        &stop,
+        || {
+            if let Some(banner) = &banner {
+                let mut stdout = std::io::stdout().lock();
+                let _ = writeln!(stdout, "{banner}");
+                let _ = stdout.flush();
+            }
+        },
+        None,
+    )
     .map_err(crate::doctor::point_to)?;
     if !args.folded {
         println!();

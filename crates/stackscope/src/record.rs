@@ -22,7 +22,11 @@ use crate::summary::{self, Ending};
 #[cfg(target_os = "linux")]
 mod counted;
 #[cfg(target_os = "linux")]
+mod lead_in;
+#[cfg(target_os = "linux")]
 use counted::{memory_profile, memory_words, time_profile};
+#[cfg(target_os = "linux")]
+pub(crate) use lead_in::PerfLeadIn;
 
 pub fn run(args: RecordArgs) -> Result<i32> {
     run_with(args, |output, profile| output.write(profile))
@@ -180,6 +184,7 @@ pub(crate) fn sample(
                 stop: stop.clone(),
                 command: plan.command.clone(),
                 read_stack_on: args.read_stack_on,
+                hand_over: None,
             };
             record_live(options, live, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }
@@ -197,7 +202,10 @@ pub(crate) fn sample(
                 sample_bytes: args.memory.sample_bytes,
                 ..bpf_config(plan.target.clone(), &plan.config, duration, &plan.command)
             };
-            crate::source_bpf::sample(config, stop, announce).map_err(crate::doctor::point_to)?
+            // The perf source samples a launched command until the program takes over.
+            let lead_in = PerfLeadIn::new(plan.config.clone(), stop.clone());
+            crate::source_bpf::sample(config, stop, announce, Some(lead_in))
+                .map_err(crate::doctor::point_to)?
         }
     })
 }

@@ -3,17 +3,21 @@
 //! keep.
 
 use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
+use crate::record::PerfLeadIn;
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
 use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
-/// sampling runs.
+/// sampling runs. A launched command is sampled by `lead_in`, when given, until the program
+/// takes over.
 pub(crate) fn sample(
     config: BpfConfig,
-    stop: &AtomicBool,
+    stop: &Arc<AtomicBool>,
     on_start: impl FnOnce(),
+    lead_in: Option<PerfLeadIn>,
 ) -> Result<Recording> {
     // Refused rather than walk this host's stacks by another architecture's rules.
     if !cfg!(target_arch = "x86_64") {
@@ -23,7 +27,10 @@ pub(crate) fn sample(
              --in-use need the eBPF backend)"
         );
     }
-    Ok(stackscope_bpf::record(config, stop, on_start)?)
+    match lead_in {
+        Some(lead_in) => lead_in.sample(config, stop, on_start),
+        None => Ok(stackscope_bpf::record(config, stop, on_start)?),
+    }
 }
 
 /// bcc profile's warnings, in its words: its advice to raise --stack-storage-size when the

@@ -7,7 +7,7 @@ use std::process::ExitStatus;
 use anyhow::Result;
 use stackscope_profile::format;
 use stackscope_profile::Profile;
-use stackscope_stacks::{BpfFigures, ProgramCost, Recording, Rounds, SourceFigures};
+use stackscope_stacks::{BpfFigures, LeadInFigures, ProgramCost, Recording, Rounds, SourceFigures};
 
 use crate::output::Output;
 
@@ -108,6 +108,9 @@ fn say_figures(recording: &Recording) {
 /// What the sampling program cost, when the kernel timed it, and what the kernel's count
 /// table could not keep; the hints say why stacks were lost.
 fn say_bpf_figures(figures: &BpfFigures) {
+    if let Some(lead_in) = &figures.lead_in {
+        eprintln!("{}", describe_lead_in(lead_in));
+    }
     if figures.cost.runs > 0 {
         eprintln!("{}", describe_cost(&figures.cost));
     }
@@ -137,6 +140,30 @@ pub(crate) fn say_naming() {
              their module and address"
         );
     }
+}
+
+/// The samples taken before the program took over, and how they were walked, in one line.
+fn describe_lead_in(lead_in: &LeadInFigures) -> String {
+    if lead_in.whole_run {
+        return format!(
+            "stackscope: the command ended before the eBPF program was ready: its {} samples \
+             ({:.0} ms) were taken by perf_event and unwound here from stack copies: {} of {} \
+             user stacks whole",
+            lead_in.samples,
+            lead_in.lasted.as_secs_f64() * 1e3,
+            lead_in.complete,
+            lead_in.user_stacks
+        );
+    }
+    format!(
+        "stackscope: the first {} samples ({:.0} ms, while the eBPF program was verified and \
+         the command's unwind tables loaded) were taken by perf_event and unwound here from \
+         stack copies: {} of {} user stacks whole",
+        lead_in.samples,
+        lead_in.lasted.as_secs_f64() * 1e3,
+        lead_in.complete,
+        lead_in.user_stacks
+    )
 }
 
 /// The kernel's timing of the sampling program, in one line: what profiling cost the

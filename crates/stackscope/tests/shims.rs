@@ -233,12 +233,20 @@ fn perf_record_ctrl_c_keeps_the_profile() {
     let start = Instant::now();
     let child = spawn_piped(&mut cmd);
     let pid = child.id();
+    // Whichever of the shim's threads started it.
     let spin_pid = wait_until("the profiled command never started", || {
-        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
-        children.split_whitespace().find_map(|c| {
-            let comm = std::fs::read_to_string(format!("/proc/{c}/comm")).ok()?;
-            (comm.trim() == "spin").then(|| c.to_string())
-        })
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+        let children: Vec<String> = tasks
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+            .collect();
+        children
+            .iter()
+            .flat_map(|c| c.split_whitespace())
+            .find_map(|c| {
+                let comm = std::fs::read_to_string(format!("/proc/{c}/comm")).ok()?;
+                (comm.trim() == "spin").then(|| c.to_string())
+            })
     });
     // Let it collect something; how much does not matter.
     std::thread::sleep(Duration::from_millis(1500));

@@ -23,11 +23,14 @@ fn send(pid: u32, signals: &[(u64, libc::c_int)]) {
     }
 }
 
-/// The pid the spin workload runs as, found among `parent`'s children.
+/// The pid the spin workload runs as, found among `parent`'s children (whichever of its
+/// threads started it).
 fn child_of(parent: u32) -> Option<u32> {
-    let children =
-        std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
-    children.split_whitespace().next()?.parse().ok()
+    let tasks = std::fs::read_dir(format!("/proc/{parent}/task")).ok()?;
+    tasks.flatten().find_map(|task| {
+        let children = std::fs::read_to_string(task.path().join("children")).ok()?;
+        children.split_whitespace().next()?.parse().ok()
+    })
 }
 
 /// `record -o OUT -- spin 30` started; the spin workload's pid once it runs.

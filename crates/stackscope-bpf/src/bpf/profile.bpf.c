@@ -63,6 +63,11 @@ const volatile __u32 max_frames = MAX_STACK_FRAMES;
 const volatile __u32 off_cpu_event = 0;
 const volatile __u64 min_block_ns = 0;
 
+/* Set while the program runs: timer samples taken before this time (bpf_ktime_get_ns) are
+ * not counted. While another source samples a launched command, it is the moment that source
+ * hands over at, so every sample is counted by exactly one of them; 0 counts them all. */
+volatile __u64 timer_from_ns = 0;
+
 /* Sizes below are placeholders: the loader sets them from the command line. */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
@@ -402,6 +407,8 @@ static __always_inline void count_current(void *ctx, struct pt_regs *regs, __u32
 SEC("perf_event")
 int on_sample(struct bpf_perf_event_data *ctx)
 {
+	if (timer_from_ns && bpf_ktime_get_ns() < timer_from_ns)
+		return 0;
 	count_current(ctx, &ctx->regs, EVENT_INDEX_TIMER, 1);
 	return 0;
 }

@@ -78,7 +78,11 @@ pub(super) fn collect(
     };
     Recording {
         profile,
-        figures: Some(SourceFigures::Bpf(BpfFigures { storage, cost })),
+        figures: Some(SourceFigures::Bpf(BpfFigures {
+            storage,
+            cost,
+            lead_in: None,
+        })),
         hints,
         ..Recording::default()
     }
