@@ -497,17 +497,6 @@ pub(crate) fn drop_counter(skel: &ProfileSkel<'_>, which: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The clock the BPF program reads (bpf_ktime_get_ns), in nanoseconds.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

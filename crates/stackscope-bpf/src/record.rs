@@ -203,7 +203,7 @@ pub fn record_led_in(
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
     // a live block's age or a block's time off the CPU runs to when recording stopped.
-    let ended = program::monotonic_ns();
+    let ended = monotonic_ns();
     let elapsed = started.elapsed();
     sampling.stop();
     probes.stop();
