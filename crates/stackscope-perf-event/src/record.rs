@@ -36,6 +36,10 @@ pub struct RecordOptions {
     /// taken from then on are left to it, and sampling ends once it has passed. It must be
     /// set before it comes.
     pub hand_over: Option<Arc<AtomicU64>>,
+    /// With `hand_over`: set once the source that took over has ended its recording. Samples
+    /// left at a handover are named only then, after all sampling, so that a stop signal
+    /// while they are named stops naming, as it does in any recording.
+    pub taken_over_ended: Option<Arc<AtomicBool>>,
 }
 
 /// What a recording produced: the one result type every source hands back.
@@ -108,6 +112,7 @@ pub fn record_live(
     let mut handed = started;
     let mut interrupted = false;
     let mut failure = None;
+    let mut handed_over = false;
     let hand_over = options.hand_over.as_deref();
     loop {
         if let Err(e) = sampler.poll(POLL_INTERVAL, &mut |e| pass(&mut collector, hand_over, e)) {
@@ -119,6 +124,7 @@ pub fn record_live(
             collector.hand_over();
         }
         if hand_over.is_some_and(|at| handover_at(at) <= cpu_clock::monotonic_ns()) {
+            handed_over = true;
             break;
         }
         if options.stop.load(Ordering::Relaxed) {
@@ -153,6 +159,11 @@ pub fn record_live(
         ..Metadata::default()
     };
     let kernel_excluded = sampler.kernel_excluded();
+    if let Some(ended) = options.taken_over_ended.as_deref().filter(|_| handed_over) {
+        while !ended.load(Ordering::SeqCst) {
+            std::thread::sleep(POLL_INTERVAL);
+        }
+    }
     Ok(Recording {
         exit_status: sampler.exit_status(),
         interrupted,

@@ -2,7 +2,8 @@
 //! it samples the command from its exec on a thread of its own while the kernel verifies the
 //! sampling program and the command's unwind tables go in, then hands over at the moment the
 //! program names (`stackscope_bpf::LeadIn`). Its samples are unwound here from their stack
-//! copies, by the one walk into its stack table, and its profile is added to the program's.
+//! copies, by the one walk into its stack table, and named once the program's recording has
+//! ended (after all sampling, as any naming), its profile added to the program's.
 //!
 //! A command that ends before the program is ready is the perf source's alone: the recording
 //! ends then, without waiting for the verifier, whose work ends with this process.
@@ -40,6 +41,8 @@ struct Shared {
     at: Arc<AtomicU64>,
     /// The command's pid once the lead-in began (0 before).
     pid: AtomicU32,
+    /// Set once the program's recording ended: the lead-in names its samples only then.
+    taken_over_ended: Arc<AtomicBool>,
     sampling: Mutex<Option<Sampling>>,
 }
 
@@ -151,6 +154,7 @@ impl Shared {
         let _ = self
             .at
             .compare_exchange(0, monotonic_ns(), Ordering::SeqCst, Ordering::SeqCst);
+        self.taken_over_ended.store(true, Ordering::SeqCst);
         sampling.join().ok()?.ok()
     }
 
@@ -206,6 +210,7 @@ impl LeadIn for PerfLeadIn {
             command: Vec::new(),
             read_stack_on: false,
             hand_over: Some(self.shared.at.clone()),
+            taken_over_ended: Some(self.shared.taken_over_ended.clone()),
         };
         let (began, sampling) = mpsc::channel();
         let thread = std::thread::Builder::new()
