@@ -49,7 +49,7 @@ pub struct MemoryArgs {
           hide_short_help = true)]
     pub alloc_fns: Vec<AllocFnArg>,
 
-    /// With --alloc or --in-use: sample instead of counting every call, one allocation per N
+    /// With --alloc (not yet --in-use): sample instead of counting every call, one allocation per N
     /// bytes allocated on average (N as 524288, 512K, 4M or 1G), for programs that allocate
     /// millions of times a second. Sample points fall on the bytes at random, one per N on
     /// average, as Go's and jemalloc's heap profilers sample; an allocation holding k points
