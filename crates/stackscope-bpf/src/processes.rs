@@ -1,5 +1,6 @@
-//! The sampled processes as user space follows them: what each has mapped (kept after it
-//! unmaps it, exits or execs, so its frames can still be named at the end), loading each one's unwind
+//! The sampled processes as user space follows them: what each has mapped and what it is
+//! called (kept after it unmaps it, exits or execs, so its frames and threads can still be
+//! named at the end), loading each one's unwind
 //! tables into the BPF maps when it starts, execs, loads libraries, or shows up in a sample
 //! without tables, and watching each dynamic loader they use for library loads.
 
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use libbpf_rs::{Link, UprobeOpts};
 
 use stackscope_process::maps::read_proc_maps;
+use stackscope_process::target;
 use stackscope_stacks::AddressSpace;
 
 use crate::program::ProfileSkel;
@@ -18,6 +20,9 @@ use crate::tables::{NotLoaded, TableLoader, TableMaps};
 #[derive(Default)]
 pub(crate) struct Processes {
     maps: HashMap<u32, AddressSpace>,
+    /// Each process's name (its main thread's) when its maps were last read: a thread sampled
+    /// in a process whose main thread was not is named at the end, when the process may be gone.
+    names: HashMap<u32, String>,
     /// Processes whose tables are in the maps.
     loaded: HashSet<u32>,
     /// Processes seen exiting: a sample taken on their way out asks for tables no more.
@@ -59,6 +64,9 @@ impl Processes {
             Ok(maps) if !maps.is_empty() => maps,
             _ => return,
         };
+        if let Some(name) = target::thread_comm(pid, pid) {
+            self.names.insert(pid, name);
+        }
         for m in maps.iter() {
             if is_dynamic_loader(&m.path) {
                 self.watch_loader(skel, Path::new(&*m.path));
@@ -152,6 +160,11 @@ impl Processes {
             Entry::Occupied(e) => Some(e.into_mut()),
             Entry::Vacant(e) => Some(e.insert(read_proc_maps(pid).ok()?)),
         }
+    }
+
+    /// The process's name: as it is now if it still runs, else as last seen.
+    pub fn name(&self, pid: u32) -> Option<String> {
+        target::thread_comm(pid, pid).or_else(|| self.names.get(&pid).cloned())
     }
 
     /// Puts the load uprobe on a dynamic loader (once per file).

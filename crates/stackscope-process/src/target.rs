@@ -449,13 +449,19 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = shell.id();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let mut found = descendants_of(pid);
-        while found.len() < 2 && Instant::now() < deadline {
+        // Wait until the grandchild has exec'd sleep: until then it is a second copy of sh.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let look = || {
+            let found = descendants_of(pid);
+            let comms: Vec<String> = found.iter().filter_map(|&p| thread_comm(p, p)).collect();
+            (found, comms)
+        };
+        let (mut found, mut comms) = look();
+        while !(found.len() >= 2 && comms.iter().any(|c| c == "sleep")) && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(10));
-            found = descendants_of(pid);
+            (found, comms) = look();
         }
-        let comms: Vec<String> = found.iter().filter_map(|&p| thread_comm(p, p)).collect();
         let _ = shell.kill();
         for p in &found {
             let _ = std::process::Command::new("kill")

@@ -51,7 +51,7 @@ pub(super) fn collect(
         count_stacks(skel, config, processes, &counts, &markers, plan);
 
     meta.lost_samples = dropped;
-    let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
+    let thread = |pid: u32, tid: u32| thread_of(&comms, processes, pid, tid);
     let mut symbolizer = Symbolizer::new();
     let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
     // Counts in the kernel carry no CPU.
@@ -295,8 +295,13 @@ impl ReadBack {
 }
 
 /// A sampled thread, named by the command names the kernel recorded (for the process, its main
-/// thread's; else the one the process has now).
-fn thread_of(comms: &HashMap<(u32, u32), String>, pid: u32, tid: u32) -> Thread {
+/// thread's; else the one the process has now or had when last seen).
+fn thread_of(
+    comms: &HashMap<(u32, u32), String>,
+    processes: &Processes,
+    pid: u32,
+    tid: u32,
+) -> Thread {
     let comm = comms
         .get(&(pid, tid))
         .cloned()
@@ -304,7 +309,7 @@ fn thread_of(comms: &HashMap<(u32, u32), String>, pid: u32, tid: u32) -> Thread 
     let process_name = comms
         .get(&(pid, pid))
         .cloned()
-        .or_else(|| target::thread_comm(pid, pid))
+        .or_else(|| processes.name(pid))
         .unwrap_or_else(|| comm.clone());
     Thread {
         pid,

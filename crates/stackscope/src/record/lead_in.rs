@@ -127,16 +127,6 @@ impl PerfLeadIn {
         for sample in &mut profile.samples {
             sample.cpu = None;
         }
-        // The program's side names each process after its main thread, which the lead-in
-        // may not have sampled (it then names a thread's process after the thread).
-        let names: std::collections::HashMap<u32, String> = (recording.profile.threads.iter())
-            .map(|t| (t.pid, t.process_name.clone()))
-            .collect();
-        for thread in &mut profile.threads {
-            if let Some(name) = names.get(&thread.pid) {
-                thread.process_name.clone_from(name);
-            }
-        }
         recording.profile = std::mem::take(&mut recording.profile).merged(&profile);
         if let Some(SourceFigures::Bpf(bpf)) = recording.figures.as_mut() {
             bpf.lead_in = Some(figures);
