@@ -20,7 +20,7 @@ use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
 use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
-use stackscope_stacks::{ProgramCost, Recording};
+use stackscope_stacks::{Hint, ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
@@ -192,13 +192,17 @@ pub fn record_led_in(
         return Err(e);
     }
     let started = Instant::now();
+    let mut counting = Counting {
+        skel: &skel,
+        plan: &plan,
+        processes: &mut processes,
+        probes: &mut probes,
+    };
     let interrupted = sample_until_end(
         &config,
         stop,
-        &ring,
-        &events,
-        &skel,
-        &mut processes,
+        (&ring, &events),
+        &mut counting,
         child.as_mut(),
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
@@ -206,10 +210,11 @@ pub fn record_led_in(
     let ended = monotonic_ns();
     let elapsed = started.elapsed();
     sampling.stop();
-    probes.stop();
+    counting.probes.stop();
     let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
     let _ = ring.consume();
-    handle_events(&mut events.borrow_mut(), &skel, &mut processes, config.user);
+    handle_events(&mut events.borrow_mut(), &mut counting, config.user);
+    let follow_failed = counting.probes.follow_error.take();
     processes.release_all();
     let exit_status = child
         .as_mut()
@@ -220,7 +225,11 @@ pub fn record_led_in(
         verified_insns,
         ..sampler_cost.unwrap_or_default()
     };
-    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
+    let mut counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
+    if let Some(e) = follow_failed {
+        let said = format!("the probes could not go into a process the target started ({e}): its calls are not counted");
+        counted.hints.push(Hint::Said(said));
+    }
     Ok(Recording {
         exit_status,
         interrupted,
@@ -368,10 +377,8 @@ fn event_ring<'a>(
 fn sample_until_end(
     config: &BpfConfig,
     stop: &AtomicBool,
-    ring: &RingBuffer<'_>,
-    events: &RefCell<Vec<Event>>,
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
+    (ring, events): (&RingBuffer<'_>, &RefCell<Vec<Event>>),
+    counting: &mut Counting<'_, '_>,
     mut child: Option<&mut HeldChild>,
 ) -> bool {
     let started = Instant::now();
@@ -379,9 +386,9 @@ fn sample_until_end(
     loop {
         // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
         let _ = ring.poll(POLL_INTERVAL);
-        handle_events(&mut events.borrow_mut(), skel, processes, config.user);
+        handle_events(&mut events.borrow_mut(), counting, config.user);
         if maps_read.elapsed() >= MAPS_INTERVAL {
-            processes.note_new_mappings();
+            counting.processes.note_new_mappings();
             maps_read = Instant::now();
         }
         if stop.load(Ordering::Relaxed) {
@@ -429,22 +436,28 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
     }
 }
 
-fn handle_events(
-    events: &mut Vec<Event>,
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
-    user: bool,
-) {
+/// What the program told: the processes followed start, exec, load libraries and exit; each
+/// one's tables and probes follow.
+fn handle_events(events: &mut Vec<Event>, counting: &mut Counting<'_, '_>, user: bool) {
+    let Counting {
+        skel,
+        plan,
+        processes,
+        probes,
+    } = counting;
+    let (skel, plan) = (*skel, *plan);
     for event in events.drain(..) {
         match event {
             Event::Loaded { pid, held: true } => {
                 processes.note_held(pid);
+                probes.follow(skel, plan, pid);
                 processes.release_held(skel, pid);
             }
             // A sample taken as a process exits finds its tables gone: it needs none.
             Event::NoTables { pid } | Event::Loaded { pid, .. } if processes.has_exited(pid) => {}
             Event::Fork { pid, .. } => {
                 processes.note_started(pid);
+                probes.follow(skel, plan, pid);
                 if user {
                     processes.load(skel, pid);
                 }
@@ -454,9 +467,20 @@ fn handle_events(
                     processes.load(skel, pid);
                 }
             }
-            Event::Exit { pid } => processes.forget(skel, pid),
+            Event::Exit { pid } => {
+                processes.forget(skel, pid);
+                probes.forget(pid);
+            }
         }
     }
+}
+
+/// What handling the program's events changes: the processes' tables and the probes.
+struct Counting<'a, 's> {
+    skel: &'a ProfileSkel<'s>,
+    plan: &'a Plan,
+    processes: &'a mut Processes,
+    probes: &'a mut Probes,
 }
 
 fn target_finished(target: &Target, child: Option<&mut HeldChild>) -> bool {

@@ -122,6 +122,46 @@ fn alloc_counts_each_c_sites_bytes_and_calls_exactly_with_stacks_to_main() {
 }
 
 #[test]
+fn a_child_the_command_starts_is_counted_exactly_from_its_start() {
+    // sh forks a child that execs the program (the `; true` keeps sh from exec'ing it
+    // itself): its probes go in at the fork, and it is held at its first library load until
+    // they are in, so not one of its allocations is missed.
+    let dir = tempdir();
+    let prog = workload("allocs");
+    let (seed, calls) = varied();
+    let script = r#""$0" "$@"; true"#;
+    let command = [
+        os("sh"),
+        os("-c"),
+        os(script),
+        prog.as_os_str(),
+        os(&seed),
+        os(&calls),
+        os("0"),
+    ];
+    for memory in [&["--alloc"][..], &["--in-use"]] {
+        let (run, profile) = record_json(dir.path(), memory, &command);
+        let account = account(&run.stdout);
+        let kind = if memory == ["--alloc"] {
+            "_bytes"
+        } else {
+            "_held"
+        };
+        assert_sites(&profile, &account, &C_SITES, kind);
+        // The child is sh until it execs, then the program, in a process of its own.
+        let child = profile.threads.iter().find(|t| t.comm == "allocs");
+        let shell = |c: &stackscope_profile::Thread| {
+            (profile.threads.iter()).any(|t| t.comm == "sh" && t.pid != c.pid)
+        };
+        assert!(
+            child.is_some_and(shell),
+            "the program counted in a process of its own: {:?}",
+            profile.threads
+        );
+    }
+}
+
+#[test]
 fn in_use_holds_exactly_what_was_not_freed_and_min_age_keeps_the_old() {
     let dir = tempdir();
     let prog = workload("allocs");

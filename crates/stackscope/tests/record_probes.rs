@@ -101,6 +101,40 @@ fn malloc_uprobe_counts_each_call_site_exactly() {
 }
 
 #[test]
+fn a_uprobe_counts_a_child_the_command_starts_exactly() {
+    // sh forks a child that execs the program (the `; true` keeps sh from exec'ing it
+    // itself): a uprobe attached to sh alone would not see it.
+    let dir = tempdir();
+    let prog = probes_program(dir.path());
+    let (a, b) = (varied(1000), varied(2500) + 7);
+    let (a_arg, b_arg) = (a.to_string(), b.to_string());
+    let script = r#""$0" "$@"; true"#;
+    let command = [
+        os("sh"),
+        os("-c"),
+        os(script),
+        prog.as_os_str(),
+        os(&a_arg),
+        os(&b_arg),
+        os("0"),
+        os("0"),
+        os("0"),
+        os("0"),
+    ];
+    let probe = format!("uprobe:{}:alloc_site_a", prog.display());
+    let (run, profile) = record_json(dir.path(), &["--event", &probe], &command);
+    let account = account(&run.stdout);
+    assert_eq!(said(&account, "site_a"), a);
+    let hits = counts_where(&profile, |frames| user_names(frames).contains(&"main"));
+    assert_eq!(
+        (hits, profile.total_samples()),
+        (a, a),
+        "hits of alloc_site_a in the child:\n{}",
+        top_stacks(&profile, 5)
+    );
+}
+
+#[test]
 fn uretprobe_tracepoint_and_usdt_stacks_reach_main_apart() {
     let dir = tempdir();
     let prog = probes_program(dir.path());

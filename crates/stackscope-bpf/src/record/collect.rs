@@ -47,11 +47,16 @@ pub(super) fn collect(
     }
     let (dropped, user_full) = program::drops(skel);
     let markers = event_markers(plan);
-    let Counted { table, comms, lost } =
-        count_stacks(skel, config, processes, &counts, &markers, plan);
+    let Counted { table, lost } = count_stacks(skel, config, processes, &counts, &markers, plan);
 
     meta.lost_samples = dropped;
-    let thread = |pid: u32, tid: u32| thread_of(&comms, processes, pid, tid);
+    // Every count is named by its key; this is never asked.
+    let thread = |pid: u32, tid: u32| Thread {
+        pid,
+        tid,
+        comm: format!("[pid {tid}]"),
+        process_name: format!("[pid {pid}]"),
+    };
     let mut symbolizer = Symbolizer::new();
     let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
     // Counts in the kernel carry no CPU.
@@ -112,8 +117,6 @@ fn still_blocked(
 /// The count map read into a stack table.
 struct Counted {
     table: StackTable,
-    /// Each (pid, tid)'s command name as the kernel saw it.
-    comms: HashMap<(u32, u32), String>,
     /// The stacks shown as missing, by why.
     lost: Lost,
 }
@@ -188,14 +191,12 @@ fn count_stacks(
     plan: &Plan,
 ) -> Counted {
     let mut table = StackTable::default();
-    let mut comms: HashMap<(u32, u32), String> = HashMap::new();
+    let mut process_names = ProcessNames::new(counts);
     let mut read = ReadBack::default();
     let mut frames = Vec::new();
     for (key, weight, objects) in counts {
         frames.clear();
-        comms
-            .entry((key.pid, key.tid))
-            .or_insert_with(|| key.comm.clone());
+        let process = process_names.of(key, processes);
         if config.kernel {
             read.kernel(skel, key.kernel_stack_id, &mut frames);
         }
@@ -208,11 +209,12 @@ fn count_stacks(
             frames.push(RawFrame::Event(marker));
         }
         if *weight > 0 {
+            // A process that execs is another program before and after: its keys say which.
             let sampled = Sampled {
                 pid: key.pid,
                 tid: key.tid,
                 cpu: 0,
-                names: None,
+                names: Some((&key.comm, &process)),
             };
             table.count_objects(sampled, &frames, end, *weight, *objects);
         }
@@ -220,7 +222,7 @@ fn count_stacks(
 
     let mut lost = read.lost;
     lost.kernel_stored = read.kernel.values().filter(|s| s.is_some()).count() as u64;
-    Counted { table, comms, lost }
+    Counted { table, lost }
 }
 
 /// The stacks read back from the program's stack maps, each id once, and the ones shown as
@@ -294,28 +296,38 @@ impl ReadBack {
     }
 }
 
-/// A sampled thread, named by the command names the kernel recorded (for the process, its main
-/// thread's; else the one the process has now or had when last seen).
-fn thread_of(
-    comms: &HashMap<(u32, u32), String>,
-    processes: &Processes,
-    pid: u32,
-    tid: u32,
-) -> Thread {
-    let comm = comms
-        .get(&(pid, tid))
-        .cloned()
-        .unwrap_or_else(|| format!("[pid {tid}]"));
-    let process_name = comms
-        .get(&(pid, pid))
-        .cloned()
-        .or_else(|| processes.name(pid))
-        .unwrap_or_else(|| comm.clone());
-    Thread {
-        pid,
-        tid,
-        comm,
-        process_name,
+/// The name of each counted thread's process: the thread's own where it is the main thread
+/// (the name it had when counted), else the main thread's as the process has it now or had
+/// when last seen, else as the main thread's counts say.
+struct ProcessNames<'a> {
+    counted: HashMap<u32, &'a str>,
+    known: HashMap<u32, String>,
+}
+
+impl<'a> ProcessNames<'a> {
+    fn new(counts: &'a [(CountKey, u64, u64)]) -> Self {
+        let counted = (counts.iter())
+            .filter(|(key, ..)| key.pid == key.tid)
+            .map(|(key, ..)| (key.pid, key.comm.as_str()))
+            .collect();
+        ProcessNames {
+            counted,
+            known: HashMap::new(),
+        }
+    }
+
+    fn of(&mut self, key: &CountKey, processes: &Processes) -> String {
+        if key.pid == key.tid {
+            return key.comm.clone();
+        }
+        let counted = self.counted.get(&key.pid).copied();
+        (self.known.entry(key.pid))
+            .or_insert_with(|| {
+                (processes.name(key.pid))
+                    .or_else(|| counted.map(str::to_string))
+                    .unwrap_or_else(|| key.comm.clone())
+            })
+            .clone()
     }
 }
 
