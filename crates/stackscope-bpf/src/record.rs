@@ -163,7 +163,7 @@ pub fn record_led_in(
     // A launched command waits before exec until it is filtered for and traced, or sampled by
     // the lead-in; spawning it first reports a missing program before anything is loaded.
     let mut on_start = Some(on_start);
-    let (mut child, lead_in) = command::launch(&config, &plan, lead_in, &mut on_start)?;
+    let (mut child, mut lead_in) = command::launch(&config, &plan, lead_in, &mut on_start)?;
     let mut storage = MaybeUninit::uninit();
     let mut skel = program::load(&mut storage, &settings(&config, &targets, &plan))?;
     let verified_insns = program::verified_insns(&skel);
@@ -183,7 +183,13 @@ pub fn record_led_in(
         announce();
     }
     let started_command = match child.as_mut() {
-        Some(held) => command::start(held, lead_in, &mut skel, &mut processes, config.user),
+        Some(held) => command::start(
+            held,
+            lead_in.as_deref_mut(),
+            &mut skel,
+            &mut processes,
+            config.user,
+        ),
         None => Ok(()),
     };
     if let Err(e) = started_command {
@@ -225,7 +231,17 @@ pub fn record_led_in(
         verified_insns,
         ..sampler_cost.unwrap_or_default()
     };
-    let mut counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
+    let lead = lead_in.and_then(|lead| lead.counted());
+    let mut counted = collect::collect(
+        &skel,
+        &config,
+        &mut processes,
+        meta,
+        &plan,
+        ended,
+        cost,
+        lead,
+    );
     if let Some(e) = follow_failed {
         let said = format!("the probes could not go into a process the target started ({e}): its calls are not counted");
         counted.hints.push(Hint::Said(said));

@@ -36,10 +36,11 @@ pub struct RecordOptions {
     /// taken from then on are left to it, and sampling ends once it has passed. It must be
     /// set before it comes.
     pub hand_over: Option<Arc<AtomicU64>>,
-    /// With `hand_over`: set once the source that took over has ended its recording. Samples
-    /// left at a handover are named only then, after all sampling, so that a stop signal
-    /// while they are named stops naming, as it does in any recording.
-    pub taken_over_ended: Option<Arc<AtomicBool>>,
+    /// With `hand_over`: at a handover, the stacks counted are left unnamed
+    /// ([`Recording::unnamed`]) for the source that took over to name with its own, in one
+    /// run of the naming step after all sampling. A recording that ends otherwise (the target
+    /// exited, a stop signal) names its stacks itself.
+    pub leave_unnamed: bool,
 }
 
 /// What a recording produced: the one result type every source hands back.
@@ -159,15 +160,17 @@ pub fn record_live(
         ..Metadata::default()
     };
     let kernel_excluded = sampler.kernel_excluded();
-    if let Some(ended) = options.taken_over_ended.as_deref().filter(|_| handed_over) {
-        while !ended.load(Ordering::SeqCst) {
-            std::thread::sleep(POLL_INTERVAL);
-        }
-    }
+    let recording = match handed_over && options.leave_unnamed {
+        true => Recording {
+            unnamed: Some(collector.finish_unnamed(meta)),
+            ..Recording::default()
+        },
+        false => collector.finish(meta, &options.sampler, kernel_excluded),
+    };
     Ok(Recording {
         exit_status: sampler.exit_status(),
         interrupted,
         failure: failure.map(|e| e.to_string()),
-        ..collector.finish(meta, &options.sampler, kernel_excluded)
+        ..recording
     })
 }

@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+use stackscope_profile::Profile;
+
 /// What the source that sampled measured, in its own terms.
 #[derive(Debug, Clone)]
 pub enum SourceFigures {
@@ -36,6 +38,21 @@ pub struct LeadInFigures {
     pub lasted: Duration,
     /// The command ended before the program was ready: these are all its samples.
     pub whole_run: bool,
+}
+
+impl LeadInFigures {
+    /// What the lead-in's named `profile` holds; `None` when it took no sample. `whole_run`:
+    /// the command ended before the program was ready.
+    pub fn of(profile: &Profile, whole_run: bool) -> Option<LeadInFigures> {
+        let figures = LeadInFigures {
+            samples: profile.total_samples(),
+            user_stacks: profile.meta.unwind.user_stacks,
+            complete: profile.meta.unwind.complete,
+            lasted: Duration::from_secs_f64(profile.meta.duration_secs),
+            whole_run,
+        };
+        (figures.samples > 0).then_some(figures)
+    }
 }
 
 /// Losses of a source that counts stacks in fixed-size kernel maps.

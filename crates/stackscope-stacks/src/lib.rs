@@ -26,6 +26,6 @@ pub mod walk;
 pub use figures::{BpfFigures, LeadInFigures, ProgramCost, Rounds, SourceFigures, Storage};
 pub use hint::{naming_hints, Hint};
 pub use mapping::Mapping;
-pub use recording::Recording;
+pub use recording::{Recording, Unnamed};
 pub use space::AddressSpace;
 pub use target::Target;

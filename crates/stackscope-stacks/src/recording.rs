@@ -4,8 +4,9 @@
 
 use std::process::ExitStatus;
 
-use stackscope_profile::Profile;
+use stackscope_profile::{Metadata, Profile};
 
+use crate::table::StackTable;
 use crate::{Hint, SourceFigures};
 
 /// The result of one recording by any source.
@@ -24,4 +25,25 @@ pub struct Recording {
     /// What made the stacks less than whole or the samples fewer, in order; the caller words
     /// them into the profile's hints.
     pub hints: Vec<Hint>,
+    /// Stacks counted but left for the source that took over from this one to name, with its
+    /// own, in one run of the naming step; the profile is then empty.
+    pub unnamed: Option<Unnamed>,
+}
+
+/// Stacks a source counted and did not name: a [`StackTable`], the recording's metadata and
+/// how many of its user stacks were carried on beyond their copy.
+#[derive(Default)]
+pub struct Unnamed {
+    pub table: StackTable,
+    pub meta: Metadata,
+    pub recovered: u64,
+}
+
+impl std::fmt::Debug for Unnamed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Unnamed")
+            .field("stacks", &self.table.nodes())
+            .field("meta", &self.meta)
+            .finish_non_exhaustive()
+    }
 }

@@ -185,7 +185,7 @@ pub(crate) fn sample(
                 command: plan.command.clone(),
                 read_stack_on: args.read_stack_on,
                 hand_over: None,
-                taken_over_ended: None,
+                leave_unnamed: false,
             };
             record_live(options, live, announce).map_err(|e| crate::doctor::point_to(e.into()))?
         }

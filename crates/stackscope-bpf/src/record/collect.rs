@@ -12,7 +12,7 @@ use stackscope_stacks::walk::{lookup_address, lookup_addresses, WalkEnd};
 use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
-use super::{memory, BpfConfig, TimeProfile};
+use super::{lead_in, memory, BpfConfig, TimeProfile};
 use crate::layout::{self, CountKey};
 use crate::probe::Plan;
 use crate::processes::Processes;
@@ -30,6 +30,7 @@ pub(super) fn collect(
     plan: &Plan,
     ended: u64,
     cost: ProgramCost,
+    lead: Option<Recording>,
 ) -> Recording {
     let mut counts = program::counts(skel);
     if plan.off_cpu.is_some() {
@@ -50,19 +51,12 @@ pub(super) fn collect(
     let Counted { table, lost } = count_stacks(skel, config, processes, &counts, &markers, plan);
 
     meta.lost_samples = dropped;
-    // Every count is named by its key; this is never asked.
-    let thread = |pid: u32, tid: u32| Thread {
-        pid,
-        tid,
-        comm: format!("[pid {tid}]"),
-        process_name: format!("[pid {pid}]"),
+    // The lead-in's stacks are named by the same symbolizer, each file parsed once for both.
+    let mut symbolizer = match lead.is_some() {
+        true => Symbolizer::new().keeping(LEAD_IN_KEPT_BINARIES),
+        false => Symbolizer::new(),
     };
-    let mut symbolizer = Symbolizer::new();
-    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
-    // Counts in the kernel carry no CPU.
-    for sample in &mut profile.samples {
-        sample.cpu = None;
-    }
+    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &unnamed_thread);
     let missed = missed_stacks(&profile);
     let mut hints = hints(config, processes, &tally, dropped, &lost);
     if let Some(memory) = &config.memory {
@@ -81,15 +75,40 @@ pub(super) fn collect(
         missed_stacks: missed,
         count_entries: config.hash_storage_size,
     };
+    let mut bpf = BpfFigures {
+        storage,
+        cost,
+        lead_in: None,
+    };
+    if let Some(lead) =
+        lead.and_then(|lead| lead_in::named(lead, &mut symbolizer, &mut bpf, &mut hints))
+    {
+        profile = profile.merged(&lead);
+    }
+    // Counts in the kernel carry no CPU; the lead-in's are counted as they are.
+    for sample in &mut profile.samples {
+        sample.cpu = None;
+    }
     Recording {
         profile,
-        figures: Some(SourceFigures::Bpf(BpfFigures {
-            storage,
-            cost,
-            lead_in: None,
-        })),
+        figures: Some(SourceFigures::Bpf(bpf)),
         hints,
         ..Recording::default()
+    }
+}
+
+/// How many parsed binaries naming keeps between the program's stacks and the lead-in's: a
+/// launched command's files, each parsed once for both.
+const LEAD_IN_KEPT_BINARIES: usize = 64;
+
+/// Names for a thread counted without them. Every count here carries its thread's names, so
+/// this is never asked; the table wants an answer all the same.
+pub(super) fn unnamed_thread(pid: u32, tid: u32) -> Thread {
+    Thread {
+        pid,
+        tid,
+        comm: format!("[pid {tid}]"),
+        process_name: format!("[pid {pid}]"),
     }
 }
 

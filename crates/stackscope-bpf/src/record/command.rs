@@ -43,7 +43,7 @@ pub(super) fn launch<'a>(
 /// command is let go into exec and held there until its tables are in.
 pub(super) fn start(
     child: &mut HeldChild,
-    lead_in: Option<&mut dyn LeadIn>,
+    lead_in: Option<&mut (dyn LeadIn + '_)>,
     skel: &mut ProfileSkel<'_>,
     processes: &mut Processes,
     user: bool,

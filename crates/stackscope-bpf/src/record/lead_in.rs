@@ -11,7 +11,11 @@ use std::time::Duration;
 
 use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::target;
+use stackscope_profile::Profile;
+use stackscope_stacks::{BpfFigures, Hint, LeadInFigures, Recording, Unnamed};
+use stackscope_symbols::Symbolizer;
 
+use super::collect;
 use crate::error::BpfError;
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
@@ -26,6 +30,33 @@ pub trait LeadIn {
     /// come when this is called) on: the lead-in keeps those taken before, and ends once that
     /// moment has passed.
     fn hand_over(&mut self, at_ns: u64);
+    /// Ends the lead-in if it still samples and gives its recording, its stacks left unnamed
+    /// ([`Recording::unnamed`]) when it handed over, for the program's naming step to name
+    /// with the program's own; `None` when it never began.
+    fn counted(&mut self) -> Option<Recording>;
+}
+
+/// The lead-in's recording, its unnamed stacks named by `symbolizer` (the one that names the
+/// program's) with the lead-in's figures and why it stopped early, if it did, for `bpf`.
+pub(super) fn named(
+    lead: Recording,
+    symbolizer: &mut Symbolizer,
+    bpf: &mut BpfFigures,
+    hints: &mut Vec<Hint>,
+) -> Option<Profile> {
+    if let Some(e) = &lead.failure {
+        let said = format!("the perf_event source's first samples stopped early: {e}");
+        hints.push(Hint::Said(said));
+    }
+    let Unnamed {
+        table,
+        meta,
+        recovered,
+    } = lead.unnamed?;
+    let (mut profile, _) = table.into_profile(symbolizer, meta, &collect::unnamed_thread);
+    profile.meta.unwind.recovered = recovered;
+    bpf.lead_in = LeadInFigures::of(&profile, false);
+    Some(profile)
 }
 
 /// How far ahead of now the handover is set. Both sides must know the moment before any
@@ -43,7 +74,7 @@ pub(super) fn hold_counting(skel: &mut ProfileSkel<'_>) -> Result<(), BpfError> 
 /// sampling already (counting nothing until then: [`hold_counting`]).
 pub(super) fn hand_over(
     skel: &mut ProfileSkel<'_>,
-    lead_in: &mut dyn LeadIn,
+    lead_in: &mut (dyn LeadIn + '_),
     processes: &mut Processes,
     pid: u32,
 ) -> Result<(), BpfError> {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use stackscope_profile::{Metadata, Thread};
 use stackscope_stacks::arch::Regs;
 use stackscope_stacks::table::{BackgroundFold, RawFrame, Sampled, StackTable, UNREADABLE};
-use stackscope_stacks::{AddressSpace, Recording};
+use stackscope_stacks::{AddressSpace, Recording, Unnamed};
 use stackscope_symbols::Symbolizer;
 
 use super::hints;
@@ -348,15 +348,31 @@ impl Collector {
         end
     }
 
+    /// What was counted, unnamed, for another source's naming step to name.
+    pub(crate) fn finish_unnamed(mut self, mut meta: Metadata) -> Unnamed {
+        self.settle_all();
+        meta.lost_samples = self.lost;
+        Unnamed {
+            table: self.table,
+            meta,
+            recovered: self.room.recovered + self.room.read_on,
+        }
+    }
+
+    /// Counts the stacks still waiting for a later sample of their thread.
+    fn settle_all(&mut self) {
+        for tid in self.roots.waiting_threads() {
+            self.settle(tid);
+        }
+    }
+
     pub(crate) fn finish(
         mut self,
         mut meta: Metadata,
         config: &SamplerConfig,
         kernel_excluded: bool,
     ) -> Recording {
-        for tid in self.roots.waiting_threads() {
-            self.settle(tid);
-        }
+        self.settle_all();
         meta.lost_samples = self.lost;
         let missing = self.unwinder.modules_without_unwind_info();
         // What unwinding needed (parsed unwind tables, mapped sections, the live processes'

@@ -2,8 +2,8 @@
 //! it samples the command from its exec on a thread of its own while the kernel verifies the
 //! sampling program and the command's unwind tables go in, then hands over at the moment the
 //! program names (`stackscope_bpf::LeadIn`). Its samples are unwound here from their stack
-//! copies, by the one walk into its stack table, and named once the program's recording has
-//! ended (after all sampling, as any naming), its profile added to the program's.
+//! copies, by the one walk into its stack table, which it hands over unnamed: the program's
+//! naming step names it with the program's stacks, after all sampling, each file parsed once.
 //!
 //! A command that ends before the program is ready is the perf source's alone: the recording
 //! ends then, without waiting for the verifier, whose work ends with this process.
@@ -20,7 +20,7 @@ use stackscope_perf_event::record::{record, RecordOptions};
 use stackscope_perf_event::sampler::SamplerConfig;
 use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::SampleError;
-use stackscope_stacks::{BpfFigures, Hint, LeadInFigures, Recording, SourceFigures, Target};
+use stackscope_stacks::{BpfFigures, LeadInFigures, Recording, SourceFigures, Target};
 
 /// How often the caller's thread looks whether the command ended before the program was ready.
 const POLL_INTERVAL: Duration = Duration::from_millis(10);
@@ -41,8 +41,6 @@ struct Shared {
     at: Arc<AtomicU64>,
     /// The command's pid once the lead-in began (0 before).
     pid: AtomicU32,
-    /// Set once the program's recording ended: the lead-in names its samples only then.
-    taken_over_ended: Arc<AtomicBool>,
     sampling: Mutex<Option<Sampling>>,
 }
 
@@ -78,12 +76,7 @@ impl PerfLeadIn {
                         let _ = wait.recv();
                     }
                 };
-                let recorded =
-                    stackscope_bpf::record_led_in(config, &stop, on_start, Some(&mut lead_in));
-                recorded.map(|mut recording| {
-                    lead_in.finish(&mut recording);
-                    recording
-                })
+                stackscope_bpf::record_led_in(config, &stop, on_start, Some(&mut lead_in))
             })?;
         let mut on_start = Some(on_start);
         loop {
@@ -108,43 +101,6 @@ impl PerfLeadIn {
             Err(_) => anyhow::bail!("the eBPF recording's thread panicked"),
         }
     }
-
-    /// Waits for the lead-in to end and adds what it sampled to `recording`, the program's,
-    /// saying in its figures how many samples it took and how whole their stacks are.
-    fn finish(&mut self, recording: &mut Recording) {
-        let Some(lead) = self.shared.end() else {
-            return;
-        };
-        if let Some(e) = &lead.failure {
-            let said = format!("the perf_event source's first samples stopped early: {e}");
-            recording.hints.push(Hint::Said(said));
-        }
-        let Some(figures) = figures(&lead, false) else {
-            return;
-        };
-        // The program counts without a CPU; the lead-in's samples are counted as it does.
-        let mut profile = lead.profile;
-        for sample in &mut profile.samples {
-            sample.cpu = None;
-        }
-        recording.profile = std::mem::take(&mut recording.profile).merged(&profile);
-        if let Some(SourceFigures::Bpf(bpf)) = recording.figures.as_mut() {
-            bpf.lead_in = Some(figures);
-        }
-    }
-}
-
-/// What the lead-in's recording `lead` sampled; `None` when it took no sample.
-fn figures(lead: &Recording, whole_run: bool) -> Option<LeadInFigures> {
-    let profile = &lead.profile;
-    let figures = LeadInFigures {
-        samples: profile.total_samples(),
-        user_stacks: profile.meta.unwind.user_stacks,
-        complete: profile.meta.unwind.complete,
-        lasted: Duration::from_secs_f64(profile.meta.duration_secs),
-        whole_run,
-    };
-    (figures.samples > 0).then_some(figures)
 }
 
 impl Shared {
@@ -154,7 +110,6 @@ impl Shared {
         let _ = self
             .at
             .compare_exchange(0, monotonic_ns(), Ordering::SeqCst, Ordering::SeqCst);
-        self.taken_over_ended.store(true, Ordering::SeqCst);
         sampling.join().ok()?.ok()
     }
 
@@ -174,7 +129,7 @@ impl Shared {
         let mut recording = sampling.take()?.join().ok()?.ok()?;
         recording.exit_status = Some(status);
         recording.figures = Some(SourceFigures::Bpf(BpfFigures {
-            lead_in: figures(&recording, true),
+            lead_in: LeadInFigures::of(&recording.profile, true),
             ..BpfFigures::default()
         }));
         Some(recording)
@@ -212,7 +167,7 @@ impl LeadIn for PerfLeadIn {
             // a stack deeper than its copy is read on from the live thread.
             read_stack_on: true,
             hand_over: Some(self.shared.at.clone()),
-            taken_over_ended: Some(self.shared.taken_over_ended.clone()),
+            leave_unnamed: true,
         };
         let (began, sampling) = mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -241,6 +196,10 @@ impl LeadIn for PerfLeadIn {
 
     fn hand_over(&mut self, at_ns: u64) {
         self.shared.at.store(at_ns, Ordering::SeqCst);
+    }
+
+    fn counted(&mut self) -> Option<Recording> {
+        self.shared.end()
     }
 }
 
