@@ -12,7 +12,10 @@
 # median against the floor's; where stackscope's pause goes step by step, and how far each
 # method's split (spin_a's share of the looks that found spin_a or spin_b) is from the
 # kernel's measure over the time that method sampled. The floor of a round on this host is a
-# minimal client's pause that only stops the guest, reads the registers and resumes it.
+# minimal client's pause that only stops the guest, reads the registers and resumes it: once
+# 2 ms apart (the host's best case) and once as far apart as stackscope's rounds were in the
+# same run (floor_gap), since a guest that ran longer is slower to stop on a busy host; that
+# one is what stackscope's pause is weighed against.
 #
 # Usage: benches/gdb_vs_osdk.sh [ARCH]   ARCH: x86-64 (default), riscv64 or aarch64; each is a
 #        guest_ARCH function below that builds its test kernel and sets the QEMU command.
@@ -243,6 +246,8 @@ run_stackscope() {
         { cat stackscope.err >&2; exit 1; }
     paid=$(grep -E 'fresh stacks/s' stackscope.err)
     { grep -E 'pause by step' stackscope.err || true; } | sed 's/^stackscope: gdb: //' >>steps.log
+    # How long the guest ran between rounds (median, ms): the floor_gap method's spacing.
+    sed -nE 's/.*guest ran ([0-9.]+) ms between rounds.*/\1/p' stackscope.err >stackscope.gap
     local rps sps pause p95 split truth slowed ratio
     truth=$(measured_share "$before" "$(kernel_reports)")
     rps=$(sed -E 's/.* ([0-9.]+) rounds\/s.*/\1/' <<<"$line")
@@ -294,16 +299,20 @@ run_osdk() {
 
 # The floor of a round on this host: a minimal client (Python, no stack reads, no walk) that
 # stops the guest with the register reads in the same write, as stackscope does, and resumes
-# it at once, 2 ms apart, for SECS. Rounds/s and QMP's median and p95 pause; no stacks, no
-# split.
+# it at once, letting the guest run $1 ms between rounds, for SECS. Rounds/s, its own median
+# and p95 pause (from sending the interrupt to sending the resume, as stackscope measures
+# its own) and QMP's; no stacks, no split. How long a stop takes depends on how long the
+# guest ran before it (QEMU's threads that ran flat out wait longer for a CPU on a busy
+# host), so the floor that weighs stackscope's pause is the one at its rounds' spacing.
 run_floor() {
+    local gap_ms=$1
     qmp_log qmp.log </dev/null >/dev/null 2>&1 &
     local qmp=$!
     sleep 0.3
     local rps
-    rps=$(python3 - "$port" "$SECS" <<'EOF'
+    r=$(python3 - "$port" "$SECS" "$gap_ms" <<'EOF'
 import socket, sys, time
-port, secs = int(sys.argv[1]), float(sys.argv[2])
+port, secs, gap = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]) / 1000
 s = socket.create_connection(("127.0.0.1", port))
 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 buf = b""
@@ -329,14 +338,18 @@ threads = [t for t in replies(1)[0][1:].split(b",") if t]
 s.sendall(b"+" + frame(b"c"))
 time.sleep(0.05)
 ask = b"".join(frame(b"Hg" + t) + frame(b"g") for t in threads)
-rounds, start = 0, time.monotonic()
+rounds, start, pauses = 0, time.monotonic(), []
 while time.monotonic() - start < secs:
-    time.sleep(0.002)
+    time.sleep(gap)
+    stop = time.monotonic()
     s.sendall(b"\x03" + ask)
     replies(1 + 2 * len(threads))
+    pauses.append((time.monotonic() - stop) * 1000)
     s.sendall(b"+" * (1 + 2 * len(threads)) + frame(b"c"))
     rounds += 1
-print("%.3f" % (rounds / (time.monotonic() - start)))
+pauses.sort()
+print("%.3f %.3f %.3f" % (rounds / (time.monotonic() - start), pauses[(len(pauses) - 1) // 2],
+                          pauses[(len(pauses) * 95 + 99) // 100 - 1]))
 s.sendall(b"\x03")
 replies(1)
 s.sendall(b"+" + frame(b"D"))
@@ -346,7 +359,8 @@ EOF
     sleep 0.2
     kill "$qmp"
     wait "$qmp" 2>/dev/null || true
-    echo "$rps n/a n/a n/a n/a n/a $(qmp_pause_ms qmp.log) n/a"
+    read -r rps own own95 <<<"$r"
+    echo "$rps n/a n/a $own $own95 n/a $(qmp_pause_ms qmp.log) n/a"
 }
 
 printf 'guest: %s (%s), 2 vCPUs (TCG); stackscope %s; %s s per method, %s runs; %s busy loops on the host\n' \
@@ -358,14 +372,20 @@ printf "$row" run method rounds/s stacks/s "stopped" "by guest" progress "own pa
 : >results
 : >steps.log
 for run in $(seq "$RUNS"); do
-    for method in none stackscope osdk osdk0 floor; do
+    for method in none stackscope osdk osdk0 floor floor_gap; do
         start=$(now)
         case $method in
             none) r=$(run_none); label="unprofiled" ;;
             stackscope) r=$(run_stackscope); label="stackscope gdb ($RATE)" ;;
             osdk) r=$(run_osdk "$OSDK_INTERVAL"); label="OSDK (--interval $OSDK_INTERVAL)" ;;
             osdk0) r=$(run_osdk 0); label="OSDK (no interval)" ;;
-            floor) r=$(run_floor); label="floor (stop, registers)" ;;
+            floor) r=$(run_floor 2); label="floor (stop, regs; 2 ms)" ;;
+            floor_gap)
+                gap=$(cat stackscope.gap 2>/dev/null || true)
+                gap=${gap:-2}
+                r=$(run_floor "$gap")
+                label="floor ($gap ms apart)"
+                ;;
         esac
         # The stretch sampled: past the QMP logger's start and the connection, before the end.
         if [ "$method" = none ]; then
@@ -403,10 +423,15 @@ for method in stackscope osdk osdk0; do
         "$(col "$method" 11)" "$(col "$method" 12)" "$(col "$method" 8)" "$(col "$method" 9)" \
         "$(calc "$(col "$method" 8) / $floor_qmp")" "$(abs_col "$method" 10)"
 done
-printf '  %-11s rounds/s %8s  (stop, registers and resume only)  stopped by guest %6s%%  pause(QMP) median %6s p95 %6s ms\n' \
-    floor "$(col floor 2)" "$(col floor 11)" "$floor_qmp" "$(col floor 9)"
+for method in floor floor_gap; do
+    printf '  %-11s rounds/s %8s  (stop, registers and resume only)  stopped by guest %6s%%  pause(QMP) median %6s p95 %6s ms, its own median %6s p95 %6s ms\n' \
+        "$method" "$(col "$method" 2)" "$(col "$method" 11)" "$(col "$method" 8)" \
+        "$(col "$method" 9)" "$(col "$method" 5)" "$(col "$method" 6)"
+done
 printf '  stackscope pause per round as it reports it: median %s ms, p95 %s ms, %sx its own floor rounds\n' \
     "$(col stackscope 5)" "$(col stackscope 6)" "$(col stackscope 7)"
+printf '  stackscope against the floor at its own spacing (floor_gap): QMP median %sx, own median %sx\n' \
+    "$(calc "$(col stackscope 8) / $(col floor_gap 8)")" "$(calc "$(col stackscope 5) / $(col floor_gap 5)")"
 echo "  stackscope pause by step, each run:"
 sed 's/^/    /' steps.log
 s=$(col stackscope 3)

@@ -287,6 +287,7 @@ fn collected(
         elapsed,
         pause_median: percentile(&pauses, 50),
         pause_p95: percentile(&pauses, 95),
+        pause_longest: percentile(&pauses, 100),
         threads: target.all_vcpus,
         sampled_threads: target.vcpus.len(),
         pause_steps: std::mem::replace(&mut sampling.steps, Steps::new()).medians(),

@@ -91,6 +91,8 @@ pub struct Rounds {
     /// From stopping the target to resuming it.
     pub pause_median: Duration,
     pub pause_p95: Duration,
+    /// The longest: what the limit on the time stopped can be overrun by at the end.
+    pub pause_longest: Duration,
     /// Threads (vCPUs) the target has, and how many were sampled.
     pub threads: usize,
     pub sampled_threads: usize,

@@ -202,7 +202,7 @@ fn describe_rounds(rounds: &Rounds) -> String {
         rounds.late_rounds,
     );
     text.push_str(&format!(
-        "stackscope: gdb: {} rounds, {} stacks in {:.3} s: {:.1} rounds/s, {:.1} stacks/s; guest paused per round: median {:.3} ms, p95 {:.3} ms",
+        "stackscope: gdb: {} rounds, {} stacks in {:.3} s: {:.1} rounds/s, {:.1} stacks/s; guest paused per round: median {:.3} ms, p95 {:.3} ms, longest {:.3} ms",
         rounds.rounds,
         rounds.stacks,
         rounds.elapsed.as_secs_f64(),
@@ -210,6 +210,7 @@ fn describe_rounds(rounds: &Rounds) -> String {
         rounds.stacks_per_sec(),
         ms(rounds.pause_median),
         ms(rounds.pause_p95),
+        ms(rounds.pause_longest),
     ));
     if !rounds.pause_steps.is_empty() {
         let steps: Vec<String> = rounds

@@ -23,6 +23,31 @@ const SECS: &str = "5";
 /// the target description stop the guest too, but are no round.
 const EDGE: Duration = Duration::from_millis(700);
 
+/// The number after `word` in `line`.
+fn number_after(line: &str, word: &str) -> f64 {
+    let rest = &line[line.find(word).expect("the word") + word.len()..];
+    let token: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    token
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {word:?}: {line}"))
+}
+
+/// The seconds sampled and the longest pause (seconds), from the summary's rounds line.
+fn sampled_and_longest(run: &Run) -> (f64, f64) {
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains(" rounds/s, ") && l.contains(" longest "))
+        .unwrap_or_else(|| panic!("no rounds line on stderr:\n{}", run.stderr));
+    (
+        number_after(line, " stacks in "),
+        number_after(line, " longest ") / 1e3,
+    )
+}
+
 /// The figures of the summary's first line: fresh stacks/s and the share of the time the
 /// guest was stopped, in percent.
 fn paid(run: &Run) -> (f64, f64) {
@@ -31,23 +56,13 @@ fn paid(run: &Run) -> (f64, f64) {
         .lines()
         .find(|l| l.contains(" fresh stacks/s ") && l.contains("guest slowed "))
         .unwrap_or_else(|| panic!("no fresh stacks and slowdown on stderr:\n{}", run.stderr));
-    let after = |word: &str| -> f64 {
-        let rest = &line[line.find(word).expect("the word") + word.len()..];
-        let token: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_digit() || *c == '.')
-            .collect();
-        token
-            .parse()
-            .unwrap_or_else(|_| panic!("no number after {word:?}: {line}"))
-    };
     let fresh = line
         .split(" fresh stacks/s")
         .next()
         .and_then(|head| head.split_whitespace().last())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no fresh stacks/s in {line}"));
-    (fresh, after("guest slowed "))
+    (fresh, number_after(line, "guest slowed "))
 }
 
 /// The share of the time (percent) the guest's counter stood still in `profiled` against its
@@ -93,11 +108,14 @@ fn the_guest_is_stopped_no_more_than_max_slowdown_by_its_own_clock() {
     eprintln!(
         "stackscope: {fresh} fresh stacks/s, guest slowed {slowed}%; the guest's counter: stopped, progress per vCPU (%): {by_guest:?}"
     );
-    // The budget bounds any second's pause to 5% plus what 50 ms saved and one round; over
-    // seconds, with rounds of a few milliseconds at most, that is within a point.
+    // The budget bounds the time stopped to 5% of the time sampled plus what 50 ms saved and
+    // the last round, which may be the longest (a host that stalls QEMU's threads for tens
+    // of milliseconds); half a point more for the rounding of the figures.
+    let (sampled, longest) = sampled_and_longest(&run);
+    let bound = 5.0 + (0.05 * 0.050 + longest) / sampled * 100.0 + 0.5;
     assert!(
-        slowed <= 6.0,
-        "stackscope stopped the guest {slowed}% of the time:\n{}",
+        slowed <= bound,
+        "stackscope stopped the guest {slowed}% of the time, more than {bound:.2}%:\n{}",
         run.stderr
     );
     assert!(
@@ -116,11 +134,12 @@ fn the_guest_is_stopped_no_more_than_max_slowdown_by_its_own_clock() {
     }
     let folded = std::fs::read_to_string(&out).expect("the profile was written");
     let counted: u64 = parse_folded(&folded).iter().map(|l| l.1).sum();
-    // Fresh stacks/s is given to a tenth, over about SECS seconds.
-    let expected = fresh * 5.0;
+    // Fresh stacks/s is given to a tenth, over the time sampled (which ends early when the
+    // next round the budget allows would come after the duration).
+    let expected = fresh * sampled;
     assert!(
         counted > 0 && (counted as f64 - expected).abs() <= 0.5 + 0.07 * counted as f64,
-        "{counted} stacks written, {fresh} fresh stacks/s for about {SECS} s:\n{}",
+        "{counted} stacks written, {fresh} fresh stacks/s for {sampled} s:\n{}",
         run.stderr
     );
 }

@@ -10,6 +10,13 @@ use crate::packet::later;
 use super::budget::Budget;
 use super::SamplerOptions;
 
+/// The longest mean gap between rounds as often as a limit allows: the budget, not the gap,
+/// keeps the target within the limit, and on a busy host a target that ran longer is slower to
+/// stop (a QEMU guest's vCPU threads that ran flat out wait longer for a CPU to notice the
+/// stop). Rounds spaced by what slow stops cost made the next stops slower: 11-13 fresh
+/// stacks/s where rounds 5 ms apart, waiting for the budget, got 27-29 at the same 5%.
+const LONGEST_FREE_GAP: Duration = Duration::from_millis(5);
+
 /// The start of the next round.
 pub(super) struct Pace {
     jitter: Jitter,
@@ -61,14 +68,21 @@ impl Pace {
     }
 
     /// The mean gap between the starts of two rounds: the interval asked for or, back to
-    /// back, what the budget allows at a typical round's pause. Even without a limit the
-    /// target runs as long as a typical round stops it: a guest let run for microseconds
-    /// between rounds would hardly move, and every look would repeat the one before.
+    /// back, what the budget allows at a typical round's pause, at most [`LONGEST_FREE_GAP`]
+    /// under a limit (the budget makes rounds wait when stops cost more). Even without a
+    /// limit the target runs as long as a typical round stops it: a guest let run for
+    /// microseconds between rounds would hardly move, and every look would repeat the one
+    /// before.
     fn mean_gap(&self, interval: Duration) -> Duration {
-        if interval.is_zero() {
-            self.typical_pause.div_f64(self.budget.share().min(0.5))
+        if !interval.is_zero() {
+            return interval;
+        }
+        let share = self.budget.share();
+        let paid_back = self.typical_pause.div_f64(share.min(0.5));
+        if share < 1.0 {
+            paid_back.min(LONGEST_FREE_GAP)
         } else {
-            interval
+            paid_back
         }
     }
 
@@ -166,11 +180,24 @@ mod tests {
     #[test]
     fn back_to_back_rounds_are_spaced_by_what_the_budget_allows() {
         let ms = Duration::from_millis;
+        let us = Duration::from_micros;
         let mut pace = Pace::new(Instant::now(), None, Duration::ZERO, 0.05);
-        pace.paused(ms(1), Instant::now());
-        assert_eq!(pace.mean_gap(Duration::ZERO), ms(20));
+        pace.paused(us(100), Instant::now());
+        assert_eq!(pace.mean_gap(Duration::ZERO), ms(2));
+        // Costlier stops leave the spacing to the budget, the gap no longer than 5 ms.
+        pace.paused(ms(20), Instant::now());
+        assert!(pace.typical_pause > us(2_000));
+        assert_eq!(pace.mean_gap(Duration::ZERO), LONGEST_FREE_GAP);
         // A set interval is kept, whatever the pause.
         assert_eq!(pace.mean_gap(ms(3)), ms(3));
+    }
+
+    #[test]
+    fn without_a_limit_the_target_runs_as_long_as_a_round_stopped_it() {
+        let ms = Duration::from_millis;
+        let mut pace = Pace::new(Instant::now(), None, Duration::ZERO, 1.0);
+        pace.paused(ms(10), Instant::now());
+        assert_eq!(pace.mean_gap(Duration::ZERO), ms(20));
     }
 
     #[test]

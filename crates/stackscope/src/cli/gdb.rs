@@ -55,8 +55,10 @@ pub struct GdbArgs {
 
     /// The most the guest may be slowed down: the share of the time it may be stopped, in
     /// percent (above 0, at most 100). Rounds wait until the time stopped so far allows them;
-    /// with --interval 0 they come as often as it allows. 100 turns the limit off: rounds
-    /// come at -F whatever they cost.
+    /// with --interval 0 they come as often as it allows (at most 5 ms apart on average, the
+    /// rest left to that wait). A -F or --interval given that the median pause of the first 8
+    /// rounds puts above it is refused, naming the rate it allows; the default -F is only
+    /// paced. 100 turns the limit off: rounds come at -F whatever they cost.
     #[arg(long, value_name = "PCT", default_value = "5", value_parser = parse_percent)]
     pub max_slowdown: f64,
 
