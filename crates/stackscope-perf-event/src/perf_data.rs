@@ -6,7 +6,8 @@
 //!
 //! The file is read where it was recorded: binaries, their unwind info and kernel symbols come
 //! from this machine. The build-ids in the file's header tell whether a binary on disk is still
-//! the one that ran; one that is not is looked up in perf's build-id cache.
+//! the one that ran; one that is not, or is missing (a file recorded on another machine), is
+//! looked up in perf's build-id cache.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -21,7 +22,7 @@ use stackscope_stacks::{Hint, Recording};
 use crate::event::Event;
 use crate::record::Collector;
 use crate::sampler::SamplerConfig;
-use stackscope_process::maps::Mapping;
+use stackscope_process::maps::{own_vdso, Mapping};
 
 mod bounds;
 mod check;
@@ -238,6 +239,8 @@ fn running_kernel_text() -> Option<u64> {
 /// binary is found now.
 struct BuildIds {
     by_path: HashMap<Vec<u8>, Arc<[u8]>>,
+    /// The recorded kernel's vDSO, when a sample hit it.
+    vdso: Option<Arc<[u8]>>,
     /// Per path: the file to read for it (the path itself, or perf's cached copy when the file
     /// on disk was rebuilt since).
     located: HashMap<Vec<u8>, Arc<str>>,
@@ -247,15 +250,22 @@ struct BuildIds {
 impl BuildIds {
     fn from_header(file: &PerfFile) -> Self {
         let mut by_path = HashMap::new();
+        let mut vdso = None;
         for (key, info) in file.build_ids().unwrap_or_default() {
-            if let DsoKey::User { full_path, .. } = key {
-                if !info.build_id.is_empty() {
+            if info.build_id.is_empty() {
+                continue;
+            }
+            match key {
+                DsoKey::User { full_path, .. } => {
                     by_path.insert(full_path, Arc::from(info.build_id.as_slice()));
                 }
+                DsoKey::Vdso64 => vdso = Some(Arc::from(info.build_id.as_slice())),
+                _ => {}
             }
         }
         BuildIds {
             by_path,
+            vdso,
             located: HashMap::new(),
             cache_dir: std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".debug")),
         }
@@ -264,6 +274,9 @@ impl BuildIds {
     /// A mapping as its mmap record tells it, with its binary's build-id from the header and
     /// the file that holds that build; the record's own build-id when the header has none.
     fn locate_mapping(&mut self, mut mapping: Mapping) -> Mapping {
+        if &*mapping.path == "[vdso]" {
+            return self.locate_vdso(mapping);
+        }
         if let Some(id) = self.by_path.get(mapping.path.as_bytes()).cloned() {
             mapping.path = self.locate(&mapping.path, &id);
             mapping.build_id = Some(id);
@@ -271,8 +284,39 @@ impl BuildIds {
         mapping
     }
 
-    /// The path to read for `path`: itself when its build-id matches (or cannot be told), else
-    /// perf's cached copy (`~/.debug/.build-id/xx/rest/elf`) when there is one.
+    /// The vDSO mapping as the file's header tells it: this machine's own vDSO stands in for
+    /// it when the build-ids agree (or the header names none); another kernel's (a recording
+    /// made on another machine, or before a kernel update) is read from perf's build-id cache
+    /// (`~/.debug/[vdso]/BUILDID/vdso`), and without a copy there is left unread rather than
+    /// walked and named as this machine's.
+    fn locate_vdso(&mut self, mut mapping: Mapping) -> Mapping {
+        let Some(id) = self.vdso.clone() else {
+            return mapping;
+        };
+        if own_vdso()
+            .and_then(|own| own.build_id().map(<[u8]>::to_vec))
+            .as_deref()
+            == Some(&id)
+        {
+            return mapping;
+        }
+        let cached = self
+            .cache_dir
+            .as_ref()
+            .and_then(|d| cached_copy(d, &id, "vdso"));
+        mapping.path = match cached {
+            Some(path) => Arc::from(path.to_string_lossy().as_ref()),
+            // A pseudo-file no reader opens: its frames show the module and address.
+            None => Arc::from("[vdso of the recorded kernel]"),
+        };
+        mapping.build_id = Some(id);
+        mapping
+    }
+
+    /// The path to read for `path`: itself when its build-id matches, else perf's cached copy
+    /// (`~/.debug/.build-id/xx/rest/elf`) when there is one: for a binary rebuilt since, and
+    /// for one this machine does not have (a recording made on another, its cache brought
+    /// along as `perf archive` packs it).
     fn locate(&mut self, path: &Arc<str>, id: &[u8]) -> Arc<str> {
         if let Some(found) = self.located.get(path.as_bytes()) {
             return found.clone();
@@ -280,8 +324,12 @@ impl BuildIds {
         let text = path.clone();
         let mut found = text.clone();
         let on_disk = file_build_id(Path::new(&*text));
-        if on_disk.as_deref().is_some_and(|d| d != id) {
-            if let Some(cached) = self.cache_dir.as_ref().and_then(|d| cached_copy(d, id)) {
+        if on_disk.as_deref() != Some(id) {
+            if let Some(cached) = self
+                .cache_dir
+                .as_ref()
+                .and_then(|d| cached_copy(d, id, "elf"))
+            {
                 found = Arc::from(cached.to_string_lossy().as_ref());
             }
         }
@@ -290,17 +338,18 @@ impl BuildIds {
     }
 }
 
-/// perf's build-id cache entry for `id`, if it holds the binary.
-fn cached_copy(dir: &Path, id: &[u8]) -> Option<PathBuf> {
+/// perf's build-id cache entry for `id`, if it holds the file: `name` is `elf` for a binary,
+/// `vdso` for a vDSO image.
+fn cached_copy(dir: &Path, id: &[u8], name: &str) -> Option<PathBuf> {
     let hex = stackscope_symbols::elf::build_id_hex(id);
     let (head, rest) = hex.split_at_checked(2)?;
-    // The entry links to `~/.debug/ORIGINAL/PATH/BUILDID/elf`: resolved, the original file's
-    // name stays in the path.
+    // The entry links to `~/.debug/ORIGINAL/PATH/BUILDID/elf` (`~/.debug/[vdso]/BUILDID/vdso`):
+    // resolved, the original file's name stays in the path.
     let path = dir
         .join(".build-id")
         .join(head)
         .join(rest)
-        .join("elf")
+        .join(name)
         .canonicalize()
         .ok()?;
     (file_build_id(&path).as_deref() == Some(id)).then_some(path)

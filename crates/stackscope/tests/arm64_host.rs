@@ -10,17 +10,28 @@
 //! must say the perf source was picked and why, hold the split the program measured within its
 //! sample-count tolerance, and have at least 99% of its stacks reach their entry, and of those
 //! in the workload's functions through `main`.
+//!
+//! In the same boot Debian's arm64 `perf record --call-graph dwarf` (user registers and stack
+//! copies) records the PAC-signed split, and stackscope reports that perf.data inside; the
+//! file, the folded stacks and the binaries perf kept in its build-id cache come back, and this
+//! host's stackscope must read the same folded stacks from the file, with the split and whole
+//! stacks: the file's registers, not the host, say how to walk it.
 
 #![cfg(target_os = "linux")]
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{read_json, share_of, top_stacks, workloads_src};
+use common::{
+    assert_split_folded, parse_folded, read_json, run_with_deadline, share_of, stackscope_bin,
+    top_folded, top_stacks, workloads_src,
+};
 use stackscope_profile::{FrameKind, Profile};
 use stackscope_stacks::table::ENTRY_POINTS;
 use stackscope_testkit::truth::Truth;
@@ -99,11 +110,12 @@ fn init_script() -> String {
              done\n"
         ));
     }
+    script.push_str(&perf_data_commands());
     script.push_str("poweroff -f\n");
     script
 }
 
-/// The initramfs: the base, then a second archive (the kernel reads them one after the
+/// The initramfs: the base and perf, then an archive (the kernel reads them one after the
 /// other) holding stackscope, the workloads and the init script.
 fn initramfs(dir: &Path, base: &Path) -> PathBuf {
     let extra = dir.join("extra");
@@ -138,6 +150,7 @@ fn initramfs(dir: &Path, base: &Path) -> PathBuf {
     assert!(listing.status.success(), "cpio failed");
     std::fs::write(&cpio, listing.stdout).unwrap();
     let mut whole = std::fs::read(base.join("base.cpio")).unwrap();
+    whole.extend(std::fs::read(base.join("perf.cpio")).unwrap());
     whole.extend(std::fs::read(&cpio).unwrap());
     let initrd = dir.join("initrd");
     std::fs::write(&initrd, whole).unwrap();
@@ -226,16 +239,48 @@ fn hot_through_main(profile: &Profile) -> f64 {
     rooted as f64 / hot.max(1) as f64
 }
 
+/// What one boot of the guest left: the directory its inputs were made in (kept for the
+/// checks' files) and its console's output.
+struct GuestRun {
+    dir: PathBuf,
+    console: String,
+}
+
+/// The one boot every check of this file reads, made by the first that asks; a boot that
+/// failed is that failure for each.
+fn guest_run() -> &'static GuestRun {
+    static RUN: OnceLock<Result<GuestRun, String>> = OnceLock::new();
+    let run = RUN.get_or_init(|| {
+        std::panic::catch_unwind(|| {
+            // First, so that a missing build is the one line said.
+            cross_built_stackscope();
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("arm64-host-run");
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let base = base_image();
+            let initrd = initramfs(&dir, &base);
+            let console = boot(&base, &initrd);
+            GuestRun { dir, console }
+        })
+        .map_err(|panic| {
+            panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the guest run panicked".into())
+        })
+    });
+    match run {
+        Ok(run) => run,
+        Err(why) => panic!("{why}"),
+    }
+}
+
 #[test]
 fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_also_through_pac_signed_code() {
-    // First, so that a missing build is the one line said.
-    cross_built_stackscope();
-    let dir = tempfile::tempdir().unwrap();
-    let base = base_image();
-    let initrd = initramfs(dir.path(), &base);
-    let console = boot(&base, &initrd);
+    let GuestRun { dir, console } = guest_run();
     for (name, _) in WORKLOADS {
-        let log = part(&console, &format!("{name}.log"));
+        let log = part(console, &format!("{name}.log"));
         assert!(
             console.contains(&format!("==status {name} 0\n")),
             "stackscope record of {name} failed in the guest:\n{log}"
@@ -244,11 +289,11 @@ fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_also_through_pac_s
             log.contains("sampled with perf_event") && log.contains("x86-64 host"),
             "the summary does not say the perf source was picked, and why:\n{log}"
         );
-        let json = dir.path().join(format!("{name}.json"));
-        std::fs::write(&json, part(&console, &format!("{name}.json"))).unwrap();
+        let json = dir.join(format!("{name}.json"));
+        std::fs::write(&json, part(console, &format!("{name}.json"))).unwrap();
         let profile = read_json(&json);
-        let truth_file = dir.path().join(format!("{name}.truth"));
-        std::fs::write(&truth_file, part(&console, &format!("{name}.truth"))).unwrap();
+        let truth_file = dir.join(format!("{name}.truth"));
+        std::fs::write(&truth_file, part(console, &format!("{name}.truth"))).unwrap();
         let truth = Truth::read(&truth_file);
         let total = profile.total_samples();
         assert!(total >= 200, "{name}: only {total} samples\n{log}");
@@ -271,4 +316,149 @@ fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_also_through_pac_s
             top_stacks(&profile, 6)
         );
     }
+}
+
+/// The workload perf records in the guest: PAC-signed, so the host's walk of the file meets
+/// signed return addresses and the rules that say where they are signed.
+const PERF_WORKLOAD: &str = "split_pac";
+
+/// The guest's commands for the perf.data check: Debian's perf records the workload on its
+/// default event, the emulated CPU's `cycles`, with DWARF call graphs (perf's default copy of
+/// 8192 stack bytes a sample). Not `cpu-clock`: on a CPU with SVE (`-cpu max`) perf 6.1 asks
+/// for the VG register with the user registers, which only the CPU's own PMU gives, and the
+/// kernel refuses a software event that (EOPNOTSUPP). perf keeps the binaries
+/// its samples hit in its build-id cache as it does on any machine (`$HOME/.debug`, less the
+/// copy of the kernel's symbols, which this check does not read); stackscope reports the file
+/// to folded stacks there. The file and the cache come back gzipped in base64.
+fn perf_data_commands() -> String {
+    format!(
+        "mkdir -p /tmp/home\n\
+         HOME=/tmp/home /usr/bin/perf record -F {RATE} --call-graph dwarf -o /tmp/perf.data \
+         -- /{PERF_WORKLOAD} {ROUNDS} /tmp/perf.truth {SLICE} >/tmp/perf.log 2>&1\n\
+         echo \"==status perf $?\"\n\
+         /stackscope report /tmp/perf.data --annotate-kernel --no-debuginfod -o /tmp/perf.folded \
+         >>/tmp/perf.log 2>&1\n\
+         echo \"==status perf-report $?\"\n\
+         rm -rf '/tmp/home/.debug/[kernel.kallsyms]'\n\
+         for part in log truth folded; do\n\
+         echo \"==begin perf.$part\"; cat /tmp/perf.$part; echo; echo \"==end\"\n\
+         done\n\
+         echo '==begin perf.data'; gzip -c /tmp/perf.data | base64; echo '==end'\n\
+         echo '==begin perf.cache'; tar -cz -C /tmp/home .debug | base64; echo '==end'\n"
+    )
+}
+
+/// Writes the base64 text of part `name` of the console, gunzipped, to `out`.
+fn unpack_part(console: &str, name: &str, out: &Path) {
+    let encoded = out.with_extension("b64");
+    std::fs::write(&encoded, part(console, name)).unwrap();
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("base64 -d \"$0\" | gzip -d > \"$1\"")
+        .arg(&encoded)
+        .arg(out));
+}
+
+/// Folded lines with kernel frames (`_[k]`, from `--annotate-kernel`) left out, by stack: a
+/// kernel's frames are named from the running kernel, which on this host is not the guest's.
+fn user_folded(text: &str) -> BTreeMap<String, u64> {
+    let mut stacks = BTreeMap::new();
+    for (frames, count) in parse_folded(text) {
+        let user: Vec<&str> = frames
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !f.ends_with("_[k]"))
+            .collect();
+        *stacks.entry(user.join(";")).or_default() += count;
+    }
+    stacks
+}
+
+/// The lines of two foldings that differ, each with its count on either side.
+fn folded_difference(inside: &BTreeMap<String, u64>, here: &BTreeMap<String, u64>) -> String {
+    let mut text = String::new();
+    for stack in inside
+        .keys()
+        .chain(here.keys().filter(|k| !inside.contains_key(*k)))
+    {
+        let (a, b) = (inside.get(stack), here.get(stack));
+        if a != b {
+            text.push_str(&format!("  guest {a:?} here {b:?}: {stack}\n"));
+        }
+    }
+    text
+}
+
+#[test]
+fn perf_data_recorded_on_arm64_reads_on_this_host_as_inside_the_guest() {
+    let GuestRun { dir, console } = guest_run();
+    let log = part(console, "perf.log");
+    assert!(
+        console.contains("==status perf 0\n"),
+        "perf record failed in the guest:\n{log}"
+    );
+    assert!(
+        console.contains("==status perf-report 0\n"),
+        "stackscope report of perf's file failed in the guest:\n{log}"
+    );
+    let data = dir.join("perf.data");
+    unpack_part(console, "perf.data", &data);
+    let cache = dir.join("perf-cache.tar");
+    unpack_part(console, "perf.cache", &cache);
+    // perf's build-id cache, as `perf archive` carries it to another machine: the guest's
+    // binaries are found there by the build-ids the file's header lists.
+    let home = dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    run(Command::new("tar")
+        .arg("-xf")
+        .arg(&cache)
+        .arg("-C")
+        .arg(&home));
+    let report = |out: &str| {
+        let out = dir.join(out);
+        let mut cmd = Command::new(stackscope_bin());
+        cmd.env("HOME", &home)
+            .arg("report")
+            .arg(&data)
+            .args(["--annotate-kernel", "--no-debuginfod", "-o"])
+            .arg(&out);
+        run_with_deadline(cmd).assert_ok();
+        out
+    };
+    let inside = part(console, "perf.folded");
+    let here = std::fs::read_to_string(report("perf.folded")).unwrap();
+    let (inside, here) = (user_folded(inside), user_folded(&here));
+    assert!(
+        inside == here,
+        "the folded stacks read here differ from those read in the guest:\n{}",
+        folded_difference(&inside, &here)
+    );
+    let lines: Vec<(Vec<String>, u64)> = here
+        .iter()
+        .filter(|(stack, _)| stack.starts_with(&format!("{PERF_WORKLOAD};")))
+        .map(|(stack, count)| (stack.split(';').map(str::to_string).collect(), *count))
+        .collect();
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        total >= 200,
+        "only {total} samples of {PERF_WORKLOAD}\n{log}"
+    );
+    let truth_file = dir.join("perf.truth");
+    std::fs::write(&truth_file, part(console, "perf.truth")).unwrap();
+    assert_split_folded(&lines, &Truth::read(&truth_file));
+    let profile = read_json(&report("perf.json"));
+    // Of the stacks the kernel copied: it copies none of perf's child in execve, before the
+    // workload runs (`perf-exec`, its stack already gone).
+    let unwind = &profile.meta.unwind;
+    let copied = unwind.user_stacks - unwind.unreadable;
+    let whole = unwind.complete as f64 / copied.max(1) as f64;
+    let hot = hot_through_main(&profile);
+    assert!(
+        whole >= 0.99 && hot >= 0.99,
+        "{:.1}% of the file's copied stacks reach their entry, {:.1}% of those in func_a and \
+         func_b through main\n{log}\n{}",
+        whole * 100.0,
+        hot * 100.0,
+        top_folded(&lines, 8)
+    );
 }

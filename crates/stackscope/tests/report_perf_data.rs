@@ -2,7 +2,8 @@
 //! DWARF and frame-pointer recordings of split.c (func_a/func_b about 30/70 as the program
 //! measures it, main in every stack),
 //! several events in one file, a system-wide recording, an optimised Rust program whose
-//! inlined helper must come out as an inlined frame, and damaged files.
+//! inlined helper must come out as an inlined frame, a binary rebuilt or gone since the
+//! recording (read from perf's build-id cache), and damaged files.
 
 #![cfg(target_os = "linux")]
 
@@ -184,6 +185,26 @@ fn other_profiles_still_read_as_before() {
     );
 }
 
+/// Builds split.c into `prog` with a build-id no other binary in perf's cache has, so that the
+/// cache's entry for it is this file's.
+fn build_with_own_build_id(prog: &Path) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    stackscope_testkit::run(
+        Command::new("gcc")
+            .current_dir(workloads_src())
+            .args(["-O2", "-g", "-fomit-frame-pointer", "split.c"])
+            .arg(format!(
+                "-Wl,--build-id=0x{:08x}{nanos:032x}",
+                std::process::id()
+            ))
+            .arg("-o")
+            .arg(prog),
+    );
+}
+
 #[test]
 fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
     let _serial = serial();
@@ -193,22 +214,7 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
     // The workload runs again when the machine's load left its truth too loose to test
     // against; each run is a build of its own, recorded, then rebuilt.
     let (data, truth) = until_testable(|| {
-        // A build-id no other binary in perf's cache has.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        stackscope_testkit::run(
-            Command::new("gcc")
-                .current_dir(workloads_src())
-                .args(["-O2", "-g", "-fomit-frame-pointer", "split.c"])
-                .arg(format!(
-                    "-Wl,--build-id=0x{:08x}{nanos:032x}",
-                    std::process::id()
-                ))
-                .arg("-o")
-                .arg(&prog),
-        );
+        build_with_own_build_id(&prog);
         let split = Measured::of(prog.clone(), d, "4000");
         let data =
             perf_record_caching(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
@@ -229,6 +235,28 @@ fn a_binary_rebuilt_since_the_recording_is_read_from_perfs_build_id_cache() {
         Some("split_rebuilt"),
         "{func_b:?}"
     );
+}
+
+#[test]
+fn a_binary_gone_since_the_recording_is_read_from_perfs_build_id_cache() {
+    let _serial = serial();
+    let dir = tempdir();
+    let d = dir.path();
+    let prog = d.join("split_gone");
+    // As a file recorded on another machine is read with that machine's cache: the binary is
+    // nowhere on this one but in the cache, found by the build-id the file's header lists.
+    let (data, truth) = until_testable(|| {
+        build_with_own_build_id(&prog);
+        let split = Measured::of(prog.clone(), d, "4000");
+        let data =
+            perf_record_caching(d, &["-F", "999", "--call-graph", "dwarf"], &split.command());
+        std::fs::remove_file(&prog).unwrap();
+        (data, split.truth())
+    });
+    assert_split(&report_folded(d, &data), "split_gone", &truth);
+    let profile = report_json(d, &data);
+    let func_a = frame_named(&profile, "func_a");
+    assert_eq!(func_a.module.as_deref(), Some("split_gone"), "{func_a:?}");
 }
 
 #[test]

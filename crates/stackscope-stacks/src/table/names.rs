@@ -343,14 +343,19 @@ pub(super) fn file_name(path: &str) -> String {
 }
 
 /// The path of the file a copy in perf's build-id cache (`.debug/ORIGINAL/PATH/BUILDID/elf`)
-/// was taken from: `/usr/bin/xz` for `/root/.debug/usr/bin/xz/6fab...ce9/elf`; any other
-/// path as it is.
+/// was taken from: `/usr/bin/xz` for `/root/.debug/usr/bin/xz/6fab...ce9/elf`, `/[vdso]` for a
+/// vDSO's (`.debug/[vdso]/BUILDID/vdso`); any other path as it is.
 pub(crate) fn original_path(path: &str) -> &str {
     let cached = path
         .find("/.debug/")
         // The cache keeps the original's whole path, its leading slash included.
         .map(|at| &path[at + "/.debug".len()..])
-        .and_then(|rest| rest.strip_suffix("/elf"))
+        .and_then(|rest| {
+            rest.strip_suffix("/elf").or_else(|| {
+                rest.strip_suffix("/vdso")
+                    .filter(|r| r.starts_with("/[vdso]/"))
+            })
+        })
         .and_then(|rest| rest.rsplit_once('/'))
         .filter(|(original, id)| {
             original.len() > 1 && id.len() >= 16 && id.bytes().all(|b| b.is_ascii_hexdigit())
@@ -376,6 +381,11 @@ mod tests {
             "prog"
         );
         assert_eq!(file_name("/opt/tools/elf"), "elf");
+        assert_eq!(
+            file_name("/root/.debug/[vdso]/71727bea18c7691dd1bf0705aaadd3f9da34d39d/vdso"),
+            "[vdso]"
+        );
+        assert_eq!(file_name("/opt/tools/vdso"), "vdso");
         assert_eq!(
             original_path("/root/.debug/usr/bin/xz/6fab166e78b0a2a73797d7e2c63a5a0fa27d0ce9/elf"),
             "/usr/bin/xz"
