@@ -2,11 +2,12 @@
 //! tables are loaded), load the program, sample until the duration ends, the target exits or
 //! the caller asks to stop, follow the processes' execs and library loads meanwhile, then read the
 //! counted stacks and symbolize them into a profile through the same stack table as the
-//! perf_event source.
+//! perf_event source (a live view's counts are drained every refresh: `live`).
 
 mod collect;
 mod command;
 mod lead_in;
+mod live;
 mod memory;
 pub(crate) mod sampled;
 
@@ -20,6 +21,7 @@ use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
 use stackscope_process::target::{self, HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
+use stackscope_stacks::table::Live;
 use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
@@ -28,6 +30,7 @@ use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
 pub use lead_in::LeadIn;
+use live::LiveDrain;
 pub use memory::{default_max_live, MemoryProfile};
 use sampled::Targets;
 
@@ -158,7 +161,36 @@ pub fn record_led_in(
     on_start: impl FnOnce(),
     lead_in: Option<&mut dyn LeadIn>,
 ) -> Result<Recording, BpfError> {
+    record_with(config, stop, on_start, lead_in, None)
+}
+
+/// [`record`], with a live view fed every `live.every` with what was counted since. Only the
+/// timer's samples are shown live: time and memory are counted up to the end.
+pub fn record_live(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    live: Live,
+) -> Result<Recording, BpfError> {
+    let probes = config.events.iter().any(|e| !e.is_timer());
+    if config.time.is_some() || config.memory.is_some() || probes {
+        return Err(BpfError::bpf(
+            "show the counts live",
+            "only the timer's samples are drained live so far (not --event, --off-cpu, --wall, --alloc or --in-use)",
+        ));
+    }
+    record_with(config, stop, on_start, None, Some(live))
+}
+
+fn record_with(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    lead_in: Option<&mut dyn LeadIn>,
+    live: Option<Live>,
+) -> Result<Recording, BpfError> {
     let (config, cpus, targets, plan) = check(config)?;
+    let mut live = live.map(|live| LiveDrain::start(live, &plan)).transpose()?;
 
     // A launched command waits before exec until it is filtered for and traced, or sampled by
     // the lead-in; spawning it first reports a missing program before anything is loaded.
@@ -193,13 +225,13 @@ pub fn record_led_in(
     }
     let started = Instant::now();
     let interrupted = sample_until_end(
-        &config,
+        (&config, &plan),
         stop,
-        &ring,
-        &events,
+        (&ring, &events),
         &skel,
         &mut processes,
         child.as_mut(),
+        live.as_mut(),
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
     // a live block's age or a block's time off the CPU runs to when recording stopped.
@@ -220,7 +252,16 @@ pub fn record_led_in(
         verified_insns,
         ..sampler_cost.unwrap_or_default()
     };
-    let counted = collect::collect(&skel, &config, &mut processes, meta, &plan, ended, cost);
+    let counted = collect::collect(
+        &skel,
+        &config,
+        &mut processes,
+        meta,
+        &plan,
+        ended,
+        cost,
+        live,
+    );
     Ok(Recording {
         exit_status,
         interrupted,
@@ -363,16 +404,16 @@ fn event_ring<'a>(
         .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))
 }
 
-/// Follows the processes' events until the duration ends, the target exits or `stop` is set;
-/// true when `stop` ended it.
+/// Follows the processes' events until the duration ends, the target exits or `stop` is set,
+/// draining the counts for `live` when given; true when `stop` ended it.
 fn sample_until_end(
-    config: &BpfConfig,
+    (config, plan): (&BpfConfig, &Plan),
     stop: &AtomicBool,
-    ring: &RingBuffer<'_>,
-    events: &RefCell<Vec<Event>>,
+    (ring, events): (&RingBuffer<'_>, &RefCell<Vec<Event>>),
     skel: &ProfileSkel<'_>,
     processes: &mut Processes,
     mut child: Option<&mut HeldChild>,
+    mut live: Option<&mut LiveDrain>,
 ) -> bool {
     let started = Instant::now();
     let mut maps_read = Instant::now();
@@ -383,6 +424,9 @@ fn sample_until_end(
         if maps_read.elapsed() >= MAPS_INTERVAL {
             processes.note_new_mappings();
             maps_read = Instant::now();
+        }
+        if let Some(live) = live.as_deref_mut() {
+            live.when_due(skel, config, processes, plan);
         }
         if stop.load(Ordering::Relaxed) {
             return true;

@@ -16,7 +16,7 @@ mod names;
 mod rust_names;
 
 pub use fold::{BackgroundFold, Folded, ModuleUse, Tally, ENTRY_POINTS, UNREADABLE};
-pub use live::{Interval, LiveFold};
+pub use live::{Interval, Live, LiveFold, Observer};
 pub(crate) use names::original_path;
 pub use rust_names::rust_clean;
 

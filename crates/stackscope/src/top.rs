@@ -17,9 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use stackscope_perf_event::record::Live;
 use stackscope_profile::{Metadata, Profile};
-use stackscope_stacks::table::{Interval, LiveFold};
+use stackscope_stacks::table::{Interval, Live, LiveFold};
 use stackscope_stacks::Recording;
 
 use crate::cli::{TopArgs, TOP_REFRESH, TOP_WINDOW};
@@ -210,7 +209,11 @@ fn start(
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&record.debuginfod);
     let meta = Metadata {
-        source: "perf_event".into(),
+        source: match plan.backend {
+            crate::cli::BackendArg::Bpf => "ebpf",
+            crate::cli::BackendArg::Perf => "perf_event",
+        }
+        .into(),
         event: "cpu-clock".into(),
         frequency_hz: plan.config.frequency,
         period: plan.config.period,

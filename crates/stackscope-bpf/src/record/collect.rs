@@ -3,6 +3,7 @@
 //! maps could not hold.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use stackscope_process::target;
 use stackscope_profile::format::summary::missed_stacks;
@@ -12,6 +13,7 @@ use stackscope_stacks::walk::{lookup_address, lookup_addresses, WalkEnd};
 use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
+use super::live::LiveDrain;
 use super::{memory, BpfConfig, TimeProfile};
 use crate::layout::{self, CountKey};
 use crate::probe::Plan;
@@ -21,7 +23,9 @@ use crate::tables::NotLoaded;
 
 /// Reads the counted stacks and symbolizes them, with what the maps could not hold and what
 /// the program `cost`. Threads still off the CPU when counting stopped (`ended`, on the
-/// program's clock) are counted up to then.
+/// program's clock) are counted up to then. A live recording's last counts join the stacks
+/// `live` has handed over and named as it went.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
@@ -30,30 +34,23 @@ pub(super) fn collect(
     plan: &Plan,
     ended: u64,
     cost: ProgramCost,
+    live: Option<LiveDrain>,
 ) -> Recording {
-    let mut counts = program::counts(skel);
-    if plan.off_cpu.is_some() {
-        counts.extend(still_blocked(skel, config, ended));
-    }
-    let mut counts: Vec<(CountKey, u64, u64)> = counts
-        .into_iter()
-        .map(|(key, count)| {
-            let weight = plan.weight(key.event, count);
-            (key, weight, 0)
-        })
-        .collect();
-    if let Some(memory) = &config.memory {
-        counts.extend(memory::counts(skel, memory, ended));
-    }
+    let counts = final_counts(skel, config, plan, ended);
     let (dropped, user_full) = program::drops(skel);
-    let markers = event_markers(plan);
-    let Counted { table, comms, lost } =
-        count_stacks(skel, config, processes, &counts, &markers, plan);
-
     meta.lost_samples = dropped;
-    let thread = |pid: u32, tid: u32| thread_of(&comms, pid, tid);
-    let mut symbolizer = Symbolizer::new();
-    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &thread);
+    let (mut profile, tally, lost, keys) = match live {
+        Some(live) => live.finish(skel, config, processes, plan, &counts, meta),
+        None => {
+            let mut counter = Counter::new(plan);
+            counter.count(skel, config, processes, &counts, plan);
+            let thread = counter.namer();
+            let lost = counter.lost();
+            let mut symbolizer = Symbolizer::new();
+            let (profile, tally) = counter.table.into_profile(&mut symbolizer, meta, &thread);
+            (profile, tally, lost, counts.len())
+        }
+    };
     // Counts in the kernel carry no CPU.
     for sample in &mut profile.samples {
         sample.cpu = None;
@@ -71,7 +68,7 @@ pub(super) fn collect(
     }
     let storage = Storage {
         stacks_full: lost.collided + lost.full > 0 || user_full > 0,
-        counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
+        counts_full: dropped > 0 || keys as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
         count_entries: config.hash_storage_size,
@@ -86,6 +83,36 @@ pub(super) fn collect(
         hints,
         ..Recording::default()
     }
+}
+
+/// What the maps count at the end, each key with its weight in the profile and, of memory,
+/// the allocations it counts.
+fn final_counts(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    plan: &Plan,
+    ended: u64,
+) -> Vec<(CountKey, u64, u64)> {
+    let mut counts = program::counts(skel);
+    if plan.off_cpu.is_some() {
+        counts.extend(still_blocked(skel, config, ended));
+    }
+    let mut counts = weighed(plan, counts);
+    if let Some(memory) = &config.memory {
+        counts.extend(memory::counts(skel, memory, ended));
+    }
+    counts
+}
+
+/// Each count with its weight in the profile.
+pub(super) fn weighed(plan: &Plan, counts: Vec<(CountKey, u64)>) -> Vec<(CountKey, u64, u64)> {
+    counts
+        .into_iter()
+        .map(|(key, count)| {
+            let weight = plan.weight(key.event, count);
+            (key, weight, 0)
+        })
+        .collect()
 }
 
 /// The time of the threads still off the CPU at `ended`, as counts of their keys; blocks
@@ -109,13 +136,17 @@ fn still_blocked(
         .filter(move |&(_, ns)| ns > 0 && ns >= min_block)
 }
 
-/// The count map read into a stack table.
-struct Counted {
-    table: StackTable,
-    /// Each (pid, tid)'s command name as the kernel saw it.
-    comms: HashMap<(u32, u32), String>,
-    /// The stacks shown as missing, by why.
-    lost: Lost,
+/// Each (pid, tid)'s command name as the kernel saw it, shared with the naming thread of a
+/// live recording.
+type Comms = Arc<Mutex<HashMap<(u32, u32), String>>>;
+
+/// Counted keys turned into frames in a stack table, each stack id read once; a live
+/// recording counts into one across its refreshes, taking the table each time.
+pub(super) struct Counter {
+    pub table: StackTable,
+    comms: Comms,
+    read: ReadBack,
+    markers: Vec<&'static str>,
 }
 
 /// Why the stack of one side (user or kernel) of a counted key is missing, from the stack id
@@ -147,7 +178,7 @@ impl Loss {
 /// Stacks shown as missing (one per side of a counted key), by [`Loss`], and the kernel
 /// stacks stored in all.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Lost {
+pub(super) struct Lost {
     collided: u64,
     full: u64,
     unread: u64,
@@ -176,51 +207,78 @@ fn event_markers(plan: &Plan) -> Vec<&'static str> {
         .collect()
 }
 
-/// Turns each counted key's stack ids into frames, reading every stack once; with several
-/// events, each stack's root is its event's marker. A count is its weight in the profile and,
-/// of memory, the allocations it counts.
-fn count_stacks(
-    skel: &ProfileSkel<'_>,
-    config: &BpfConfig,
-    processes: &mut Processes,
-    counts: &[(CountKey, u64, u64)],
-    markers: &[&'static str],
-    plan: &Plan,
-) -> Counted {
-    let mut table = StackTable::default();
-    let mut comms: HashMap<(u32, u32), String> = HashMap::new();
-    let mut read = ReadBack::default();
-    let mut frames = Vec::new();
-    for (key, weight, objects) in counts {
-        frames.clear();
-        comms
-            .entry((key.pid, key.tid))
-            .or_insert_with(|| key.comm.clone());
-        if config.kernel {
-            read.kernel(skel, key.kernel_stack_id, &mut frames);
-        }
-        let mut end = WalkEnd::NoStack;
-        if config.user {
-            let leaf = Leaf::of(plan, key.event);
-            end = read.user(skel, &mut table, processes, (key, leaf), &mut frames);
-        }
-        if let Some(marker) = markers.get(key.event as usize) {
-            frames.push(RawFrame::Event(marker));
-        }
-        if *weight > 0 {
-            let sampled = Sampled {
-                pid: key.pid,
-                tid: key.tid,
-                cpu: 0,
-                names: None,
-            };
-            table.count_objects(sampled, &frames, end, *weight, *objects);
+/// User stacks kept read between a live recording's refreshes: past this many, they are read
+/// anew (each is a few hundred bytes, and a whole system under a build meets ever new ones).
+const USER_STACKS_KEPT: usize = 1 << 16;
+
+impl Counter {
+    pub fn new(plan: &Plan) -> Counter {
+        Counter {
+            table: StackTable::default(),
+            comms: Comms::default(),
+            read: ReadBack::default(),
+            markers: event_markers(plan),
         }
     }
 
-    let mut lost = read.lost;
-    lost.kernel_stored = read.kernel.values().filter(|s| s.is_some()).count() as u64;
-    Counted { table, comms, lost }
+    /// Turns each counted key's stack ids into frames, reading every stack once; with several
+    /// events, each stack's root is its event's marker. A count is its weight in the profile
+    /// and, of memory, the allocations it counts.
+    pub fn count(
+        &mut self,
+        skel: &ProfileSkel<'_>,
+        config: &BpfConfig,
+        processes: &mut Processes,
+        counts: &[(CountKey, u64, u64)],
+        plan: &Plan,
+    ) {
+        if self.read.user.len() > USER_STACKS_KEPT {
+            self.read.user.clear();
+        }
+        let (table, read) = (&mut self.table, &mut self.read);
+        let mut comms = self.comms.lock().unwrap_or_else(|e| e.into_inner());
+        let mut frames = Vec::new();
+        for (key, weight, objects) in counts {
+            frames.clear();
+            comms
+                .entry((key.pid, key.tid))
+                .or_insert_with(|| key.comm.clone());
+            if config.kernel {
+                read.kernel(skel, key.kernel_stack_id, &mut frames);
+            }
+            let mut end = WalkEnd::NoStack;
+            if config.user {
+                let leaf = Leaf::of(plan, key.event);
+                end = read.user(skel, table, processes, (key, leaf), &mut frames);
+            }
+            if let Some(marker) = self.markers.get(key.event as usize) {
+                frames.push(RawFrame::Event(marker));
+            }
+            if *weight > 0 {
+                let sampled = Sampled {
+                    pid: key.pid,
+                    tid: key.tid,
+                    cpu: 0,
+                    names: None,
+                };
+                table.count_objects(sampled, &frames, end, *weight, *objects);
+            }
+        }
+    }
+
+    /// The stacks shown as missing so far, and the kernel stacks stored.
+    pub fn lost(&self) -> Lost {
+        Lost {
+            kernel_stored: self.read.kernel.values().filter(|s| s.is_some()).count() as u64,
+            ..self.read.lost.clone()
+        }
+    }
+
+    /// Names a sampled thread by the command names the kernel recorded.
+    pub fn namer(&self) -> impl Fn(u32, u32) -> Thread + Send + 'static {
+        let comms = self.comms.clone();
+        move |pid, tid| thread_of(&comms.lock().unwrap_or_else(|e| e.into_inner()), pid, tid)
+    }
 }
 
 /// The stacks read back from the program's stack maps, each id once, and the ones shown as
@@ -279,6 +337,9 @@ impl ReadBack {
                         return user_frames(table, processes, (key, leaf), stack, frames)
                     }
                     None => {
+                        // Read again when named again: a live recording takes user stacks
+                        // out of their map, and one may be stored anew.
+                        self.user.remove(&id);
                         self.lost.count(Loss::Unread);
                         frames.push(RawFrame::Marker(MISSED_USER));
                     }

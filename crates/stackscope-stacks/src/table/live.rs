@@ -2,6 +2,8 @@
 //! across all of them (not once per table), every table's stacks join the profile so far, and
 //! each table's own stacks are given back as an [`Interval`] for a live view (`top`).
 
+use std::time::Duration;
+
 use stackscope_profile::{Metadata, Profile, StackId, Thread, ThreadId};
 use stackscope_symbols::Symbolizer;
 
@@ -17,6 +19,17 @@ const NAMES_AT_MOST: usize = 1 << 18;
 /// parsing them again every refresh was most of its cost (keeping 16 cost half as much again
 /// as keeping 64 under a cargo build).
 const BINARIES_KEPT: usize = 64;
+
+/// A live view's part in a recording, whatever its source: every `every`, what was counted
+/// since is named and folded on a thread of its own ([`super::BackgroundFold::start_live`]),
+/// and `observe` sees the profile so far and what came in.
+pub struct Live {
+    pub every: Duration,
+    pub observe: Observer,
+}
+
+/// What sees the profile so far and each hand-over's stacks, on the naming thread.
+pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
 
 /// What one handed-over table held, in the numbering of the profile so far.
 #[derive(Debug, Default, Clone)]
