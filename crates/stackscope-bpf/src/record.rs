@@ -6,6 +6,8 @@
 
 mod collect;
 mod command;
+mod counter;
+mod follow;
 mod lead_in;
 mod live;
 mod memory;
@@ -13,13 +15,13 @@ pub(crate) mod sampled;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
-use stackscope_process::target::{self, HeldChild, Target};
+use stackscope_process::target::{HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
 use stackscope_stacks::table::Live;
 use stackscope_stacks::{ProgramCost, Recording};
@@ -29,6 +31,7 @@ use crate::layout::Event;
 use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
+use follow::{handle_events, sample_until_end};
 pub use lead_in::LeadIn;
 use live::LiveDrain;
 pub use memory::{default_max_live, MemoryProfile};
@@ -138,9 +141,9 @@ impl BpfConfig {
 }
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the followed processes' maps are read again for code mapped without an event.
-const MAPS_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const MAPS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Records until the duration ends, the target exits, or `stop` is set. `on_start` runs once
 /// sampling has begun (for a launched command: just before it is let go into exec, which
@@ -214,14 +217,12 @@ fn record_with(
     if let Some(announce) = on_start.take() {
         announce();
     }
-    let started_command = match child.as_mut() {
-        Some(held) => command::start(held, lead_in, &mut skel, &mut processes, config.user),
-        None => Ok(()),
-    };
-    if let Err(e) = started_command {
-        sampling.stop();
-        probes.stop();
-        return Err(e);
+    if let Some(held) = child.as_mut() {
+        if let Err(e) = command::start(held, lead_in, &mut skel, &mut processes, config.user) {
+            sampling.stop();
+            probes.stop();
+            return Err(e);
+        }
     }
     let started = Instant::now();
     let interrupted = sample_until_end(
@@ -252,16 +253,8 @@ fn record_with(
         verified_insns,
         ..sampler_cost.unwrap_or_default()
     };
-    let counted = collect::collect(
-        &skel,
-        &config,
-        &mut processes,
-        meta,
-        &plan,
-        ended,
-        cost,
-        live,
-    );
+    let end = (meta, ended, cost);
+    let counted = collect::collect(&skel, &config, &mut processes, &plan, end, live);
     Ok(Recording {
         exit_status,
         interrupted,
@@ -404,42 +397,6 @@ fn event_ring<'a>(
         .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))
 }
 
-/// Follows the processes' events until the duration ends, the target exits or `stop` is set,
-/// draining the counts for `live` when given; true when `stop` ended it.
-fn sample_until_end(
-    (config, plan): (&BpfConfig, &Plan),
-    stop: &AtomicBool,
-    (ring, events): (&RingBuffer<'_>, &RefCell<Vec<Event>>),
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
-    mut child: Option<&mut HeldChild>,
-    mut live: Option<&mut LiveDrain>,
-) -> bool {
-    let started = Instant::now();
-    let mut maps_read = Instant::now();
-    loop {
-        // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
-        let _ = ring.poll(POLL_INTERVAL);
-        handle_events(&mut events.borrow_mut(), skel, processes, config.user);
-        if maps_read.elapsed() >= MAPS_INTERVAL {
-            processes.note_new_mappings();
-            maps_read = Instant::now();
-        }
-        if let Some(live) = live.as_deref_mut() {
-            live.when_due(skel, config, processes, plan);
-        }
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        if config.duration.is_some_and(|d| started.elapsed() >= d) {
-            return false;
-        }
-        if target_finished(&config.target, child.as_deref_mut()) {
-            return false;
-        }
-    }
-}
-
 /// The profile's metadata: what was sampled, how often, for how long. The timer alone is the
 /// cpu-clock event, as the perf_event source names it; probes are named as written.
 fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
@@ -470,45 +427,5 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
             (None, None) => CountUnit::Samples,
         },
         ..Metadata::default()
-    }
-}
-
-fn handle_events(
-    events: &mut Vec<Event>,
-    skel: &ProfileSkel<'_>,
-    processes: &mut Processes,
-    user: bool,
-) {
-    for event in events.drain(..) {
-        match event {
-            Event::Loaded { pid, held: true } => {
-                processes.note_held(pid);
-                processes.release_held(skel, pid);
-            }
-            // A sample taken as a process exits finds its tables gone: it needs none.
-            Event::NoTables { pid } | Event::Loaded { pid, .. } if processes.has_exited(pid) => {}
-            Event::Fork { pid, .. } => {
-                processes.note_started(pid);
-                if user {
-                    processes.load(skel, pid);
-                }
-            }
-            Event::NoTables { pid } | Event::Exec { pid } | Event::Loaded { pid, .. } => {
-                if user {
-                    processes.load(skel, pid);
-                }
-            }
-            Event::Exit { pid } => processes.forget(skel, pid),
-        }
-    }
-}
-
-fn target_finished(target: &Target, child: Option<&mut HeldChild>) -> bool {
-    match (target, child) {
-        (Target::Command(_), Some(child)) => child.wait(false),
-        (Target::Pids(ids), _) | (Target::Tids(ids), _) => {
-            !ids.iter().any(|&id| target::is_alive(id))
-        }
-        _ => false,
     }
 }

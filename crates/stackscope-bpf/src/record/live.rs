@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use stackscope_profile::{Metadata, Profile};
 use stackscope_stacks::table::{BackgroundFold, Live, Tally};
 
-use super::collect::{weighed, Counter, Lost};
+use super::collect::weighed;
+use super::counter::{Counter, Lost};
 use super::BpfConfig;
 use crate::error::BpfError;
 use crate::layout::{self, CountKey};
