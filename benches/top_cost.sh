@@ -9,7 +9,10 @@
 # same build, its RSS (anonymous and file-backed) polled every 10 s: memory should stay flat
 # (at most 64 MiB).
 # `stackscope record -a` over the same time is measured beside them: what sampling and naming
-# cost without the view.
+# cost without the view; and `stackscope top --backend bpf`, which counts and walks in the
+# kernel: its program's time there (the kernel's BPF run-time statistics, switched on for
+# that run) is charged to the sampled threads, not to stackscope, so it is reported beside
+# its own CPU ("bpf_in_kernel"), as is the sum of both.
 #
 # Usage: benches/top_cost.sh     (as root; installs perf, time, tmux and gcc if missing)
 # Env:   STACKSCOPE=path/to/stackscope to skip building it; KEEP=1 to keep the work dir;
@@ -58,14 +61,39 @@ in_terminal() {
     while [ ! -e "$name.done" ]; do sleep 0.5; done
 }
 
+# bpf_run_ns PID: the run time, in ns, the kernel counted for the BPF programs PID holds.
+bpf_run_ns() {
+    cat /proc/"$1"/fdinfo/* 2>/dev/null | awk '/^run_time_ns:/ { t += $2 } END { print t + 0 }'
+}
+
+# The eBPF top's program time, read just before its end (its programs go with it), into
+# bpf_in_kernel.ns.
+watch_bpf_time() {
+    local pid=""
+    while [ -z "$pid" ]; do
+        sleep 0.2
+        pid=$(pgrep -f "^$STACKSCOPE top --backend bpf" | head -n 1 || true)
+    done
+    sleep $((secs - 2))
+    bpf_run_ns "$pid" > bpf_in_kernel.ns
+}
+
+tools="stackscope stackscope_bpf record perf perf_dwarf"
 declare -A cpu mem
 for _ in $(seq "$rounds"); do
     in_terminal stackscope "$STACKSCOPE" top -F 999 -d "$secs"
+    stats_were=$(sysctl -n kernel.bpf_stats_enabled)
+    sysctl -q -w kernel.bpf_stats_enabled=1
+    watch_bpf_time &
+    in_terminal stackscope_bpf "$STACKSCOPE" top --backend bpf -F 999 -d "$secs"
+    wait $!
+    sysctl -q -w kernel.bpf_stats_enabled="$stats_were"
+    cpu[bpf_in_kernel]+="$(calc "$(cat bpf_in_kernel.ns) / 1e9") "
     in_terminal record "$STACKSCOPE" record -a -F 999 -d "$secs" -o record.folded
     in_terminal perf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock --stdio
     in_terminal perf_dwarf timeout --foreground -s INT "$secs" perf top -F 999 -e cpu-clock \
         --call-graph dwarf --stdio
-    for tool in stackscope record perf perf_dwarf; do
+    for tool in $tools; do
         # GNU time puts "Command exited with non-zero status N" (perf top at its timeout) first.
         read -r user sys kib < <(tail -n 1 "$tool.time")
         cpu[$tool]+="$(calc "$user + $sys") "
@@ -73,18 +101,21 @@ for _ in $(seq "$rounds"); do
     done
 done
 
-printf "%-11s %12s %12s   (%s s, whole system, under a build)\n" tool "CPU s" "peak MiB" "$secs"
+printf "%-13s %12s %12s   (%s s, whole system, under a build)\n" tool "CPU s" "peak MiB" "$secs"
 declare -A med_cpu med_mem
-for tool in stackscope record perf perf_dwarf; do
+for tool in $tools bpf_in_kernel; do
     # shellcheck disable=SC2086
     med_cpu[$tool]=$(printf "%s\n" ${cpu[$tool]} | median)
     # shellcheck disable=SC2086
-    med_mem[$tool]=$(printf "%s\n" ${mem[$tool]} | median)
-    printf "%-11s %12.2f %12.1f   rounds: %s\n" "$tool" "${med_cpu[$tool]}" "${med_mem[$tool]}" \
+    med_mem[$tool]=$(printf "%s\n" ${mem[$tool]:-0} | median)
+    printf "%-13s %12.2f %12.1f   rounds: %s\n" "$tool" "${med_cpu[$tool]}" "${med_mem[$tool]}" \
         "${cpu[$tool]}"
 done
+with_kernel=$(calc "${med_cpu[stackscope_bpf]} + ${med_cpu[bpf_in_kernel]}")
 echo "ratios of CPU: stackscope/perf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf]}")," \
-    "stackscope/perf_dwarf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf_dwarf]}")"
+    "stackscope/perf_dwarf $(calc "${med_cpu[stackscope]} / ${med_cpu[perf_dwarf]}")," \
+    "stackscope_bpf/perf $(calc "${med_cpu[stackscope_bpf]} / ${med_cpu[perf]}")," \
+    "stackscope_bpf+bpf_in_kernel/perf $(calc "$with_kernel / ${med_cpu[perf]}")"
 
 if [ -n "${LONG:-}" ]; then
     # The shell in the window gives its pid to stackscope (exec): no other stackscope running

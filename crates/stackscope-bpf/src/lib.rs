@@ -31,6 +31,6 @@ pub mod unwind_table;
 pub use error::BpfError;
 pub use probe::{AllocFn, EventSpec};
 pub use record::{
-    default_max_live, record, record_led_in, BpfConfig, LeadIn, MemoryProfile, Rate, TimeProfile,
-    DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
+    default_max_live, record, record_led_in, record_live, BpfConfig, LeadIn, MemoryProfile, Rate,
+    TimeProfile, DEFAULT_HASH_STORAGE, DEFAULT_MAX_FRAMES, DEFAULT_STACK_STORAGE,
 };

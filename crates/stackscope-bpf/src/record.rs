@@ -2,24 +2,28 @@
 //! tables are loaded), load the program, sample until the duration ends, the target exits or
 //! the caller asks to stop, follow the processes' execs and library loads meanwhile, then read the
 //! counted stacks and symbolize them into a profile through the same stack table as the
-//! perf_event source.
+//! perf_event source (a live view's counts are drained every refresh: `live`).
 
 mod collect;
 mod command;
+mod counter;
+mod follow;
 mod lead_in;
+mod live;
 mod memory;
 pub(crate) mod sampled;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use libbpf_rs::{RingBuffer, RingBufferBuilder};
 use stackscope_process::cpu_clock::monotonic_ns;
 use stackscope_process::kernel;
-use stackscope_process::target::{self, HeldChild, Target};
+use stackscope_process::target::{HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
+use stackscope_stacks::table::Live;
 use stackscope_stacks::{Hint, ProgramCost, Recording};
 
 use crate::error::BpfError;
@@ -27,7 +31,9 @@ use crate::layout::Event;
 use crate::probe::{AllocFn, EventSpec, Plan, Probes};
 use crate::processes::{Processes, SYSTEM_LOADER};
 use crate::program::{self, AllocHook, OffCpuHook, ProfileSkel, Sampling, Settings};
+use follow::{handle_events, sample_until_end, Counting};
 pub use lead_in::LeadIn;
+use live::LiveDrain;
 pub use memory::{default_max_live, MemoryProfile};
 use sampled::Targets;
 
@@ -135,9 +141,9 @@ impl BpfConfig {
 }
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
-const POLL_INTERVAL: Duration = Duration::from_millis(50);
+pub(super) const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// How often the followed processes' maps are read again for code mapped without an event.
-const MAPS_INTERVAL: Duration = Duration::from_millis(250);
+pub(super) const MAPS_INTERVAL: Duration = Duration::from_millis(250);
 
 /// Records until the duration ends, the target exits, or `stop` is set. `on_start` runs once
 /// sampling has begun (for a launched command: just before it is let go into exec, which
@@ -158,7 +164,36 @@ pub fn record_led_in(
     on_start: impl FnOnce(),
     lead_in: Option<&mut dyn LeadIn>,
 ) -> Result<Recording, BpfError> {
+    record_with(config, stop, on_start, lead_in, None)
+}
+
+/// [`record`], with a live view fed every `live.every` with what was counted since. Only the
+/// timer's samples are shown live: time and memory are counted up to the end.
+pub fn record_live(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    live: Live,
+) -> Result<Recording, BpfError> {
+    let probes = config.events.iter().any(|e| !e.is_timer());
+    if config.time.is_some() || config.memory.is_some() || probes {
+        return Err(BpfError::bpf(
+            "show the counts live",
+            "only the timer's samples are drained live so far (not --event, --off-cpu, --wall, --alloc or --in-use)",
+        ));
+    }
+    record_with(config, stop, on_start, None, Some(live))
+}
+
+fn record_with(
+    config: BpfConfig,
+    stop: &AtomicBool,
+    on_start: impl FnOnce(),
+    lead_in: Option<&mut dyn LeadIn>,
+    live: Option<Live>,
+) -> Result<Recording, BpfError> {
     let (config, cpus, targets, plan) = check(config)?;
+    let mut live = live.map(|live| LiveDrain::start(live, &plan)).transpose()?;
 
     // A launched command waits before exec until it is filtered for and traced, or sampled by
     // the lead-in; spawning it first reports a missing program before anything is loaded.
@@ -182,20 +217,13 @@ pub fn record_led_in(
     if let Some(announce) = on_start.take() {
         announce();
     }
-    let started_command = match child.as_mut() {
-        Some(held) => command::start(
-            held,
-            lead_in.as_deref_mut(),
-            &mut skel,
-            &mut processes,
-            config.user,
-        ),
-        None => Ok(()),
-    };
-    if let Err(e) = started_command {
-        sampling.stop();
-        probes.stop();
-        return Err(e);
+    if let Some(held) = child.as_mut() {
+        let lead = lead_in.as_deref_mut();
+        if let Err(e) = command::start(held, lead, &mut skel, &mut processes, config.user) {
+            sampling.stop();
+            probes.stop();
+            return Err(e);
+        }
     }
     let started = Instant::now();
     let mut counting = Counting {
@@ -205,11 +233,11 @@ pub fn record_led_in(
         probes: &mut probes,
     };
     let interrupted = sample_until_end(
-        &config,
-        stop,
+        (&config, stop),
         (&ring, &events),
         &mut counting,
         child.as_mut(),
+        live.as_mut(),
     );
     // The end, before detaching: detaching uprobes waits for the kernel (tens of ms each), and
     // a live block's age or a block's time off the CPU runs to when recording stopped.
@@ -231,17 +259,9 @@ pub fn record_led_in(
         verified_insns,
         ..sampler_cost.unwrap_or_default()
     };
+    let end = (meta, ended, cost);
     let lead = lead_in.and_then(|lead| lead.counted());
-    let mut counted = collect::collect(
-        &skel,
-        &config,
-        &mut processes,
-        meta,
-        &plan,
-        ended,
-        cost,
-        lead,
-    );
+    let mut counted = collect::collect(&skel, &config, &mut processes, &plan, end, live, lead);
     if let Some(e) = follow_failed {
         let said = format!("the probes could not go into a process the target started ({e}): its calls are not counted");
         counted.hints.push(Hint::Said(said));
@@ -388,37 +408,6 @@ fn event_ring<'a>(
         .map_err(|e| BpfError::bpf("read the BPF event ring buffer", e))
 }
 
-/// Follows the processes' events until the duration ends, the target exits or `stop` is set;
-/// true when `stop` ended it.
-fn sample_until_end(
-    config: &BpfConfig,
-    stop: &AtomicBool,
-    (ring, events): (&RingBuffer<'_>, &RefCell<Vec<Event>>),
-    counting: &mut Counting<'_, '_>,
-    mut child: Option<&mut HeldChild>,
-) -> bool {
-    let started = Instant::now();
-    let mut maps_read = Instant::now();
-    loop {
-        // An error here is EINTR from a signal (Ctrl-C): the stop flag below tells.
-        let _ = ring.poll(POLL_INTERVAL);
-        handle_events(&mut events.borrow_mut(), counting, config.user);
-        if maps_read.elapsed() >= MAPS_INTERVAL {
-            counting.processes.note_new_mappings();
-            maps_read = Instant::now();
-        }
-        if stop.load(Ordering::Relaxed) {
-            return true;
-        }
-        if config.duration.is_some_and(|d| started.elapsed() >= d) {
-            return false;
-        }
-        if target_finished(&config.target, child.as_deref_mut()) {
-            return false;
-        }
-    }
-}
-
 /// The profile's metadata: what was sampled, how often, for how long. The timer alone is the
 /// cpu-clock event, as the perf_event source names it; probes are named as written.
 fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
@@ -449,62 +438,5 @@ fn metadata(config: &BpfConfig, plan: &Plan, elapsed: Duration) -> Metadata {
             (None, None) => CountUnit::Samples,
         },
         ..Metadata::default()
-    }
-}
-
-/// What the program told: the processes followed start, exec, load libraries and exit; each
-/// one's tables and probes follow.
-fn handle_events(events: &mut Vec<Event>, counting: &mut Counting<'_, '_>, user: bool) {
-    let Counting {
-        skel,
-        plan,
-        processes,
-        probes,
-    } = counting;
-    let (skel, plan) = (*skel, *plan);
-    for event in events.drain(..) {
-        match event {
-            Event::Loaded { pid, held: true } => {
-                processes.note_held(pid);
-                probes.follow(skel, plan, pid);
-                processes.release_held(skel, pid);
-            }
-            // A sample taken as a process exits finds its tables gone: it needs none.
-            Event::NoTables { pid } | Event::Loaded { pid, .. } if processes.has_exited(pid) => {}
-            Event::Fork { pid, .. } => {
-                processes.note_started(pid);
-                probes.follow(skel, plan, pid);
-                if user {
-                    processes.load(skel, pid);
-                }
-            }
-            Event::NoTables { pid } | Event::Exec { pid } | Event::Loaded { pid, .. } => {
-                if user {
-                    processes.load(skel, pid);
-                }
-            }
-            Event::Exit { pid } => {
-                processes.forget(skel, pid);
-                probes.forget(pid);
-            }
-        }
-    }
-}
-
-/// What handling the program's events changes: the processes' tables and the probes.
-struct Counting<'a, 's> {
-    skel: &'a ProfileSkel<'s>,
-    plan: &'a Plan,
-    processes: &'a mut Processes,
-    probes: &'a mut Probes,
-}
-
-fn target_finished(target: &Target, child: Option<&mut HeldChild>) -> bool {
-    match (target, child) {
-        (Target::Command(_), Some(child)) => child.wait(false),
-        (Target::Pids(ids), _) | (Target::Tids(ids), _) => {
-            !ids.iter().any(|&id| target::is_alive(id))
-        }
-        _ => false,
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stackscope_profile::Metadata;
-use stackscope_stacks::table::{BackgroundFold, Interval, LiveFold};
+use stackscope_stacks::table::{BackgroundFold, Live};
 
 use crate::event::Event;
 use crate::sampler::{Sampler, SamplerConfig};
@@ -51,16 +51,6 @@ pub const MAX_STACK_COPY: u32 = crate::perf::MAX_STACK_BYTES;
 
 /// How often the loop wakes to check the clock, the stop flag and the target.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-
-/// A live view's part in a recording: every `every`, what was counted since is named and
-/// folded on a thread of its own, and `observe` sees the profile so far and what came in.
-pub struct Live {
-    pub every: Duration,
-    pub observe: Observer,
-}
-
-/// What sees the profile so far and each hand-over's stacks, on the naming thread.
-pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
 
 /// The moment another source takes over, `u64::MAX` while none is set.
 fn handover_at(at: &AtomicU64) -> u64 {

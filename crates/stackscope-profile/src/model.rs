@@ -386,6 +386,11 @@ impl ProfileBuilder {
         self.profile.frame(id)
     }
 
+    /// The stack of `frames` (root first) when it is interned already.
+    pub fn known_stack(&self, frames: &[FrameId]) -> Option<StackId> {
+        self.stack_ids.get(frames).copied()
+    }
+
     /// Interns a stack given root first.
     pub fn stack(&mut self, frames: &[FrameId]) -> StackId {
         if let Some(&id) = self.stack_ids.get(frames) {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use stackscope_symbols::unwind_sources;
 
-use crate::table::{original_path, ModuleUse, Tally};
+use crate::table::{original_path, ModuleUse, Tally, PAST_KEPT_STACKS, STACKS_KEPT};
 
 /// One thing the user could change to get whole stacks or every sample.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,15 +73,24 @@ const SYSTEM_DIRS: &[&str] = &[
 ];
 
 /// What limits the names of the frames `tally` counted: code sampled in functions no symbol
-/// names ([`Hint::NoSymbols`]), and programs of the user's own named without debug info
-/// ([`Hint::NoDebugInfo`]), as `stackscope doctor` tells a binary without it.
+/// names ([`Hint::NoSymbols`]), programs of the user's own named without debug info
+/// ([`Hint::NoDebugInfo`]), as `stackscope doctor` tells a binary without it, and stacks
+/// kept as their leaf alone past a live view's bound.
 pub fn naming_hints(tally: &Tally) -> Vec<Hint> {
+    let mut hints = Vec::new();
+    if tally.past_kept_stacks > 0 {
+        hints.push(Hint::Said(format!(
+            "{} samples came in new stacks once {} distinct stacks were kept: each is counted as its innermost function alone under {} (its own time whole, its callers not kept)",
+            tally.past_kept_stacks,
+            STACKS_KEPT,
+            PAST_KEPT_STACKS
+        )));
+    }
     let whole = tally.stats.user_stacks;
     if whole == 0 {
-        return Vec::new();
+        return hints;
     }
     let share = |n: u64| n as f64 * 100.0 / whole as f64;
-    let mut hints = Vec::new();
 
     // Named as the user knows them: a copy in perf's build-id cache by its original's path.
     let named = |binaries: &[(&Arc<str>, u64)]| -> Vec<String> {

@@ -15,8 +15,10 @@ mod live;
 mod names;
 mod rust_names;
 
-pub use fold::{BackgroundFold, Folded, ModuleUse, Tally, ENTRY_POINTS, UNREADABLE};
-pub use live::{Interval, LiveFold};
+pub use fold::{
+    BackgroundFold, Folded, ModuleUse, Tally, ENTRY_POINTS, PAST_KEPT_STACKS, UNREADABLE,
+};
+pub use live::{Interval, Live, LiveFold, Observer, STACKS_KEPT};
 pub(crate) use names::original_path;
 pub use rust_names::rust_clean;
 

@@ -39,7 +39,7 @@ impl Choice {
 
 /// The backend for `args` (whose target is `target`); probes and time need the eBPF one, and
 /// asking for the perf one with them is refused. A `live` view (`top`) takes the perf source
-/// by default: the eBPF source counts in the kernel until sampling ends.
+/// by default: measured live, it costs less than the eBPF source (README, `top`).
 pub(crate) fn choose(
     args: &RecordArgs,
     target: &Target,
@@ -101,7 +101,7 @@ pub(crate) fn choose(
     if live {
         return Choice::of(
             BackendArg::Perf,
-            "a live view: the eBPF source counts in the kernel until sampling ends",
+            "a live view: the perf source costs less there (its start and its refreshes); --backend bpf to choose it",
         );
     }
     let (release, missing) = crate::doctor::bpf_missing();

@@ -114,8 +114,10 @@ pub enum Command {
         stackscope top -o out.json -p 4242               # and write the profile at the end\n\n\
         Counts are of the last --window seconds (5), or everything since the start (c, \
         --cumulative). Nothing is written unless -o is given (at the end) or w is pressed. \
-        The eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts in the kernel \
-        until sampling ends and is refused here.")]
+        The perf backend samples unless --backend bpf (or --max-stack) is given: the eBPF \
+        program's timer counts are then drained every refresh. What it counts other than the \
+        timer (--event, --off-cpu, --wall, --alloc, --in-use) shows only at the end and is \
+        refused here.")]
     Top(TopArgs),
     /// The hottest functions live in the terminal: Linux-only.
     #[cfg(not(target_os = "linux"))]
@@ -300,7 +302,7 @@ pub struct RecordArgs {
     /// Default: bpf where it can run (whole stacks however deep, where perf's copies break
     /// off), perf where it cannot (the summary's first line says which and why), perf with -a
     /// or a perf-only flag (--unwind, --stack-size, --read-stack-on), bpf with --max-stack, a
-    /// probe, --off-cpu or --wall.
+    /// probe, --off-cpu or --wall. `top` takes perf unless told: live, it costs less.
     #[arg(long, value_enum, hide_short_help = true)]
     pub backend: Option<BackendArg>,
 

@@ -63,6 +63,7 @@ pub fn run(args: ProfileArgs) -> Result<i32> {
             }
         },
         None,
+        None,
     )
     .map_err(crate::doctor::point_to)?;
     if !args.folded {

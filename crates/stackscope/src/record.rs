@@ -6,10 +6,12 @@ use anyhow::{bail, Result};
 #[cfg(target_os = "linux")]
 use stackscope_bpf::{BpfConfig, EventSpec, MemoryProfile, Rate, TimeProfile, DEFAULT_MAX_FRAMES};
 #[cfg(target_os = "linux")]
-use stackscope_perf_event::record::{record_live, Live, RecordOptions, MAX_STACK_COPY};
+use stackscope_perf_event::record::{record_live, RecordOptions, MAX_STACK_COPY};
 #[cfg(target_os = "linux")]
 use stackscope_perf_event::sampler::{SamplerConfig, StackMode};
 use stackscope_profile::Profile;
+#[cfg(target_os = "linux")]
+use stackscope_stacks::table::Live;
 use stackscope_stacks::Target;
 
 use crate::cli::RecordArgs;
@@ -121,12 +123,16 @@ impl Plan {
         }
     }
 
-    /// Refuses a live view of what only shows at the end: the eBPF backend's counts.
+    /// Refuses a live view of what only shows at the end: the eBPF backend's probes, time
+    /// and memory (its timer samples are drained every refresh).
     pub fn refuse_live(&self) -> Result<()> {
-        if self.backend == BackendArg::Bpf {
-            bail!("the eBPF backend (--backend bpf, --event, --off-cpu, --wall) counts stacks in the kernel until sampling ends, so it shows nothing live yet: use stackscope record with it");
-        }
-        Ok(())
+        let counted = match (&self.probes, &self.time, &self.memory) {
+            (_, _, Some(_)) => "--alloc and --in-use count",
+            (_, Some(_), _) => "--off-cpu and --wall count",
+            (Some(_), _, _) => "--event counts",
+            _ => return Ok(()),
+        };
+        bail!("top shows the timer's samples live, while {counted} in the kernel until sampling ends: use stackscope record with it");
     }
 
     /// What is sampled and until when, said once sampling runs.
@@ -165,7 +171,7 @@ impl Plan {
 }
 
 /// Samples as `plan` says until the duration ends, the target exits or `stop` is set, feeding
-/// `live` as it goes when given (the perf backend only, so far).
+/// `live` as it goes when given.
 #[cfg(target_os = "linux")]
 pub(crate) fn sample(
     args: &RecordArgs,
@@ -203,9 +209,11 @@ pub(crate) fn sample(
                 sample_bytes: args.memory.sample_bytes,
                 ..bpf_config(plan.target.clone(), &plan.config, duration, &plan.command)
             };
-            // The perf source samples a launched command until the program takes over.
+            // The perf source samples a launched command until the program takes over (a
+            // live view's command is held instead, so that one source feeds the view).
             let lead_in = PerfLeadIn::new(plan.config.clone(), stop.clone());
-            crate::source_bpf::sample(config, stop, announce, Some(lead_in))
+            let lead_in = live.is_none().then_some(lead_in);
+            crate::source_bpf::sample(config, stop, announce, lead_in, live)
                 .map_err(crate::doctor::point_to)?
         }
     })

@@ -8,16 +8,19 @@ use std::sync::Arc;
 use crate::record::PerfLeadIn;
 use anyhow::Result;
 use stackscope_bpf::BpfConfig;
+use stackscope_stacks::table::Live;
 use stackscope_stacks::{Hint, Recording, SourceFigures, Storage};
 
 /// Samples until the duration ends, the target exits or `stop` is set; `on_start` runs once
 /// sampling runs. A launched command is sampled by `lead_in`, when given, until the program
-/// takes over.
+/// takes over; with `live`, the counts are drained into it every refresh instead (a launched
+/// command is then held until its tables are in).
 pub(crate) fn sample(
     config: BpfConfig,
     stop: &Arc<AtomicBool>,
     on_start: impl FnOnce(),
     lead_in: Option<PerfLeadIn>,
+    live: Option<Live>,
 ) -> Result<Recording> {
     // Refused rather than walk this host's stacks by another architecture's rules.
     if !cfg!(target_arch = "x86_64") {
@@ -27,9 +30,10 @@ pub(crate) fn sample(
              --in-use need the eBPF backend)"
         );
     }
-    match lead_in {
-        Some(lead_in) => lead_in.sample(config, stop, on_start),
-        None => Ok(stackscope_bpf::record(config, stop, on_start)?),
+    match (live, lead_in) {
+        (Some(live), _) => Ok(stackscope_bpf::record_live(config, stop, on_start, live)?),
+        (None, Some(lead_in)) => lead_in.sample(config, stop, on_start),
+        (None, None) => Ok(stackscope_bpf::record(config, stop, on_start)?),
     }
 }
 

@@ -17,9 +17,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
-use stackscope_perf_event::record::Live;
 use stackscope_profile::{Metadata, Profile};
-use stackscope_stacks::table::{Interval, LiveFold};
+use stackscope_stacks::table::{Interval, Live, LiveFold, STACKS_KEPT};
 use stackscope_stacks::Recording;
 
 use crate::cli::{TopArgs, TOP_REFRESH, TOP_WINDOW};
@@ -78,23 +77,29 @@ impl Figures {
         (self.last_cpu, self.last_at) = (cpu, at);
     }
 
-    /// The header line both views show.
-    pub fn header(&self, table: &view::Table, complete: (u64, u64)) -> String {
+    /// The header line both views show; with the samples counted as their leaf alone past
+    /// the distinct stacks kept, when there are any.
+    pub fn header(&self, table: &view::Table, complete: (u64, u64), past_kept: u64) -> String {
         let seconds = table.seconds.max(f64::EPSILON);
         let rate = table.total as f64 / seconds;
         let complete = match complete {
             (_, 0) => "-".to_string(),
             (whole, all) => format!("{:.1}%", 100.0 * whole as f64 / all as f64),
         };
+        let past_kept = match past_kept {
+            0 => String::new(),
+            n => format!("; {n} samples past the {STACKS_KEPT} stacks kept, leaf only"),
+        };
         format!(
-            "{} samples in {:.1} s: {:.0} samples/s, {} lost; target CPU {:.1}%; whole stacks {}; stackscope CPU {:.1}%",
+            "{} samples in {:.1} s: {:.0} samples/s, {} lost; target CPU {:.1}%; whole stacks {}; stackscope CPU {:.1}%{}",
             table.total,
             table.seconds,
             rate,
             table.lost,
             100.0 * rate * self.per_sample,
             complete,
-            self.own_cpu
+            self.own_cpu,
+            past_kept
         )
     }
 }
@@ -210,7 +215,11 @@ fn start(
     let stop = stop_on_signals()?;
     crate::debuginfod::install(&record.debuginfod);
     let meta = Metadata {
-        source: "perf_event".into(),
+        source: match plan.backend {
+            crate::cli::BackendArg::Bpf => "ebpf",
+            crate::cli::BackendArg::Perf => "perf_event",
+        }
+        .into(),
         event: "cpu-clock".into(),
         frequency_hz: plan.config.frequency,
         period: plan.config.period,
@@ -276,6 +285,7 @@ fn observer(
             threads: so_far.threads[threads..].to_vec(),
             interval: interval.clone(),
             complete: (stats.complete, stats.user_stacks),
+            past_kept: live.tally().past_kept_stacks,
         };
         (frames, stacks, threads) = (
             so_far.frames.len(),

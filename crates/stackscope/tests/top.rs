@@ -2,7 +2,7 @@
 //! the CPU time they really take: the plain-text snapshots parsed, and the full-screen view
 //! driven in tmux (keys sent, the screen captured) for the hottest row and its self share,
 //! sorting, the filter, expanding a row, pause, `w`, and the terminal given back after `q`,
-//! Ctrl-C and the target's exit.
+//! Ctrl-C and the target's exit; the eBPF backend's counts drained each refresh, shown alike.
 
 #![cfg(target_os = "linux")]
 
@@ -81,12 +81,24 @@ fn snapshots(text: &str) -> Vec<Snapshot> {
 
 #[test]
 fn batch_snapshots_give_the_split_workloads_hottest_function_and_its_self_share() {
+    batch_split_shares(&["--backend", "perf"]);
+}
+
+#[test]
+fn the_ebpf_backends_counts_drained_each_refresh_give_the_split_workloads_self_shares() {
+    batch_split_shares(&["--backend", "bpf"]);
+}
+
+/// `top --batch` with `backend` on the split workload: the counts only grow, the hottest row
+/// is func_b and the self shares are the workload's own, within the sample count's tolerance.
+fn batch_split_shares(backend: &[&str]) {
     let _serial = serial();
     let dir = tempdir();
     let ((last, text), truth) = until_testable(|| {
         let split = Measured::new(dir.path(), "split_nofp", "3000");
-        let mut args = vec![
-            "top",
+        let mut args = vec!["top"];
+        args.extend(backend);
+        args.extend([
             "--batch",
             "1000",
             "--refresh",
@@ -95,7 +107,7 @@ fn batch_snapshots_give_the_split_workloads_hottest_function_and_its_self_share(
             "--rows",
             "10",
             "--",
-        ];
+        ]);
         args.extend(split.command().iter().map(|a| a.to_str().unwrap()));
         let run = stackscope(dir.path(), &args);
         run.assert_ok();
@@ -463,6 +475,56 @@ fn a_terminal_that_hangs_up_ends_top_and_the_profile_so_far_is_written() {
         "{}",
         top_stacks(&profile, 5)
     );
+}
+
+#[test]
+fn the_view_over_the_ebpf_backend_shows_the_hottest_function_first_and_writes_its_profile() {
+    let _serial = serial();
+    let dir = tempdir();
+    let (tmux, _) = showing_split(dir.path(), "--backend bpf --refresh 0.5 -o bpf.json");
+    let screen = tmux.wait(
+        "func_b is not the top row",
+        Duration::from_millis(1500),
+        |s| {
+            screen_table(s)
+                .rows
+                .first()
+                .is_some_and(|r| r.name == "func_b")
+        },
+    );
+    // Each refresh shows what was drained since: the counts grow.
+    let before = screen_table(&screen).total;
+    tmux.wait("the counts did not grow", Duration::from_secs(3), |s| {
+        screen_table(s).total > before
+    });
+    tmux.keys(&["q"]);
+    assert_eq!(tmux.assert_restored(), 130);
+    let profile = read_json(&dir.path().join("bpf.json"));
+    assert_eq!(profile.meta.source, "ebpf");
+    assert!(
+        share_of(&profile, "func_b") > 0.3,
+        "{}",
+        top_stacks(&profile, 5)
+    );
+}
+
+#[test]
+fn what_the_ebpf_backend_counts_until_the_end_is_refused_in_one_line() {
+    let dir = tempdir();
+    for flags in [
+        &["--off-cpu", "-a"][..],
+        &["--event", "tracepoint:syscalls:sys_enter_getpid", "-a"],
+    ] {
+        let mut args = vec!["top", "-b", "1"];
+        args.extend(flags);
+        let run = stackscope(dir.path(), &args);
+        assert!(!run.status.success(), "{flags:?} ran");
+        let said = run.stderr.trim();
+        assert!(
+            said.lines().count() == 1 && said.contains("use stackscope record"),
+            "{flags:?}: {said}"
+        );
+    }
 }
 
 /// The functions every whole stack starts in.

@@ -1,19 +1,18 @@
-//! The end of a recording: the counted stacks read back from the BPF maps into the stack table,
-//! named into a [`stackscope_profile::Profile`] as the perf_event source names its own, with hints for what the
-//! maps could not hold.
-
-use std::collections::HashMap;
+//! The end of a recording: the counted stacks read back from the BPF maps into the stack table
+//! (`counter`), named into a [`stackscope_profile::Profile`] as the perf_event source names
+//! its own, with hints for what the maps could not hold.
 
 use stackscope_process::target;
 use stackscope_profile::format::summary::missed_stacks;
 use stackscope_profile::{Metadata, Thread};
-use stackscope_stacks::table::{RawFrame, Sampled, StackTable, Tally};
-use stackscope_stacks::walk::{lookup_address, lookup_addresses, WalkEnd};
+use stackscope_stacks::table::Tally;
 use stackscope_stacks::{BpfFigures, Hint, ProgramCost, Recording, SourceFigures, Storage};
 use stackscope_symbols::Symbolizer;
 
+use super::counter::{Counter, Lost};
+use super::live::LiveDrain;
 use super::{lead_in, memory, BpfConfig, TimeProfile};
-use crate::layout::{self, CountKey};
+use crate::layout::CountKey;
 use crate::probe::Plan;
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
@@ -21,42 +20,36 @@ use crate::tables::NotLoaded;
 
 /// Reads the counted stacks and symbolizes them, with what the maps could not hold and what
 /// the program `cost`. Threads still off the CPU when counting stopped (`ended`, on the
-/// program's clock) are counted up to then.
+/// program's clock) are counted up to then. A live recording's last counts join the stacks
+/// `live` has handed over and named as it went.
 pub(super) fn collect(
     skel: &ProfileSkel<'_>,
     config: &BpfConfig,
     processes: &mut Processes,
-    mut meta: Metadata,
     plan: &Plan,
-    ended: u64,
-    cost: ProgramCost,
+    (mut meta, ended, cost): (Metadata, u64, ProgramCost),
+    live: Option<LiveDrain>,
     lead: Option<Recording>,
 ) -> Recording {
-    let mut counts = program::counts(skel);
-    if plan.off_cpu.is_some() {
-        counts.extend(still_blocked(skel, config, ended));
-    }
-    let mut counts: Vec<(CountKey, u64, u64)> = counts
-        .into_iter()
-        .map(|(key, count)| {
-            let weight = plan.weight(key.event, count);
-            (key, weight, 0)
-        })
-        .collect();
-    if let Some(memory) = &config.memory {
-        counts.extend(memory::counts(skel, memory, ended));
-    }
+    let counts = final_counts(skel, config, plan, ended);
     let (dropped, user_full) = program::drops(skel);
-    let markers = event_markers(plan);
-    let Counted { table, lost } = count_stacks(skel, config, processes, &counts, &markers, plan);
-
     meta.lost_samples = dropped;
     // The lead-in's stacks are named by the same symbolizer, each file parsed once for both.
     let mut symbolizer = match lead.is_some() {
         true => Symbolizer::new().keeping(LEAD_IN_KEPT_BINARIES),
         false => Symbolizer::new(),
     };
-    let (mut profile, tally) = table.into_profile(&mut symbolizer, meta, &unnamed_thread);
+    let (mut profile, tally, lost, keys) = match live {
+        Some(live) => live.finish(skel, config, processes, plan, &counts, meta),
+        None => {
+            let mut counter = Counter::new(plan);
+            counter.count(skel, config, processes, &counts, plan);
+            let thread = counter.namer();
+            let lost = counter.lost();
+            let (profile, tally) = counter.table.into_profile(&mut symbolizer, meta, &thread);
+            (profile, tally, lost, counts.len())
+        }
+    };
     let missed = missed_stacks(&profile);
     let mut hints = hints(config, processes, &tally, dropped, &lost);
     if let Some(memory) = &config.memory {
@@ -70,7 +63,7 @@ pub(super) fn collect(
     }
     let storage = Storage {
         stacks_full: lost.collided + lost.full > 0 || user_full > 0,
-        counts_full: dropped > 0 || counts.len() as u64 >= u64::from(config.hash_storage_size),
+        counts_full: dropped > 0 || keys as u64 >= u64::from(config.hash_storage_size),
         dropped_samples: dropped,
         missed_stacks: missed,
         count_entries: config.hash_storage_size,
@@ -80,9 +73,8 @@ pub(super) fn collect(
         cost,
         lead_in: None,
     };
-    if let Some(lead) =
-        lead.and_then(|lead| lead_in::named(lead, &mut symbolizer, &mut bpf, &mut hints))
-    {
+    let lead = lead.and_then(|lead| lead_in::named(lead, &mut symbolizer, &mut bpf, &mut hints));
+    if let Some(lead) = lead {
         profile = profile.merged(&lead);
     }
     // Counts in the kernel carry no CPU; the lead-in's are counted as they are.
@@ -112,6 +104,36 @@ pub(super) fn unnamed_thread(pid: u32, tid: u32) -> Thread {
     }
 }
 
+/// What the maps count at the end, each key with its weight in the profile and, of memory,
+/// the allocations it counts.
+fn final_counts(
+    skel: &ProfileSkel<'_>,
+    config: &BpfConfig,
+    plan: &Plan,
+    ended: u64,
+) -> Vec<(CountKey, u64, u64)> {
+    let mut counts = program::counts(skel);
+    if plan.off_cpu.is_some() {
+        counts.extend(still_blocked(skel, config, ended));
+    }
+    let mut counts = weighed(plan, counts);
+    if let Some(memory) = &config.memory {
+        counts.extend(memory::counts(skel, memory, ended));
+    }
+    counts
+}
+
+/// Each count with its weight in the profile.
+pub(super) fn weighed(plan: &Plan, counts: Vec<(CountKey, u64)>) -> Vec<(CountKey, u64, u64)> {
+    counts
+        .into_iter()
+        .map(|(key, count)| {
+            let weight = plan.weight(key.event, count);
+            (key, weight, 0)
+        })
+        .collect()
+}
+
 /// The time of the threads still off the CPU at `ended`, as counts of their keys; blocks
 /// shorter than the minimum are left out as the program leaves them. A thread that no longer
 /// lives is not off the CPU but gone: its entry is one whose switch back the program did not
@@ -131,223 +153,6 @@ fn still_blocked(
         .filter(|(_, key)| target::is_alive(key.tid))
         .map(move |(since, key)| (key, ended.saturating_sub(since)))
         .filter(move |&(_, ns)| ns > 0 && ns >= min_block)
-}
-
-/// The count map read into a stack table.
-struct Counted {
-    table: StackTable,
-    /// The stacks shown as missing, by why.
-    lost: Lost,
-}
-
-/// Why the stack of one side (user or kernel) of a counted key is missing, from the stack id
-/// the program stored in its place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Loss {
-    /// Another stack held its hash bucket in the kernel's stack map, which keeps one stack
-    /// per bucket: collisions come long before the map is full.
-    Collided,
-    /// The stack storage was full.
-    Full,
-    /// Not for lack of room: the kernel refused the stack for another reason, or a stored
-    /// stack could not be read back.
-    Unread,
-}
-
-impl Loss {
-    /// The loss an error id (any id below 0 but [`layout::NO_STACK`], which is no stack at
-    /// all) stands for.
-    fn of(id: i64) -> Loss {
-        match id {
-            layout::STACK_COLLISION => Loss::Collided,
-            layout::KERNEL_STACKS_FULL | layout::STACK_STORAGE_FULL => Loss::Full,
-            _ => Loss::Unread,
-        }
-    }
-}
-
-/// Stacks shown as missing (one per side of a counted key), by [`Loss`], and the kernel
-/// stacks stored in all.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-struct Lost {
-    collided: u64,
-    full: u64,
-    unread: u64,
-    kernel_stored: u64,
-}
-
-impl Lost {
-    fn count(&mut self, loss: Loss) {
-        match loss {
-            Loss::Collided => self.collided += 1,
-            Loss::Full => self.full += 1,
-            Loss::Unread => self.unread += 1,
-        }
-    }
-}
-
-/// Each event's root frame by its index, with several events (none with one). Leaked: the
-/// stack table names markers by `&'static str`, and a run counts a few events.
-fn event_markers(plan: &Plan) -> Vec<&'static str> {
-    if !plan.marks_events() {
-        return Vec::new();
-    }
-    plan.names
-        .iter()
-        .map(|name| &*Box::leak(name.clone().into_boxed_str()))
-        .collect()
-}
-
-/// Turns each counted key's stack ids into frames, reading every stack once; with several
-/// events, each stack's root is its event's marker. A count is its weight in the profile and,
-/// of memory, the allocations it counts.
-fn count_stacks(
-    skel: &ProfileSkel<'_>,
-    config: &BpfConfig,
-    processes: &mut Processes,
-    counts: &[(CountKey, u64, u64)],
-    markers: &[&'static str],
-    plan: &Plan,
-) -> Counted {
-    let mut table = StackTable::default();
-    let mut process_names = ProcessNames::new(counts);
-    let mut read = ReadBack::default();
-    let mut frames = Vec::new();
-    for (key, weight, objects) in counts {
-        frames.clear();
-        let process = process_names.of(key, processes);
-        if config.kernel {
-            read.kernel(skel, key.kernel_stack_id, &mut frames);
-        }
-        let mut end = WalkEnd::NoStack;
-        if config.user {
-            let leaf = Leaf::of(plan, key.event);
-            end = read.user(skel, &mut table, processes, (key, leaf), &mut frames);
-        }
-        if let Some(marker) = markers.get(key.event as usize) {
-            frames.push(RawFrame::Event(marker));
-        }
-        if *weight > 0 {
-            // A process that execs is another program before and after: its keys say which.
-            let sampled = Sampled {
-                pid: key.pid,
-                tid: key.tid,
-                cpu: 0,
-                names: Some((&key.comm, &process)),
-            };
-            table.count_objects(sampled, &frames, end, *weight, *objects);
-        }
-    }
-
-    let mut lost = read.lost;
-    lost.kernel_stored = read.kernel.values().filter(|s| s.is_some()).count() as u64;
-    Counted { table, lost }
-}
-
-/// The stacks read back from the program's stack maps, each id once, and the ones shown as
-/// missing.
-#[derive(Default)]
-struct ReadBack {
-    kernel: HashMap<i32, Option<Vec<u64>>>,
-    user: HashMap<i64, Option<layout::UserStack>>,
-    lost: Lost,
-}
-
-impl ReadBack {
-    /// Appends the kernel stack stored under `id` (leaf first), or a marker where it is
-    /// missing.
-    fn kernel(&mut self, skel: &ProfileSkel<'_>, id: i32, frames: &mut Vec<RawFrame>) {
-        match id {
-            id if id >= 0 => {
-                let stack = self
-                    .kernel
-                    .entry(id)
-                    .or_insert_with(|| program::kernel_stack(skel, id));
-                match stack {
-                    Some(addrs) => frames.extend(lookup_addresses(addrs).map(RawFrame::Kernel)),
-                    None => {
-                        self.lost.count(Loss::Unread);
-                        frames.push(RawFrame::Marker(MISSED_KERNEL));
-                    }
-                }
-            }
-            id if i64::from(id) == layout::NO_STACK => {}
-            id => {
-                self.lost.count(Loss::of(id.into()));
-                frames.push(RawFrame::Marker(MISSED_KERNEL));
-            }
-        }
-    }
-
-    /// Appends the user stack of `key` (leaf first), or a marker where it is missing, and
-    /// says how its walk ended.
-    fn user(
-        &mut self,
-        skel: &ProfileSkel<'_>,
-        table: &mut StackTable,
-        processes: &mut Processes,
-        (key, leaf): (&CountKey, Leaf),
-        frames: &mut Vec<RawFrame>,
-    ) -> WalkEnd {
-        match key.user_stack_id {
-            id if id >= 0 => {
-                let stack = self
-                    .user
-                    .entry(id)
-                    .or_insert_with(|| program::user_stack(skel, id));
-                match stack {
-                    Some(stack) => {
-                        return user_frames(table, processes, (key, leaf), stack, frames)
-                    }
-                    None => {
-                        self.lost.count(Loss::Unread);
-                        frames.push(RawFrame::Marker(MISSED_USER));
-                    }
-                }
-            }
-            layout::NO_STACK => {}
-            id => {
-                self.lost.count(Loss::of(id));
-                frames.push(RawFrame::Marker(MISSED_USER));
-            }
-        }
-        WalkEnd::NoStack
-    }
-}
-
-/// The name of each counted thread's process: the thread's own where it is the main thread
-/// (the name it had when counted), else the main thread's as the process has it now or had
-/// when last seen, else as the main thread's counts say.
-struct ProcessNames<'a> {
-    counted: HashMap<u32, &'a str>,
-    known: HashMap<u32, String>,
-}
-
-impl<'a> ProcessNames<'a> {
-    fn new(counts: &'a [(CountKey, u64, u64)]) -> Self {
-        let counted = (counts.iter())
-            .filter(|(key, ..)| key.pid == key.tid)
-            .map(|(key, ..)| (key.pid, key.comm.as_str()))
-            .collect();
-        ProcessNames {
-            counted,
-            known: HashMap::new(),
-        }
-    }
-
-    fn of(&mut self, key: &CountKey, processes: &Processes) -> String {
-        if key.pid == key.tid {
-            return key.comm.clone();
-        }
-        let counted = self.counted.get(&key.pid).copied();
-        (self.known.entry(key.pid))
-            .or_insert_with(|| {
-                (processes.name(key.pid))
-                    .or_else(|| counted.map(str::to_string))
-                    .unwrap_or_else(|| key.comm.clone())
-            })
-            .clone()
-    }
 }
 
 /// What the user can do about stacks and samples the maps could not hold, and about stacks
@@ -436,71 +241,9 @@ fn tables_not_loaded(not_loaded: &NotLoaded) -> String {
     )
 }
 
-const MISSED_USER: &str = stackscope_profile::MISSED_USER_STACK;
-const MISSED_KERNEL: &str = stackscope_profile::MISSED_KERNEL_STACK;
-
-/// What a user stack's leaf address is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Leaf {
-    /// The instruction the sample or probe stopped at.
-    Instruction,
-    /// A return address: the stack was taken just after a return (a uretprobe, an
-    /// allocation), so the leaf is named, as every caller is, by its call.
-    Return,
-}
-
-impl Leaf {
-    fn of(plan: &Plan, event: u32) -> Leaf {
-        match plan.taken_at_return(event) {
-            true => Leaf::Return,
-            false => Leaf::Instruction,
-        }
-    }
-}
-
-/// Appends a user stack's frames (leaf first) and says how its walk ended.
-fn user_frames(
-    table: &mut StackTable,
-    processes: &mut Processes,
-    (key, leaf): (&CountKey, Leaf),
-    stack: &layout::UserStack,
-    frames: &mut Vec<RawFrame>,
-) -> WalkEnd {
-    let maps = processes.maps(key.pid);
-    let mut last_module = None;
-    let leaf_at_call = stack.ips.first().filter(|_| leaf == Leaf::Return);
-    let addrs = lookup_addresses(&stack.ips)
-        .enumerate()
-        .map(|(i, addr)| match (i, leaf_at_call) {
-            (0, Some(&ret)) => lookup_address(ret),
-            _ => addr,
-        });
-    for addr in addrs {
-        let mapping = maps.and_then(|m| m.find(addr));
-        last_module = mapping.map(|m| m.path.clone());
-        frames.push(table.user_frame(key.pid, addr, mapping));
-    }
-    if let Some(maps) = maps {
-        table.note_jitdump(key.pid, maps);
-    }
-    let end = stack.end.clone().in_module(|| last_module);
-    if end == WalkEnd::Truncated {
-        frames.push(RawFrame::Truncated);
-    }
-    end
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_stack_id_error_is_lost_for_its_own_reason() {
-        assert_eq!(Loss::of(layout::STACK_COLLISION), Loss::Collided);
-        assert_eq!(Loss::of(layout::KERNEL_STACKS_FULL), Loss::Full);
-        assert_eq!(Loss::of(layout::STACK_STORAGE_FULL), Loss::Full);
-        assert_eq!(Loss::of(-i64::from(libc::EINVAL)), Loss::Unread);
-    }
 
     #[test]
     fn only_a_full_or_colliding_storage_hints_at_its_size() {

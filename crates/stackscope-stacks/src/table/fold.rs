@@ -62,6 +62,7 @@ impl StackTable {
             builder,
             tally,
             build_ids,
+            stacks_at_most,
         } = folded;
         let mut raw: Vec<RawFrame> = Vec::new();
         let mut chain: Vec<FrameId> = Vec::new();
@@ -70,6 +71,12 @@ impl StackTable {
             self.frames_of(key.stack, &mut raw);
             let seen = self.name_stack(names, builder, &raw, &mut chain);
             self.tally_stack(tally, key, count, &seen);
+            if stacks_at_most.is_some_and(|most| builder.profile().stacks.len() >= most)
+                && builder.known_stack(&chain).is_none()
+            {
+                keep_leaf_only(builder, &mut chain);
+                tally.past_kept_stacks += count;
+            }
             let stack = builder.stack(&chain);
             let tid = *threads
                 .entry((key.pid, key.tid, key.comm, key.process))
@@ -189,6 +196,19 @@ impl StackTable {
     }
 }
 
+/// The root frame of a stack counted past the distinct stacks kept, above its leaf alone.
+pub const PAST_KEPT_STACKS: &str = "[stacks past those kept]";
+
+/// Turns `chain` (root first) into its leaf under [`PAST_KEPT_STACKS`]: the time in each
+/// function stays whole, its callers are let go.
+fn keep_leaf_only(builder: &mut ProfileBuilder, chain: &mut Vec<FrameId>) {
+    let marker = builder.frame(Frame::marker(PAST_KEPT_STACKS));
+    let leaf = chain.last().copied();
+    chain.clear();
+    chain.push(marker);
+    chain.extend(leaf);
+}
+
 /// What the frames of one stack show of how whole it is and where its time went.
 #[derive(Default)]
 struct StackSeen {
@@ -210,9 +230,20 @@ pub struct Folded {
     pub(super) builder: ProfileBuilder,
     tally: Tally,
     build_ids: BTreeMap<String, String>,
+    /// Distinct stacks kept at most: past them, a new stack is counted as its leaf alone
+    /// under [`PAST_KEPT_STACKS`] (a live view's bound; none for a recording).
+    stacks_at_most: Option<usize>,
 }
 
 impl Folded {
+    /// Folds into at most `most` distinct stacks.
+    pub fn keeping_stacks(most: usize) -> Folded {
+        Folded {
+            stacks_at_most: Some(most),
+            ..Folded::default()
+        }
+    }
+
     /// The profile so far: its frames, stacks, threads and samples (its metadata is set by
     /// [`Folded::finish`]).
     pub fn so_far(&self) -> &Profile {
@@ -231,6 +262,7 @@ impl Folded {
             builder,
             tally,
             build_ids,
+            ..
         } = self;
         (dressed(builder.finish(), meta, &tally, &build_ids), tally)
     }
@@ -334,6 +366,8 @@ pub struct Tally {
     pub short_chains: u64,
     /// Of `stats.unreadable`, the samples taken inside execve.
     pub unreadable_in_exec: u64,
+    /// Samples whose stack came past the distinct stacks kept, counted as their leaf alone.
+    pub past_kept_stacks: u64,
     /// How the user code of each file (by path) was sampled and named.
     pub modules: HashMap<Arc<str>, ModuleUse>,
 }

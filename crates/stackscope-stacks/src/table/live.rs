@@ -2,6 +2,8 @@
 //! across all of them (not once per table), every table's stacks join the profile so far, and
 //! each table's own stacks are given back as an [`Interval`] for a live view (`top`).
 
+use std::time::Duration;
+
 use stackscope_profile::{Metadata, Profile, StackId, Thread, ThreadId};
 use stackscope_symbols::Symbolizer;
 
@@ -17,6 +19,23 @@ const NAMES_AT_MOST: usize = 1 << 18;
 /// parsing them again every refresh was most of its cost (keeping 16 cost half as much again
 /// as keeping 64 under a cargo build).
 const BINARIES_KEPT: usize = 64;
+
+/// A live view's part in a recording, whatever its source: every `every`, what was counted
+/// since is named and folded on a thread of its own ([`super::BackgroundFold::start_live`]),
+/// and `observe` sees the profile so far and what came in.
+pub struct Live {
+    pub every: Duration,
+    pub observe: Observer,
+}
+
+/// What sees the profile so far and each hand-over's stacks, on the naming thread.
+pub type Observer = Box<dyn FnMut(&LiveFold, &Interval) + Send>;
+
+/// Distinct stacks the profile so far keeps: a whole system under a build meets a new stack
+/// at almost every sample, and each costs its frames (three times: the profile's, its index's
+/// and the view's). Past them a new stack is counted as its leaf alone, marked, so that every
+/// function's own time stays whole.
+pub const STACKS_KEPT: usize = 1 << 15;
 
 /// What one handed-over table held, in the numbering of the profile so far.
 #[derive(Debug, Default, Clone)]
@@ -41,7 +60,7 @@ impl LiveFold {
         LiveFold {
             symbolizer: Symbolizer::new().keeping(BINARIES_KEPT),
             names: Names::default(),
-            folded: Folded::default(),
+            folded: Folded::keeping_stacks(STACKS_KEPT),
             thread: Box::new(thread),
         }
     }
@@ -89,27 +108,90 @@ impl LiveFold {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::table::Sampled;
+    use crate::table::{Sampled, PAST_KEPT_STACKS};
     use crate::walk::WalkEnd;
     use crate::Mapping;
+    use stackscope_profile::FrameId;
 
-    #[test]
-    fn an_address_is_named_once_across_the_tables_of_a_chain_and_keeps_its_frames() {
-        // This test's own program: a real file for the symbolizer.
+    /// This test's own program, a real file for the symbolizer, mapped at 0x1000.
+    fn this_program() -> Mapping {
         let exe = std::env::current_exe().unwrap();
-        let program = Mapping {
+        Mapping {
             start: 0x1000,
             end: 0x100_0000,
             offset: 0,
             path: exe.to_string_lossy().as_ref().into(),
             build_id: None,
+        }
+    }
+
+    const SAMPLED: Sampled = Sampled {
+        pid: 7,
+        tid: 7,
+        cpu: 0,
+        names: Some(("prog", "prog")),
+    };
+
+    #[test]
+    fn stacks_past_those_kept_are_counted_as_their_leaf_under_a_marker() {
+        let program = this_program();
+        let table = || {
+            let mut table = StackTable::default();
+            let root = table.user_frame(7, 0x3000, Some(&program));
+            let leaf = table.user_frame(7, 0x2000, Some(&program));
+            let other = table.user_frame(7, 0x4000, Some(&program));
+            table.count(SAMPLED, &[leaf, root], WalkEnd::Complete, 3);
+            table.count(SAMPLED, &[other, leaf, root], WalkEnd::Complete, 2);
+            table
         };
-        let sampled = Sampled {
-            pid: 7,
-            tid: 7,
-            cpu: 0,
-            names: Some(("prog", "prog")),
+        let thread = |pid, tid| Thread {
+            pid,
+            tid,
+            ..Thread::default()
         };
+        let mut symbolizer = Symbolizer::new();
+        let mut kept = Folded::keeping_stacks(1);
+        table().fold_into(&mut symbolizer, &mut kept, &thread);
+        let mut all = Folded::default();
+        table().fold_into(&mut symbolizer, &mut all, &thread);
+        let (kept, tally) = kept.finish(Metadata::default());
+        let (all, _) = all.finish(Metadata::default());
+
+        assert_eq!(all.stacks.len(), 2);
+        assert_eq!(kept.stacks.len(), 2, "one kept, one marked");
+        assert_eq!(kept.total_samples(), 5, "no sample is lost");
+        let marked = kept
+            .stacks
+            .iter()
+            .find(|s| kept.frame(s.frames[0]).name == PAST_KEPT_STACKS)
+            .expect("a stack under the marker");
+        assert_eq!(marked.frames.len(), 2, "the marker and the leaf alone");
+        let stack_total = |p: &Profile, frames: &[FrameId]| {
+            p.samples
+                .iter()
+                .filter(|s| p.stack(s.stack).frames == frames)
+                .map(|s| s.count)
+                .sum::<u64>()
+        };
+        // Which of the two stacks came past the one kept is the table's order: the marked
+        // one's leaf and count are that stack's, whichever it is.
+        let leaf_name = &kept.frame(marked.frames[1]).name;
+        let same = all
+            .stacks
+            .iter()
+            .find(|s| &all.frame(*s.frames.last().unwrap()).name == leaf_name)
+            .unwrap();
+        assert_eq!(
+            stack_total(&kept, &marked.frames),
+            stack_total(&all, &same.frames)
+        );
+        assert_eq!(tally.past_kept_stacks, stack_total(&all, &same.frames));
+    }
+
+    #[test]
+    fn an_address_is_named_once_across_the_tables_of_a_chain_and_keeps_its_frames() {
+        let program = this_program();
+        let sampled = SAMPLED;
         let mut live = LiveFold::new(|pid, tid| Thread {
             pid,
             tid,

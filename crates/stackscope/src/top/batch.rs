@@ -56,7 +56,9 @@ pub(super) fn run(
 fn print(session: &mut Session, view: &mut View, rows: usize) -> Result<()> {
     session.figures.measure();
     let table = view.table();
-    let header = session.figures.header(&table, view.complete);
+    let header = session
+        .figures
+        .header(&table, view.complete, view.past_kept);
     let shown: Vec<top::Row> = table
         .rows
         .iter()

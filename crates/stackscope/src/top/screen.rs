@@ -156,7 +156,9 @@ fn refresh_table(session: &mut Session, view: &mut View, screen: &mut Screen, ti
         return;
     }
     screen.table = view.table();
-    screen.header = session.figures.header(&screen.table, view.complete);
+    screen.header = session
+        .figures
+        .header(&screen.table, view.complete, view.past_kept);
     if tick && screen.status.starts_with("waiting") {
         screen.status.clear();
     }

@@ -22,6 +22,8 @@ pub(crate) struct Update {
     pub interval: stackscope_stacks::table::Interval,
     /// Whole user stacks, and user stacks, counted since the start.
     pub complete: (u64, u64),
+    /// Samples counted as their leaf alone, past the distinct stacks kept, since the start.
+    pub past_kept: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -123,6 +125,7 @@ pub(crate) struct View {
     all_lost: u64,
     refreshes: u64,
     pub complete: (u64, u64),
+    pub past_kept: u64,
     /// The settings the buckets' counts were made under.
     counted_as: Settings,
 }
@@ -149,6 +152,7 @@ impl View {
             all_lost: 0,
             refreshes: 0,
             complete: (0, 0),
+            past_kept: 0,
         }
     }
 
@@ -171,6 +175,7 @@ impl View {
         self.stacks.extend(update.stacks);
         self.threads.extend(update.threads);
         self.complete = update.complete;
+        self.past_kept = update.past_kept;
         if self.buckets.is_empty() {
             self.rotate();
         }
