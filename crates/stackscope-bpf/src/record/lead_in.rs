@@ -48,13 +48,19 @@ pub(super) fn named(
         let said = format!("the perf_event source's first samples stopped early: {e}");
         hints.push(Hint::Said(said));
     }
-    let Unnamed {
-        table,
-        meta,
-        recovered,
-    } = lead.unnamed?;
-    let (mut profile, _) = table.into_profile(symbolizer, meta, &collect::unnamed_thread);
-    profile.meta.unwind.recovered = recovered;
+    // A lead-in that ended before the handover (its command exited then) named its own.
+    let profile = match lead.unnamed {
+        Some(Unnamed {
+            table,
+            meta,
+            recovered,
+        }) => {
+            let (mut profile, _) = table.into_profile(symbolizer, meta, &collect::unnamed_thread);
+            profile.meta.unwind.recovered = recovered;
+            profile
+        }
+        None => lead.profile,
+    };
     bpf.lead_in = LeadInFigures::of(&profile, false);
     Some(profile)
 }
