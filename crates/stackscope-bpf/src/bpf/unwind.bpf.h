@@ -8,7 +8,7 @@
  * Only code addresses leave this code (return addresses, and the interrupted pc saved in a
  * signal frame). Stack words are read with bpf_probe_read_user a window of 512 bytes at a time
  * into a per-CPU buffer that no one outside this program reads, and that the walk wipes
- * before it returns.
+ * before it returns (unwind_window.bpf.h).
  *
  * Each frame is one bpf_loop() callback (nested bounded loops exceed the verifier's 1M
  * instruction limit). A frame costs a search of the rows and, unless its words are in the
@@ -39,8 +39,6 @@
  * the largest file profiled here, has 1.4 million). */
 #define UNWIND_ROW_SEARCH_STEPS 24
 #define UNWIND_MAPPING_SEARCH_STEPS 18
-/* Stack words read at once: a few frames of a Rust program, a dozen of C. */
-#define UNWIND_WINDOW_WORDS 64
 
 /* How unwind_user ended. */
 enum unwind_status {
@@ -169,66 +167,7 @@ struct {
 	__uint(max_entries, UNWIND_MAX_PROCS);
 } unwind_procs SEC(".maps");
 
-/* Stack memory read ahead of the walk, one per CPU: callers' frames lie above their callees'. */
-struct unwind_window {
-	__u64 words[UNWIND_WINDOW_WORDS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct unwind_window);
-	__uint(max_entries, 1);
-} unwind_window SEC(".maps");
-
-/* The window holds the stack words of user addresses [start, end). */
-struct unwind_cursor {
-	__u64 start, end;
-};
-
-/*
- * Reads the user stack word at addr, from the window or into it; 0 on success, and on
- * failure *out is 0. A global function: the verifier checks it once, not at every call with
- * every state of the walk (inlined at each call, it took the program past 1M instructions).
- */
-__noinline long unwind_read(struct unwind_cursor *c, __u64 addr, __u64 *out)
-{
-	__u32 zero = 0;
-	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
-	__u64 index;
-
-	if (!c || !out)
-		return -1;
-	*out = 0;
-	if (!win)
-		return -1;
-	index = (addr - c->start) / 8;
-	if (addr >= c->start && addr < c->end && !(addr & 7) && index < UNWIND_WINDOW_WORDS) {
-		*out = win->words[index];
-		return 0;
-	}
-	/* A failed read clears the buffer: the window is empty until one succeeds. */
-	c->end = 0;
-	if (!(addr & 7) && !bpf_probe_read_user(win->words, sizeof(win->words), (void *)addr)) {
-		c->start = addr;
-		c->end = addr + sizeof(win->words);
-		*out = win->words[0];
-		return 0;
-	}
-	/* Near the top of the stack a whole window runs past its end: one word then. */
-	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
-}
-
-/* Empties the window, so that no stack memory outlives the walk. */
-static __always_inline void unwind_wipe(struct unwind_cursor *c)
-{
-	__u32 zero = 0;
-	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
-
-	if (win && c->end)
-		__builtin_memset(win->words, 0, sizeof(win->words));
-	c->end = 0;
-}
+#include "unwind_window.bpf.h"
 
 /* The walk's state, shared by the bpf_loop callbacks. */
 struct unwind_state {
@@ -424,14 +363,34 @@ static __always_inline long unwind_signal(struct unwind_state *s, __u64 n)
 	return 0;
 }
 
+/* The packed rule (as unwind_row_rule's) of the row covering pc, through the mapping holding
+ * it (kept in s->last for the next frames); -1 where none does. */
+static __always_inline __s64 unwind_rule_at(struct unwind_state *s, __u64 pc)
+{
+	struct unwind_mapping *m;
+	__s64 mapping;
+	__u32 key;
+
+	if (pc < s->last.start || pc >= s->last.end) {
+		mapping = unwind_mapping_index(s->first, s->count, pc);
+		key = mapping;
+		m = mapping >= 0 ? bpf_map_lookup_elem(&unwind_mappings, &key) : NULL;
+		if (m)
+			s->last = *m;
+	}
+	/* A pc in no mapping known (JIT code mapped since the maps were read) has no rows: its
+	 * frame pointer leads on, as perf's unwinder does. */
+	if (pc >= s->last.start && pc < s->last.end && s->last.row_count)
+		return unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
+	return -1;
+}
+
 /* One frame: finds the caller of s->ip and appends its return address. 1 = stop. */
 static long unwind_step(__u64 index, void *data)
 {
 	struct unwind_state *s = data;
-	struct unwind_mapping *m;
 	struct unwind_frame f = {};
-	__s64 rule, mapping;
-	__u32 key;
+	__s64 rule;
 	__u64 pc = s->ip, ra = 0, saved_bp = s->bp;
 	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
 	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
@@ -449,22 +408,11 @@ static long unwind_step(__u64 index, void *data)
 	/* A return address points after its call, maybe past the end of the caller's code. */
 	if (!s->exact_ip)
 		pc -= 1;
-	if (pc < s->last.start || pc >= s->last.end) {
-		mapping = unwind_mapping_index(s->first, s->count, pc);
-		key = mapping;
-		m = mapping >= 0 ? bpf_map_lookup_elem(&unwind_mappings, &key) : NULL;
-		if (m)
-			s->last = *m;
-	}
-	/* A pc in no mapping known (JIT code mapped since the maps were read) has no rows: its
-	 * frame pointer leads on, as perf's unwinder does. */
-	if (pc >= s->last.start && pc < s->last.end && s->last.row_count) {
-		rule = unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
-		if (rule >= 0) {
-			cfa_offset = (__s16)(rule & 0xffff);
-			kind = (rule >> 16) & 0xff;
-			aux = (__s8)((rule >> 24) & 0xff);
-		}
+	rule = unwind_rule_at(s, pc);
+	if (rule >= 0) {
+		cfa_offset = (__s16)(rule & 0xffff);
+		kind = (rule >> 16) & 0xff;
+		aux = (__s8)((rule >> 24) & 0xff);
 	}
 	if (kind == UNWIND_ROW_SIGNAL)
 		return unwind_signal(s, n);
