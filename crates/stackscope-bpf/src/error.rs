@@ -13,7 +13,7 @@ pub enum BpfError {
     /// flags.
     #[error("this kernel has no BTF type information (/sys/kernel/btf/vmlinux is missing), which the BPF program needs: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or the perf_event source")]
     NoBtf,
-    #[error("the kernel's verifier rejected BPF program {program} (kernel 6.4 or newer is needed for its loops): {log}")]
+    #[error("the kernel's verifier rejected BPF program {program} (kernel 5.17 or newer is needed for its loops): {log}")]
     Verifier { program: String, log: String },
     /// A probe that cannot attach, with the near matches of what it names.
     #[error("{0}")]

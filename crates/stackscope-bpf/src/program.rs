@@ -145,6 +145,9 @@ fn set_read_only_data(open: &mut OpenProfileSkel<'_>, settings: &Settings) -> Re
     }
     data.hold_loads = settings.hold_loads;
     data.max_frames = settings.max_frames.clamp(1, MAX_USER_FRAMES);
+    if crate::unwind_table::WALKER_ARCH == Some(stackscope_stacks::arch::Arch::Aarch64) {
+        data.unwind_code_mask = stackscope_stacks::walk::AARCH64_USER_CODE_MASK;
+    }
     if let Some(hook) = settings.off_cpu {
         data.off_cpu_event = hook.event;
         data.min_block_ns = hook.min_block_ns;

@@ -210,7 +210,13 @@ impl TableLoader {
         let mut tables = HashSet::new();
         let mut pending = Pending::default();
         for m in &process.mappings {
-            match &m.table {
+            // A file of another architecture (run by an emulator) has rows the walker cannot
+            // follow: frame pointers then.
+            let table = m
+                .table
+                .as_ref()
+                .filter(|(_, t)| Some(t.arch()) == crate::unwind_table::WALKER_ARCH);
+            match table {
                 Some((id, table)) => match self.place(maps, *id, table.rows(), &mut pending) {
                     Ok(_) => {
                         if tables.insert(*id) {

@@ -3,10 +3,15 @@
 //! [`Row`]s keyed by the file's virtual address, and, per process, the executable mappings
 //! with the bias that turns a code address into that key.
 //!
-//! A row says how to find the caller of any pc from its address up to the next row's address:
-//! where the canonical frame address (CFA) is (`rsp + n`, `rbp + n`, or one of the two PLT
-//! expressions), whether `rbp` was saved (at `CFA + n`) or is unchanged, and that the return
-//! address is at `CFA - 8` (and `*(rsp + n) + 8`, OpenSSL's realigned frames). Kinds outside that model are rows of their own: [`RowKind::End`]
+//! A table is of one architecture ([`UnwindTable::arch`], the file's), whose row kinds it
+//! holds. A row says how to find the caller of any pc from its address up to the next row's
+//! address. On x86-64: where the canonical frame address (CFA) is (`rsp + n`, `rbp + n`, one
+//! of the two PLT expressions, or `*(rsp + n) + 8`, OpenSSL's realigned frames), whether
+//! `rbp` was saved (at `CFA + n`) or is unchanged, and that the return address is at
+//! `CFA - 8`. On aarch64: the CFA is `sp + n` or `x29 + n`, the return address was saved at
+//! `CFA + n` or is still in x30 (a leaf, a prologue), and x29 is unchanged or was saved with
+//! x30 as a frame record (`stp x29, x30`, x29 in the lower word). Kinds outside that model
+//! are rows of their own: [`RowKind::End`]
 //! (no CFI covers this pc: walk by frame pointers), [`RowKind::Stop`] (the return address is
 //! undefined: the outermost frame, e.g. `_start`), [`RowKind::Signal`] (the signal return
 //! trampoline: registers come from the signal frame) and [`RowKind::Unsupported`] (CFI this
@@ -15,6 +20,8 @@
 //! It does not load anything into the kernel (that is `tables`) and does not unwind copied
 //! stacks (that is the perf_event source's walk).
 
+#[cfg(test)]
+mod aarch64_tests;
 mod build;
 pub mod disk_cache;
 mod process;
@@ -23,6 +30,7 @@ mod tests;
 
 use std::path::Path;
 
+use stackscope_stacks::arch::Arch;
 use stackscope_stacks::module::ModuleFile;
 use stackscope_symbols::foreign::{self, Kind};
 
@@ -56,12 +64,66 @@ pub enum RowKind {
     /// unchanged). Frames of 32 KiB to 16 MiB, which a compiler's functions holding its whole
     /// context have (rustc's reach 530 KiB).
     CfaRspLarge = 8,
+    /// aarch64: CFA = sp + `cfa_offset`; x30 (the return address) saved at `CFA + 8 * aux`,
+    /// or still in x30 when `aux` is 0; x29 unchanged.
+    CfaSpA64 = 9,
+    /// aarch64: CFA = x29 + `cfa_offset`; x30 as in [`RowKind::CfaSpA64`].
+    CfaFpA64 = 10,
+    /// aarch64: CFA = sp + `cfa_offset`; the frame record (x29, then x30) saved at
+    /// `CFA + 8 * aux`.
+    CfaSpRecordA64 = 11,
+    /// aarch64: CFA = x29 + `cfa_offset`; the frame record as in [`RowKind::CfaSpRecordA64`].
+    CfaFpRecordA64 = 12,
+    /// aarch64: CFA = sp + `cfa_offset`; x30 saved at sp + 8 * `aux` (read unsigned), x29
+    /// unchanged: GCC's frames keep their saved registers at the bottom, which in a frame over
+    /// 1 KiB is further below the CFA than [`RowKind::CfaSpA64`] reaches.
+    CfaSpLowA64 = 13,
+    /// aarch64: CFA = sp + `cfa_offset`; the frame record at sp + 8 * `aux` (read unsigned).
+    CfaSpLowRecordA64 = 14,
+    /// aarch64: as [`RowKind::CfaSpLowA64`] from x29.
+    CfaFpLowA64 = 15,
+    /// aarch64: as [`RowKind::CfaSpLowRecordA64`] from x29: the frame record x29 points at,
+    /// in a frame over 1 KiB.
+    CfaFpLowRecordA64 = 16,
 }
+
+impl RowKind {
+    /// Every kind, in value order.
+    pub const ALL: [RowKind; 17] = [
+        RowKind::End,
+        RowKind::CfaRsp,
+        RowKind::CfaRbp,
+        RowKind::Plt,
+        RowKind::Stop,
+        RowKind::Unsupported,
+        RowKind::Signal,
+        RowKind::CfaDerefRsp,
+        RowKind::CfaRspLarge,
+        RowKind::CfaSpA64,
+        RowKind::CfaFpA64,
+        RowKind::CfaSpRecordA64,
+        RowKind::CfaFpRecordA64,
+        RowKind::CfaSpLowA64,
+        RowKind::CfaSpLowRecordA64,
+        RowKind::CfaFpLowA64,
+        RowKind::CfaFpLowRecordA64,
+    ];
+}
+
+/// The architecture whose rows the BPF walker built with this crate follows (the kernel's it
+/// runs on); tables of any other are not loaded.
+pub const WALKER_ARCH: Option<Arch> = if cfg!(target_arch = "x86_64") {
+    Some(Arch::X86_64)
+} else if cfg!(target_arch = "aarch64") {
+    Some(Arch::Aarch64)
+} else {
+    None
+};
 
 /// One row, laid out exactly as the BPF walker reads it (`struct unwind_row`, 8 bytes).
 ///
 /// For [`RowKind::CfaRsp`] and [`RowKind::CfaRbp`], `aux` is the rbp rule: 0 when rbp is
-/// unchanged, else rbp was saved at `CFA + 8 * aux`. For [`RowKind::Plt`], `aux` is the
+/// unchanged, else rbp was saved at `CFA + 8 * aux`; the aarch64 kinds say what their `aux` is. For [`RowKind::Plt`], `aux` is the
 /// threshold of the expression. Keeping offsets to 16 and 8 bits (rules outside are
 /// `Unsupported`) halves the table against a 64-bit address and 32-bit offsets; files whose
 /// addresses do not fit 32 bits get no table.
@@ -82,12 +144,14 @@ const _: () = assert!(std::mem::size_of::<Row>() == 8);
 pub enum Rule {
     /// No CFI here.
     End,
-    /// CFA = `base` + `offset`; rbp restored from `CFA + rbp_offset` or unchanged (`None`);
-    /// the return address at CFA - 8.
+    /// CFA = `base` + `offset`; the frame pointer (rbp, x29) restored from `CFA + fp_offset`
+    /// or unchanged (`None`); the return address at `CFA + ra_offset`, or in the link
+    /// register x30 (`None`, aarch64 only).
     Cfa {
         base: CfaBase,
         offset: i32,
-        rbp_offset: Option<i16>,
+        fp_offset: Option<i32>,
+        ra_offset: Option<i32>,
     },
     /// CFA = rsp + `offset` + (8 if `(pc & 15) >= threshold`).
     Plt {
@@ -102,29 +166,32 @@ pub enum Rule {
     /// CFA = *(rsp + `offset`) + 8; rbp as in [`Rule::Cfa`].
     CfaDeref {
         offset: i16,
-        rbp_offset: Option<i16>,
+        fp_offset: Option<i32>,
     },
 }
 
+/// The register a CFA is computed from: the stack pointer (rsp, sp) or the frame pointer
+/// (rbp, x29).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CfaBase {
-    Rsp,
-    Rbp,
+    Sp,
+    Fp,
 }
 
 impl Row {
     pub fn rule(&self) -> Rule {
+        let slot = |aux: i8| (aux != 0).then(|| i32::from(aux) * 8);
+        let cfa = |base, offset, fp_offset, ra_offset| Rule::Cfa {
+            base,
+            offset,
+            fp_offset,
+            ra_offset,
+        };
+        let offset = i32::from(self.cfa_offset);
         match self.kind {
             RowKind::End => Rule::End,
-            RowKind::CfaRsp | RowKind::CfaRbp => Rule::Cfa {
-                base: if self.kind == RowKind::CfaRsp {
-                    CfaBase::Rsp
-                } else {
-                    CfaBase::Rbp
-                },
-                offset: i32::from(self.cfa_offset),
-                rbp_offset: (self.aux != 0).then(|| i16::from(self.aux) * 8),
-            },
+            RowKind::CfaRsp => cfa(CfaBase::Sp, offset, slot(self.aux), Some(-8)),
+            RowKind::CfaRbp => cfa(CfaBase::Fp, offset, slot(self.aux), Some(-8)),
             RowKind::Plt => Rule::Plt {
                 offset: self.cfa_offset,
                 threshold: self.aux as u8,
@@ -134,16 +201,46 @@ impl Row {
             RowKind::Signal => Rule::Signal,
             RowKind::CfaRspLarge => {
                 let (high, rbp) = (self.aux as u8 >> 3, self.aux as u8 & 7);
-                Rule::Cfa {
-                    base: CfaBase::Rsp,
-                    offset: (i32::from(high) << 16 | i32::from(self.cfa_offset as u16)) * 8,
-                    rbp_offset: (rbp != 0).then(|| -i16::from(rbp) * 8),
-                }
+                cfa(
+                    CfaBase::Sp,
+                    (i32::from(high) << 16 | i32::from(self.cfa_offset as u16)) * 8,
+                    (rbp != 0).then(|| -i32::from(rbp) * 8),
+                    Some(-8),
+                )
             }
             RowKind::CfaDerefRsp => Rule::CfaDeref {
                 offset: self.cfa_offset,
-                rbp_offset: (self.aux != 0).then(|| i16::from(self.aux) * 8),
+                fp_offset: slot(self.aux),
             },
+            RowKind::CfaSpA64 => cfa(CfaBase::Sp, offset, None, slot(self.aux)),
+            RowKind::CfaFpA64 => cfa(CfaBase::Fp, offset, None, slot(self.aux)),
+            RowKind::CfaSpRecordA64 | RowKind::CfaFpRecordA64 => {
+                let base = if self.kind == RowKind::CfaSpRecordA64 {
+                    CfaBase::Sp
+                } else {
+                    CfaBase::Fp
+                };
+                let fp = i32::from(self.aux) * 8;
+                cfa(base, offset, Some(fp), Some(fp + 8))
+            }
+            RowKind::CfaSpLowA64 | RowKind::CfaFpLowA64 => {
+                let ra = i32::from(self.aux as u8) * 8 - offset;
+                let base = if self.kind == RowKind::CfaSpLowA64 {
+                    CfaBase::Sp
+                } else {
+                    CfaBase::Fp
+                };
+                cfa(base, offset, None, Some(ra))
+            }
+            RowKind::CfaSpLowRecordA64 | RowKind::CfaFpLowRecordA64 => {
+                let fp = i32::from(self.aux as u8) * 8 - offset;
+                let base = if self.kind == RowKind::CfaSpLowRecordA64 {
+                    CfaBase::Sp
+                } else {
+                    CfaBase::Fp
+                };
+                cfa(base, offset, Some(fp), Some(fp + 8))
+            }
         }
     }
 
@@ -168,8 +265,9 @@ pub struct TableStats {
 
 /// The unwind table of one ELF file: rows sorted by address, no two consecutive rows alike,
 /// ending with an [`RowKind::End`] row after the last FDE.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct UnwindTable {
+    arch: Arch,
     rows: Vec<Row>,
     stats: TableStats,
 }
@@ -204,8 +302,10 @@ impl UnwindTable {
         })
     }
 
-    /// The table from a parsed file's CFI; `None` when it has none.
+    /// The table from a parsed file's CFI; `None` when it has none, or is of an architecture
+    /// without row kinds (riscv64).
     pub(crate) fn from_module(module: &ModuleFile) -> Option<Self> {
+        let arch = module.arch().filter(|a| *a != Arch::Riscv64)?;
         let info = module.section_info();
         let eh_frame = match (&info.eh_frame, &info.eh_frame_svma) {
             (Some(data), Some(svma)) => Some((&data[..], svma.start)),
@@ -215,10 +315,16 @@ impl UnwindTable {
             return None;
         }
         Some(build::build(build::Sections {
+            arch,
             eh_frame,
             text_svma: info.text_svma.as_ref().map(|r| r.start),
             debug_frame: info.debug_frame.as_deref(),
         }))
+    }
+
+    /// The architecture of the file, whose row kinds the table holds.
+    pub fn arch(&self) -> Arch {
+        self.arch
     }
 
     pub fn rows(&self) -> &[Row] {

@@ -1,4 +1,4 @@
-//! The BPF source end to end on real programs (needs root, BTF and kernel >= 6.4): a C program
+//! The BPF source end to end on real programs (needs root, BTF and kernel >= 5.17): a C program
 //! without frame pointers launched by the recorder, and a syscall-heavy one for kernel stacks.
 
 #![cfg(target_os = "linux")]

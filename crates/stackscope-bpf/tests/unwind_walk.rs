@@ -1,7 +1,7 @@
 //! The in-kernel user-stack walker (unwind.bpf.h over the tables of tables.rs) on real
 //! programs, through the BPF recorder: a signal handler (the walk crosses the signal frame), a
 //! binary without unwind tables (frame pointers there, tables again in libc), and a Rust
-//! recursion deeper than the walker's frame limit. Needs root, BTF and kernel >= 6.4.
+//! recursion deeper than the walker's frame limit. Needs root, BTF and kernel >= 5.17.
 
 #![cfg(target_os = "linux")]
 

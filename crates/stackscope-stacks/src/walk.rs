@@ -168,6 +168,10 @@ impl ArchRegs for RegsAarch64 {
     }
 }
 
+/// The bits of an aarch64 user return address (bit 55 clear) that are address, the rest
+/// being its pointer authentication code; the eBPF walker strips with the same mask.
+pub const AARCH64_USER_CODE_MASK: u64 = u64::MAX >> 16;
+
 /// What of an aarch64 return address is address: code signed with pointer authentication
 /// (`paciasp`, as distributions build their arm64 libraries) stores its return addresses with
 /// the signature in the bits above the address. Linux gives user space 48 bits of address
@@ -175,7 +179,7 @@ impl ArchRegs for RegsAarch64 {
 /// is signature; kernel addresses (upper half) are left as they are.
 fn ptr_auth_mask(address: u64) -> PtrAuthMask {
     if address & (1 << 55) == 0 {
-        PtrAuthMask(u64::MAX >> 16)
+        PtrAuthMask(AARCH64_USER_CODE_MASK)
     } else {
         PtrAuthMask::new_no_strip()
     }

@@ -2,9 +2,9 @@
 //! target and what this machine allows this user, said in the summary's first line.
 //!
 //! Without `--backend`, a launched command or `-p`/`-L` is sampled by the eBPF source where
-//! it can run (root or CAP_BPF+CAP_PERFMON, kernel 6.4+ with BTF): it unwinds whole user stacks
-//! in the kernel, where the perf source's stack copies break off deep stacks (a fifth of
-//! rustc's). `-a`, a flag only the perf source has, or a machine without eBPF picks the perf
+//! it can run (root or CAP_BPF+CAP_PERFMON, kernel 5.17+ with BTF): it unwinds whole user
+//! stacks in the kernel, where the perf source's stack copies break off deep stacks (a fifth
+//! of rustc's). `-a`, a flag only the perf source has, or a machine without eBPF picks the perf
 //! source. The README's "Which backend" part says what was measured.
 
 use anyhow::{bail, Result};

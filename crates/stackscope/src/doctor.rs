@@ -275,7 +275,7 @@ fn kptr_restrict() -> Check {
 }
 
 /// What the bpf backend (`profile`, `record --backend bpf`, record's default) lacks on this
-/// machine for this user: BTF, kernel 6.4+, CAP_BPF+CAP_PERFMON; with the kernel's release.
+/// machine for this user: BTF, kernel 5.17+, CAP_BPF+CAP_PERFMON; with the kernel's release.
 /// Empty when it can run.
 pub(crate) fn bpf_missing() -> (String, Vec<&'static str>) {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -290,17 +290,17 @@ pub(crate) fn bpf_missing() -> (String, Vec<&'static str>) {
     let cap_bpf = admin || holds(effective, "CAP_BPF");
     let perfmon = admin || holds(effective, "CAP_PERFMON");
     let mut missing = Vec::new();
-    if !cfg!(target_arch = "x86_64") {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         missing.push(
-            "an x86-64 host: the eBPF unwinder has x86-64's rules only so far (the perf source walks this architecture)",
+            "an x86-64 or aarch64 host: the eBPF unwinder has their rules only so far (the perf source walks this architecture)",
         );
     }
     if !Path::new("/sys/kernel/btf/vmlinux").exists() {
         missing
             .push("no BTF (/sys/kernel/btf/vmlinux): a kernel built with CONFIG_DEBUG_INFO_BTF=y");
     }
-    if version < (6, 4) {
-        missing.push("kernel older than 6.4 (its BPF loops need bpf_for): a newer kernel");
+    if version < (5, 17) {
+        missing.push("kernel older than 5.17 (its BPF walk needs bpf_loop): a newer kernel");
     }
     if !(cap_bpf && perfmon) {
         missing.push("CAP_BPF and CAP_PERFMON: run as root or setcap them");

@@ -23,11 +23,11 @@ pub(crate) fn sample(
     live: Option<Live>,
 ) -> Result<Recording> {
     // Refused rather than walk this host's stacks by another architecture's rules.
-    if !cfg!(target_arch = "x86_64") {
+    if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {
         anyhow::bail!(
-            "the eBPF backend has unwind rules for x86-64 only so far: on this host `stackscope \
-             record --backend perf` samples the timer (probes, --off-cpu, --wall, --alloc and \
-             --in-use need the eBPF backend)"
+            "the eBPF backend has unwind rules for x86-64 and aarch64 only so far: on this host \
+             `stackscope record --backend perf` samples the timer (probes, --off-cpu, --wall, \
+             --alloc and --in-use need the eBPF backend)"
         );
     }
     match (live, lead_in) {

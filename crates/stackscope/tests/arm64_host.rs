@@ -5,11 +5,13 @@
 //! scripts/aarch64.sh before the tests) and the split workload cross-built without frame
 //! pointers, once plain and once with pointer authentication (`-mbranch-protection=standard`:
 //! its return addresses are signed, as `-cpu max` does, and its unwind rules say where).
-//! Inside, `stackscope record` with no backend flag samples each; what it printed, the profile
-//! and what the workload measured of itself come back over the serial console. Each profile
-//! must say the perf source was picked and why, hold the split the program measured within its
-//! sample-count tolerance, and have at least 99% of its stacks reach their entry, and of those
-//! in the workload's functions through `main`.
+//! Inside, `stackscope record` samples each with the perf source and with the eBPF backend
+//! (its unwinder following the aarch64 rules built from `.eh_frame`), and counts the calls of a
+//! function with a uprobe; what it printed, the profiles and what the workload measured of
+//! itself come back over the serial console. Each profile must say which source sampled, hold
+//! the split the program measured within its sample-count tolerance, and have at least 99% of
+//! its stacks reach their entry, and of those in the workload's functions through `main`; the
+//! uprobe's count must be the number of calls, each stack through `main`.
 //!
 //! In the same boot Debian's arm64 `perf record --call-graph dwarf` (user registers and stack
 //! copies) records the PAC-signed split, and stackscope reports that perf.data inside; the
@@ -48,7 +50,11 @@ const SLICE: &str = "1500000";
 /// sample is lost to a full ring buffer.
 const RATE: &str = "250";
 
-/// Booting and both recordings under software emulation on a loaded two-core machine; past
+/// Calls of func_a the uprobe counts (the split workload's rounds), and their short slice.
+const UPROBE_CALLS: &str = "300";
+const UPROBE_SLICE: &str = "3000";
+
+/// Booting and all recordings under software emulation on a loaded two-core machine; past
 /// this the guest is taken as hung.
 const DEADLINE: Duration = Duration::from_secs(900);
 
@@ -102,16 +108,50 @@ fn init_script() -> String {
     );
     for (name, _) in WORKLOADS {
         script.push_str(&format!(
-            "/stackscope record -F {RATE} --format json -o /tmp/{name}.json -- /{name} {ROUNDS} \
-             /tmp/{name}.truth {SLICE} >/tmp/{name}.log 2>&1\n\
+            "/stackscope record --backend perf -F {RATE} --format json -o /tmp/{name}.json -- \
+             /{name} {ROUNDS} /tmp/{name}.truth {SLICE} >/tmp/{name}.log 2>&1\n\
              echo \"==status {name} $?\"\n\
              for part in log json truth; do\n\
              echo \"==begin {name}.$part\"; cat /tmp/{name}.$part; echo; echo \"==end\"\n\
              done\n"
         ));
     }
+    script.push_str(&bpf_script());
     script.push_str(&perf_data_commands());
     script.push_str("poweroff -f\n");
+    script
+}
+
+/// The eBPF backend's part of the guest's init: each workload recorded by it (results as
+/// `NAME.bpf.log` and so on), then func_a's calls counted by a uprobe (`uprobe.log`, ...).
+fn bpf_script() -> String {
+    let mut script = String::new();
+    let mut record = |name: &str, run: String| {
+        script.push_str(&format!(
+            "{run} >/tmp/{name}.log 2>&1\n\
+             echo \"==status {name} $?\"\n\
+             for part in log json truth; do\n\
+             echo \"==begin {name}.$part\"; cat /tmp/{name}.$part; echo; echo \"==end\"\n\
+             done\n"
+        ));
+    };
+    for (workload, _) in WORKLOADS {
+        let name = format!("{workload}.bpf");
+        record(
+            &name,
+            format!(
+                "/stackscope record --backend bpf -F {RATE} --format json -o /tmp/{name}.json \
+                 -- /{workload} {ROUNDS} /tmp/{name}.truth {SLICE}"
+            ),
+        );
+    }
+    record(
+        "uprobe",
+        format!(
+            "/stackscope record --event uprobe:/split:func_a --format json -o /tmp/uprobe.json \
+             -- /split {UPROBE_CALLS} /tmp/uprobe.truth {UPROBE_SLICE}"
+        ),
+    );
     script
 }
 
@@ -276,46 +316,81 @@ fn guest_run() -> &'static GuestRun {
     }
 }
 
+/// One recording of the split workload in the guest (its parts named `NAME.log` and so on):
+/// recorded by the source `source` names, the split within its tolerance, whole stacks.
+fn assert_split_recording(console: &str, dir: &Path, name: &str, source: &str) {
+    let log = part(console, &format!("{name}.log"));
+    assert!(
+        console.contains(&format!("==status {name} 0\n")),
+        "stackscope record of {name} failed in the guest:\n{log}"
+    );
+    assert!(
+        log.contains(&format!("sampled with {source}")),
+        "the summary does not say {source} sampled {name}:\n{log}"
+    );
+    let json = dir.join(format!("{name}.json"));
+    std::fs::write(&json, part(console, &format!("{name}.json"))).unwrap();
+    let profile = read_json(&json);
+    let truth_file = dir.join(format!("{name}.truth"));
+    std::fs::write(&truth_file, part(console, &format!("{name}.truth"))).unwrap();
+    let truth = Truth::read(&truth_file);
+    let total = profile.total_samples();
+    assert!(total >= 200, "{name}: only {total} samples\n{log}");
+    truth.assert_matches(
+        total,
+        |function| share_of(&profile, function),
+        || format!("{name}:\n{log}\n{}", top_stacks(&profile, 6)),
+    );
+    // The walk's verdict: the dynamic loader's samples before main (slow under emulation)
+    // end at its stripped entry, named by address; the workload's own reach main.
+    let unwind = &profile.meta.unwind;
+    let whole = unwind.complete as f64 / unwind.user_stacks.max(1) as f64;
+    let hot = hot_through_main(&profile);
+    assert!(
+        whole >= 0.99 && hot >= 0.99,
+        "{name}: {:.1}% of stacks reach their entry, {:.1}% of those in func_a and func_b \
+         through main\n{log}\n{}",
+        whole * 100.0,
+        hot * 100.0,
+        top_stacks(&profile, 6)
+    );
+}
+
+/// The uprobe on func_a counted each of its calls, each stack from func_a's first
+/// instruction (its return address still in x30) through main to an entry.
+fn assert_uprobe_count(console: &str, dir: &Path) {
+    let log = part(console, "uprobe.log");
+    assert!(
+        console.contains("==status uprobe 0\n"),
+        "stackscope record --event uprobe failed in the guest:\n{log}"
+    );
+    let json = dir.join("uprobe.json");
+    std::fs::write(&json, part(console, "uprobe.json")).unwrap();
+    let profile = read_json(&json);
+    let calls: u64 = UPROBE_CALLS.parse().unwrap();
+    assert_eq!(
+        profile.total_samples(),
+        calls,
+        "func_a's calls counted by the uprobe:\n{log}\n{}",
+        top_stacks(&profile, 6)
+    );
+    assert_eq!(
+        hot_through_main(&profile),
+        1.0,
+        "every hit of func_a reaches an entry through main:\n{}",
+        top_stacks(&profile, 6)
+    );
+}
+
 #[test]
-fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_also_through_pac_signed_code() {
+fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_with_each_backend_also_through_pac_signed_code(
+) {
     let GuestRun { dir, console } = guest_run();
     for (name, _) in WORKLOADS {
-        let log = part(console, &format!("{name}.log"));
-        assert!(
-            console.contains(&format!("==status {name} 0\n")),
-            "stackscope record of {name} failed in the guest:\n{log}"
-        );
-        assert!(
-            log.contains("sampled with perf_event") && log.contains("x86-64 host"),
-            "the summary does not say the perf source was picked, and why:\n{log}"
-        );
-        let json = dir.join(format!("{name}.json"));
-        std::fs::write(&json, part(console, &format!("{name}.json"))).unwrap();
-        let profile = read_json(&json);
-        let truth_file = dir.join(format!("{name}.truth"));
-        std::fs::write(&truth_file, part(console, &format!("{name}.truth"))).unwrap();
-        let truth = Truth::read(&truth_file);
-        let total = profile.total_samples();
-        assert!(total >= 200, "{name}: only {total} samples\n{log}");
-        truth.assert_matches(
-            total,
-            |function| share_of(&profile, function),
-            || format!("{name}:\n{log}\n{}", top_stacks(&profile, 6)),
-        );
-        // The walk's verdict: the dynamic loader's samples before main (slow under emulation)
-        // end at its stripped entry, named by address; the workload's own reach main.
-        let unwind = &profile.meta.unwind;
-        let whole = unwind.complete as f64 / unwind.user_stacks.max(1) as f64;
-        let hot = hot_through_main(&profile);
-        assert!(
-            whole >= 0.99 && hot >= 0.99,
-            "{name}: {:.1}% of stacks reach their entry, {:.1}% of those in func_a and func_b \
-             through main\n{log}\n{}",
-            whole * 100.0,
-            hot * 100.0,
-            top_stacks(&profile, 6)
-        );
+        assert_split_recording(console, dir, name, "perf_event");
+        assert_split_recording(console, dir, &format!("{name}.bpf"), "eBPF");
     }
+    assert_uprobe_count(console, dir);
 }
 
 /// The workload perf records in the guest: PAC-signed, so the host's walk of the file meets

@@ -59,15 +59,11 @@ struct bpf_pidns_info {
 	__u32 tgid;
 };
 
-/* Opaque state of an open-coded number iterator (bpf_for), kernel >= 6.4. */
-struct bpf_iter_num {
-	__u64 __opaque[1];
-} __attribute__((aligned(8)));
-
 /* The user-visible register layout (asm/ptrace.h), as perf_event and uprobe programs see it in
  * their ctx and as bpf_task_pt_regs() begins, with what the programs read of it by name:
- * REGS_USER (the registers are of user mode), REGS_IP, REGS_SP, REGS_FP, REGS_ARG(r, n) (a
- * function's n-th integer argument at its entry, n < 4) and REGS_RET (its return value). */
+ * REGS_USER (the registers are of user mode), REGS_IP, REGS_SP, REGS_FP, REGS_LR (aarch64
+ * only), REGS_ARG(r, n) (a function's n-th integer argument at its entry, n < 4) and REGS_RET
+ * (its return value). */
 #if defined(__TARGET_ARCH_x86)
 struct pt_regs {
 	unsigned long r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
@@ -93,6 +89,8 @@ struct pt_regs {
 #define REGS_IP(r) ((r)->pc)
 #define REGS_SP(r) ((r)->sp)
 #define REGS_FP(r) ((r)->regs[29])
+/* The link register, where a leaf's return address stays (aarch64 only). */
+#define REGS_LR(r) ((r)->regs[30])
 #define REGS_ARG(r, n) ((r)->regs[n])
 #define REGS_RET(r) ((r)->regs[0])
 #else

@@ -233,15 +233,19 @@ static __always_inline void request_tables(__u32 pid)
 }
 
 /* Word-wise FNV-1a: stacks differ in whole addresses, and a 62-bit key makes a collision
- * between two stacks of one run unlikely enough to ignore. */
-static __always_inline __s64 stack_hash(struct user_stack *st, __u32 len)
+ * between two stacks of one run unlikely enough to ignore. A global function with a plain
+ * bounded loop: checked once, and loadable by kernels without bpf_for (before 6.4). */
+__noinline __s64 stack_hash(struct user_stack *st, __u32 len)
 {
-	__u64 h = 0xcbf29ce484222325ULL ^ st->end;
+	__u64 h;
 	int i;
 
-	bpf_for(i, 0, len)
-	{
-		if (i >= MAX_USER_FRAMES)
+	if (!st)
+		return 0;
+	h = 0xcbf29ce484222325ULL ^ st->end;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < MAX_USER_FRAMES; i++) {
+		if (i >= len)
 			break;
 		h ^= st->ips[i];
 		h *= 0x100000001b3ULL;
@@ -263,12 +267,18 @@ static __always_inline void user_regs(struct pt_regs *regs, struct task_struct *
 		out->ip = REGS_IP(regs);
 		out->sp = REGS_SP(regs);
 		out->bp = REGS_FP(regs);
+#ifdef REGS_LR
+		out->lr = REGS_LR(regs);
+#endif
 		return;
 	}
 	saved = (struct pt_regs *)bpf_task_pt_regs(task);
 	bpf_probe_read_kernel(&out->ip, sizeof(out->ip), &REGS_IP(saved));
 	bpf_probe_read_kernel(&out->sp, sizeof(out->sp), &REGS_SP(saved));
 	bpf_probe_read_kernel(&out->bp, sizeof(out->bp), &REGS_FP(saved));
+#ifdef REGS_LR
+	bpf_probe_read_kernel(&out->lr, sizeof(out->lr), &REGS_LR(saved));
+#endif
 }
 
 /* Unwinds the current task's user stack and stores it; returns its id or an error. `ctx` is

@@ -8,15 +8,21 @@
  * Only code addresses leave this code (return addresses, and the interrupted pc saved in a
  * signal frame). Stack words are read with bpf_probe_read_user a window of 512 bytes at a time
  * into a per-CPU buffer that no one outside this program reads, and that the walk wipes
- * before it returns.
+ * before it returns (unwind_window.bpf.h).
  *
  * Each frame is one bpf_loop() callback (nested bounded loops exceed the verifier's 1M
  * instruction limit). A frame costs a search of the rows and, unless its words are in the
  * window already, a user-memory read: on a 6.18 VM one took about 100 ns, so the words of
  * several frames are read at once. The row search is a plain bounded loop in a global function
  * (verified once), as an open-coded bpf_for() iterator pays a kfunc call per step (140 ns a
- * frame where the loop takes about 40). The mapping search runs only when a frame leaves the
- * previous frame's file, so it stays a bpf_for() iterator. Needs kernel >= 6.4.
+ * frame where the loop takes about 40). The mapping search, run only when a frame leaves the
+ * previous frame's file, is one too. Needs bpf_loop (kernel >= 5.17); checked on 6.1 and 6.18.
+ *
+ * The rows are of the architecture the program is built for (the table's architecture field
+ * in user space says which); x86-64 and aarch64 share the walk and differ in the row kinds
+ * that say where the CFA, the return address and the frame pointer (rbp, x29) are. "sp" and
+ * "bp" below are rsp and rbp, or sp and x29; "lr" is aarch64's x30, where a leaf's return
+ * address still is.
  */
 #ifndef STACKSCOPE_UNWIND_BPF_H
 #define STACKSCOPE_UNWIND_BPF_H
@@ -33,8 +39,6 @@
  * the largest file profiled here, has 1.4 million). */
 #define UNWIND_ROW_SEARCH_STEPS 24
 #define UNWIND_MAPPING_SEARCH_STEPS 18
-/* Stack words read at once: a few frames of a Rust program, a dozen of C. */
-#define UNWIND_WINDOW_WORDS 64
 
 /* How unwind_user ended. */
 enum unwind_status {
@@ -62,17 +66,47 @@ enum unwind_row_kind {
 	/* CFA = rsp + 8 * ((aux >> 3) << 16 | (u16)cfa_offset), rbp saved at CFA - 8 * (aux & 7)
 	 * (0: unchanged): frames over 32 KiB. */
 	UNWIND_ROW_CFA_RSP_LARGE = 8,
+	/* aarch64: CFA = sp + cfa_offset (9) or x29 + cfa_offset (10); x30 saved at
+	 * CFA + 8 * aux, or still in lr when aux is 0; x29 unchanged. */
+	UNWIND_ROW_A64_CFA_SP = 9,
+	UNWIND_ROW_A64_CFA_FP = 10,
+	/* aarch64: as 9 and 10, with the frame record (x29, then x30) saved at CFA + 8 * aux. */
+	UNWIND_ROW_A64_CFA_SP_RECORD = 11,
+	UNWIND_ROW_A64_CFA_FP_RECORD = 12,
+	/* aarch64: CFA = sp + cfa_offset; x30 (13) or the frame record (14) saved at
+	 * sp + 8 * (u8)aux: GCC's saved registers at the bottom of a frame over 1 KiB. 15 and
+	 * 16 are the same from x29. */
+	UNWIND_ROW_A64_CFA_SP_LOW = 13,
+	UNWIND_ROW_A64_CFA_SP_LOW_RECORD = 14,
+	UNWIND_ROW_A64_CFA_FP_LOW = 15,
+	UNWIND_ROW_A64_CFA_FP_LOW_RECORD = 16,
 };
+
+/* The bits of a user return address that are address: on aarch64 the rest is the pointer
+ * authentication code of signed return addresses (set by user space to the host walk's
+ * mask); all ones on x86-64. */
+const volatile __u64 unwind_code_mask = ~0ULL;
 
 /* Where the kernel saved the interrupted registers, from sp at the signal trampoline (the
  * ucontext of struct rt_sigframe): uc_mcontext is at 40, and in it rbp, rsp, rip at 80,
  * 120, 128 (uapi asm/sigcontext.h, struct sigcontext_64). */
+#if defined(__TARGET_ARCH_arm64)
+/* aarch64 (uapi asm/sigcontext.h, asm/ucontext.h): siginfo (128 bytes), then the ucontext,
+ * whose uc_mcontext (at 176) is a struct sigcontext: fault_address, regs[31], sp, pc. */
+#define UNWIND_SIGNAL_REGS (128 + 176 + 8)
+#define UNWIND_SIGNAL_RBP (UNWIND_SIGNAL_REGS + 29 * 8)
+#define UNWIND_SIGNAL_LR (UNWIND_SIGNAL_REGS + 30 * 8)
+#define UNWIND_SIGNAL_RSP (UNWIND_SIGNAL_REGS + 31 * 8)
+#define UNWIND_SIGNAL_RIP (UNWIND_SIGNAL_REGS + 32 * 8)
+#else
 #define UNWIND_SIGNAL_RBP (40 + 80)
 #define UNWIND_SIGNAL_RSP (40 + 120)
 #define UNWIND_SIGNAL_RIP (40 + 128)
+#endif
 
+/* The user registers a walk starts from; lr is aarch64's only (0 on x86-64). */
 struct unwind_regs {
-	__u64 ip, sp, bp;
+	__u64 ip, sp, bp, lr;
 };
 
 /* One row, valid from file address `addr` to the next row. For CFA_RSP/CFA_RBP, aux != 0
@@ -133,70 +167,12 @@ struct {
 	__uint(max_entries, UNWIND_MAX_PROCS);
 } unwind_procs SEC(".maps");
 
-/* Stack memory read ahead of the walk, one per CPU: callers' frames lie above their callees'. */
-struct unwind_window {
-	__u64 words[UNWIND_WINDOW_WORDS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, struct unwind_window);
-	__uint(max_entries, 1);
-} unwind_window SEC(".maps");
-
-/* The window holds the stack words of user addresses [start, end). */
-struct unwind_cursor {
-	__u64 start, end;
-};
-
-/*
- * Reads the user stack word at addr, from the window or into it; 0 on success, and on
- * failure *out is 0. A global function: the verifier checks it once, not at every call with
- * every state of the walk (inlined at each call, it took the program past 1M instructions).
- */
-__noinline long unwind_read(struct unwind_cursor *c, __u64 addr, __u64 *out)
-{
-	__u32 zero = 0;
-	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
-	__u64 index;
-
-	if (!c || !out)
-		return -1;
-	*out = 0;
-	if (!win)
-		return -1;
-	index = (addr - c->start) / 8;
-	if (addr >= c->start && addr < c->end && !(addr & 7) && index < UNWIND_WINDOW_WORDS) {
-		*out = win->words[index];
-		return 0;
-	}
-	/* A failed read clears the buffer: the window is empty until one succeeds. */
-	c->end = 0;
-	if (!(addr & 7) && !bpf_probe_read_user(win->words, sizeof(win->words), (void *)addr)) {
-		c->start = addr;
-		c->end = addr + sizeof(win->words);
-		*out = win->words[0];
-		return 0;
-	}
-	/* Near the top of the stack a whole window runs past its end: one word then. */
-	return bpf_probe_read_user(out, sizeof(*out), (void *)addr);
-}
-
-/* Empties the window, so that no stack memory outlives the walk. */
-static __always_inline void unwind_wipe(struct unwind_cursor *c)
-{
-	__u32 zero = 0;
-	struct unwind_window *win = bpf_map_lookup_elem(&unwind_window, &zero);
-
-	if (win && c->end)
-		__builtin_memset(win->words, 0, sizeof(win->words));
-	c->end = 0;
-}
+#include "unwind_window.bpf.h"
 
 /* The walk's state, shared by the bpf_loop callbacks. */
 struct unwind_state {
-	__u64 ip, sp, bp;
+	/* lr holds a return address only while exact_ip is set. */
+	__u64 ip, sp, bp, lr;
 	__u64 *ips;
 	__u32 first, count;
 	/* Frames written; only written by the steps, read at the end. */
@@ -211,34 +187,38 @@ struct unwind_state {
 	struct unwind_cursor window;
 };
 
-/* The mapping of this process holding pc, or NULL. */
-static __always_inline struct unwind_mapping *unwind_find_mapping(__u32 first, __u32 count,
-								  __u64 pc)
+/*
+ * The index in unwind_mappings of this process's mapping holding pc, or -1. A global function
+ * with a plain bounded loop, as the row search: checked once by the verifier, and loadable by
+ * kernels without bpf_for (before 6.4).
+ */
+__noinline __s64 unwind_mapping_index(__u32 first, __u32 count, __u64 pc)
 {
 	struct unwind_mapping *m;
 	__u32 lo = first, hi = first + count, mid;
 	int i;
 
 	/* The first mapping whose start is above pc, then one back. */
-	bpf_for(i, 0, UNWIND_MAPPING_SEARCH_STEPS) {
+#pragma clang loop unroll(disable)
+	for (i = 0; i < UNWIND_MAPPING_SEARCH_STEPS; i++) {
 		if (lo >= hi)
 			break;
 		mid = lo + (hi - lo) / 2;
 		m = bpf_map_lookup_elem(&unwind_mappings, &mid);
 		if (!m)
-			return NULL;
+			return -1;
 		if (m->start <= pc)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo != hi || lo == first)
-		return NULL;
+		return -1;
 	mid = lo - 1;
 	m = bpf_map_lookup_elem(&unwind_mappings, &mid);
 	if (!m || pc >= m->end)
-		return NULL;
-	return m;
+		return -1;
+	return mid;
 }
 
 /*
@@ -280,13 +260,138 @@ __noinline __s64 unwind_row_rule(__u32 table, __u32 count, __u64 addr)
 	return (__u16)r->cfa_offset | (__u32)r->kind << 16 | (__u32)(__u8)r->aux << 24;
 }
 
+/* Where a frame's caller's registers are: the CFA, and the slots of the return address and of
+ * the frame pointer in words from it (fp_slot 0: unchanged; ra_slot 0: still in lr). */
+struct unwind_frame {
+	__u64 cfa;
+	__s32 ra_slot, fp_slot;
+};
+
+/* Reads the frame of s->ip from its row (kind, cfa_offset, aux); -1 to go on, else the enum
+ * unwind_status to stop with. */
+static __always_inline int unwind_frame_of(struct unwind_state *s, __u8 kind, __s16 cfa_offset,
+					   __s8 aux, struct unwind_frame *f)
+{
+	__u64 sp = s->sp, bp = s->bp;
+
+	f->ra_slot = -1;
+	f->fp_slot = aux;
+	switch (kind) {
+	case UNWIND_ROW_STOP:
+		return UNWIND_COMPLETE;
+	case UNWIND_ROW_CFA_RSP:
+		f->cfa = sp + cfa_offset;
+		return -1;
+	case UNWIND_ROW_CFA_RBP:
+		f->cfa = bp + cfa_offset;
+		return -1;
+	case UNWIND_ROW_CFA_RSP_LARGE:
+		f->cfa = sp + ((__u64)((__u8)aux >> 3) << 16 | (__u16)cfa_offset) * 8;
+		f->fp_slot = -(__s8)((__u8)aux & 7);
+		return -1;
+	case UNWIND_ROW_CFA_DEREF_RSP:
+		if (unwind_read(&s->window, sp + cfa_offset, &f->cfa))
+			return UNWIND_BROKEN;
+		f->cfa += 8;
+		return -1;
+	case UNWIND_ROW_PLT:
+		f->cfa = sp + cfa_offset + ((s->ip & 15) >= (__u64)aux ? 8 : 0);
+		f->fp_slot = 0;
+		return -1;
+	case UNWIND_ROW_A64_CFA_SP:
+	case UNWIND_ROW_A64_CFA_FP:
+		f->cfa = (kind == UNWIND_ROW_A64_CFA_SP ? sp : bp) + cfa_offset;
+		f->ra_slot = aux;
+		f->fp_slot = 0;
+		return -1;
+	case UNWIND_ROW_A64_CFA_SP_RECORD:
+	case UNWIND_ROW_A64_CFA_FP_RECORD:
+		f->cfa = (kind == UNWIND_ROW_A64_CFA_SP_RECORD ? sp : bp) + cfa_offset;
+		f->ra_slot = aux + 1;
+		return -1;
+	case UNWIND_ROW_A64_CFA_SP_LOW:
+	case UNWIND_ROW_A64_CFA_SP_LOW_RECORD:
+	case UNWIND_ROW_A64_CFA_FP_LOW:
+	case UNWIND_ROW_A64_CFA_FP_LOW_RECORD:
+		/* base + 8 * aux as words from the CFA (base + cfa_offset): aux - cfa_offset / 8,
+		 * cfa_offset being positive and a multiple of 8 here. */
+		f->cfa = (kind <= UNWIND_ROW_A64_CFA_SP_LOW_RECORD ? sp : bp) + cfa_offset;
+		f->fp_slot = (__s32)(__u8)aux - (__s32)((__u16)cfa_offset / 8);
+		f->ra_slot = f->fp_slot;
+		if (kind == UNWIND_ROW_A64_CFA_SP_LOW_RECORD || kind == UNWIND_ROW_A64_CFA_FP_LOW_RECORD)
+			f->ra_slot += 1;
+		else
+			f->fp_slot = 0;
+		return -1;
+	default:
+		/* Frame pointers: [bp] = caller's bp, [bp + 8] = return address (a frame record
+		 * on aarch64). */
+		if (bp == 0)
+			return UNWIND_COMPLETE;
+		if (bp < sp || (bp & 7))
+			return UNWIND_BROKEN;
+		f->cfa = bp + 16;
+		f->fp_slot = -2;
+		return -1;
+	}
+}
+
+/* Below a signal trampoline: the interrupted registers from the frame the kernel saved at sp.
+ * 1 = stop. */
+static __always_inline long unwind_signal(struct unwind_state *s, __u64 n)
+{
+	__u64 ra = 0, cfa = 0, saved_bp = 0, lr = 0;
+
+	/* The interrupted code may run on another stack (sigaltstack): no ordering check. */
+	if (unwind_read(&s->window, s->sp + UNWIND_SIGNAL_RIP, &ra) ||
+	    unwind_read(&s->window, s->sp + UNWIND_SIGNAL_RSP, &cfa) ||
+	    unwind_read(&s->window, s->sp + UNWIND_SIGNAL_RBP, &saved_bp) ||
+#ifdef UNWIND_SIGNAL_LR
+	    unwind_read(&s->window, s->sp + UNWIND_SIGNAL_LR, &lr) ||
+#endif
+	    ra == 0) {
+		s->status = UNWIND_BROKEN;
+		return 1;
+	}
+	s->ips[n] = ra;
+	s->n = n + 1;
+	s->ip = ra;
+	s->sp = cfa;
+	s->bp = saved_bp;
+	s->lr = lr;
+	s->exact_ip = 1;
+	return 0;
+}
+
+/* The packed rule (as unwind_row_rule's) of the row covering pc, through the mapping holding
+ * it (kept in s->last for the next frames); -1 where none does. */
+static __always_inline __s64 unwind_rule_at(struct unwind_state *s, __u64 pc)
+{
+	struct unwind_mapping *m;
+	__s64 mapping;
+	__u32 key;
+
+	if (pc < s->last.start || pc >= s->last.end) {
+		mapping = unwind_mapping_index(s->first, s->count, pc);
+		key = mapping;
+		m = mapping >= 0 ? bpf_map_lookup_elem(&unwind_mappings, &key) : NULL;
+		if (m)
+			s->last = *m;
+	}
+	/* A pc in no mapping known (JIT code mapped since the maps were read) has no rows: its
+	 * frame pointer leads on, as perf's unwinder does. */
+	if (pc >= s->last.start && pc < s->last.end && s->last.row_count)
+		return unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
+	return -1;
+}
+
 /* One frame: finds the caller of s->ip and appends its return address. 1 = stop. */
 static long unwind_step(__u64 index, void *data)
 {
 	struct unwind_state *s = data;
-	struct unwind_mapping *m;
+	struct unwind_frame f = {};
 	__s64 rule;
-	__u64 pc = s->ip, sp = s->sp, bp = s->bp, cfa, ra = 0, saved_bp = bp;
+	__u64 pc = s->ip, ra = 0, saved_bp = s->bp;
 	/* Each step appends one frame or stops, so the frames so far are index + 1. Counting
 	 * with the loop index, not a counter in s, keeps the verifier from seeing a new
 	 * constant every round. */
@@ -294,6 +399,7 @@ static long unwind_step(__u64 index, void *data)
 	__u8 kind = UNWIND_ROW_END;
 	__s16 cfa_offset = 0;
 	__s8 aux = 0;
+	int stop;
 
 	if (n >= s->max || n >= UNWIND_MAX_FRAMES) {
 		s->status = UNWIND_TRUNCATED;
@@ -302,90 +408,43 @@ static long unwind_step(__u64 index, void *data)
 	/* A return address points after its call, maybe past the end of the caller's code. */
 	if (!s->exact_ip)
 		pc -= 1;
-	if (pc < s->last.start || pc >= s->last.end) {
-		m = unwind_find_mapping(s->first, s->count, pc);
-		if (m)
-			s->last = *m;
+	rule = unwind_rule_at(s, pc);
+	if (rule >= 0) {
+		cfa_offset = (__s16)(rule & 0xffff);
+		kind = (rule >> 16) & 0xff;
+		aux = (__s8)((rule >> 24) & 0xff);
 	}
-	/* A pc in no mapping known (JIT code mapped since the maps were read) has no rows: its
-	 * frame pointer leads on, as perf's unwinder does. */
-	if (pc >= s->last.start && pc < s->last.end && s->last.row_count) {
-		rule = unwind_row_rule(s->last.table, s->last.row_count, pc - s->last.bias);
-		if (rule >= 0) {
-			cfa_offset = (__s16)(rule & 0xffff);
-			kind = (rule >> 16) & 0xff;
-			aux = (__s8)((rule >> 24) & 0xff);
-		}
-	}
-
-	switch (kind) {
-	case UNWIND_ROW_SIGNAL:
-		/* The interrupted code may run on another stack (sigaltstack): no ordering check. */
-		if (unwind_read(&s->window, sp + UNWIND_SIGNAL_RIP, &ra) ||
-		    unwind_read(&s->window, sp + UNWIND_SIGNAL_RSP, &cfa) ||
-		    unwind_read(&s->window, sp + UNWIND_SIGNAL_RBP, &saved_bp) ||
-		    ra == 0) {
-			s->status = UNWIND_BROKEN;
-			return 1;
-		}
-		s->ips[n] = ra;
-		s->n = n + 1;
-		s->ip = ra;
-		s->sp = cfa;
-		s->bp = saved_bp;
-		s->exact_ip = 1;
-		return 0;
-	case UNWIND_ROW_STOP:
-		s->status = UNWIND_COMPLETE;
+	if (kind == UNWIND_ROW_SIGNAL)
+		return unwind_signal(s, n);
+	stop = unwind_frame_of(s, kind, cfa_offset, aux, &f);
+	if (stop >= 0) {
+		s->status = stop;
 		return 1;
-	case UNWIND_ROW_CFA_RSP:
-		cfa = sp + cfa_offset;
-		break;
-	case UNWIND_ROW_CFA_RBP:
-		cfa = bp + cfa_offset;
-		break;
-	case UNWIND_ROW_CFA_RSP_LARGE:
-		cfa = sp + ((__u64)((__u8)aux >> 3) << 16 | (__u16)cfa_offset) * 8;
-		aux = -(__s8)((__u8)aux & 7);
-		break;
-	case UNWIND_ROW_CFA_DEREF_RSP:
-		if (unwind_read(&s->window, sp + cfa_offset, &cfa)) {
-			s->status = UNWIND_BROKEN;
-			return 1;
-		}
-		cfa += 8;
-		break;
-	case UNWIND_ROW_PLT:
-		cfa = sp + cfa_offset + ((s->ip & 15) >= (__u64)aux ? 8 : 0);
-		aux = 0;
-		break;
-	default:
-		/* Frame pointers: [rbp] = caller's rbp, [rbp + 8] = return address. */
-		if (bp == 0) {
-			s->status = UNWIND_COMPLETE;
-			return 1;
-		}
-		if (bp < sp || (bp & 7)) {
-			s->status = UNWIND_BROKEN;
-			return 1;
-		}
-		cfa = bp + 16;
-		aux = -2;
-		break;
 	}
-	/* Every frame pops at least its return address: this also ends any cycle. */
-	if (cfa <= sp) {
+	/* Every frame pops at least its return address: this also ends any cycle. Only an
+	 * interrupted frame whose return address is still in lr may have no stack frame (an
+	 * aarch64 leaf); lr is then used up. */
+	if (f.cfa < s->sp || (f.cfa == s->sp && f.ra_slot)) {
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
-	if (unwind_read(&s->window, cfa - 8, &ra)) {
+	if (!f.ra_slot) {
+		if (!s->exact_ip) {
+			s->status = UNWIND_BROKEN;
+			return 1;
+		}
+		ra = s->lr;
+	} else if (unwind_read(&s->window, f.cfa + (__s64)f.ra_slot * 8, &ra)) {
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
-	if (aux && unwind_read(&s->window, cfa + aux * 8, &saved_bp)) {
+	if (f.fp_slot && unwind_read(&s->window, f.cfa + (__s64)f.fp_slot * 8, &saved_bp)) {
 		s->status = UNWIND_BROKEN;
 		return 1;
 	}
+	/* A signed return address (aarch64 pointer authentication) loses its code. */
+	if (!(ra & (1ULL << 55)))
+		ra &= unwind_code_mask;
 	if (ra == 0) {
 		s->status = UNWIND_COMPLETE;
 		return 1;
@@ -393,7 +452,7 @@ static long unwind_step(__u64 index, void *data)
 	s->ips[n] = ra;
 	s->n = n + 1;
 	s->ip = ra;
-	s->sp = cfa;
+	s->sp = f.cfa;
 	s->bp = saved_bp;
 	s->exact_ip = 0;
 	return 0;
@@ -422,6 +481,7 @@ static __always_inline int unwind_user(struct unwind_regs *regs, __u32 tgid, __u
 	s.ip = regs->ip;
 	s.sp = regs->sp;
 	s.bp = regs->bp;
+	s.lr = regs->lr;
 	s.ips = ips;
 	s.first = proc->first;
 	s.count = proc->count;

@@ -1,6 +1,7 @@
 //! Runs the CFI program of every FDE with gimli and folds the resulting rows into one sorted
 //! table: FDEs sorted by address, an `End` row wherever one FDE stops short of the next,
-//! redundant rows (same rule as the row before) dropped.
+//! redundant rows (same rule as the row before) dropped. Each architecture's registers and
+//! rules are turned into its own row kinds; the rest is shared.
 
 use std::ops::Range;
 
@@ -9,6 +10,8 @@ use gimli::{
     RegisterRule, UnwindContext, UnwindSection, UnwindTableRow,
 };
 
+use stackscope_stacks::arch::Arch;
+
 use super::{Row, RowKind, TableStats, UnwindTable};
 
 type Reader<'a> = EndianSlice<'a, LittleEndian>;
@@ -16,6 +19,10 @@ type Reader<'a> = EndianSlice<'a, LittleEndian>;
 const RBP: Register = Register(6);
 const RSP: Register = Register(7);
 const RA: Register = Register(16);
+/// aarch64's frame pointer, link register (the return address column) and stack pointer.
+const X29: Register = Register(29);
+const X30: Register = Register(30);
+const SP: Register = Register(31);
 
 /// DWARF opcodes of the expressions recognised.
 const DW_OP_BREG7: u8 = 0x77;
@@ -32,6 +39,8 @@ const DW_OP_PLUS_UCONST: u8 = 0x23;
 
 /// The sections a table is built from.
 pub(super) struct Sections<'a> {
+    /// The file's architecture: which registers and row kinds.
+    pub arch: Arch,
     /// `.eh_frame` bytes and stated address.
     pub eh_frame: Option<(&'a [u8], u64)>,
     pub text_svma: Option<u64>,
@@ -42,7 +51,12 @@ pub(super) struct Sections<'a> {
 /// `-fno-asynchronous-unwind-tables -g` has its own functions in `.debug_frame` and only the
 /// C runtime's in `.eh_frame`. Where both describe a function, `.eh_frame` wins.
 pub(super) fn build(sections: Sections) -> UnwindTable {
-    let mut fdes = Fdes::default();
+    let mut fdes = Fdes {
+        arch: sections.arch,
+        scratch: Vec::new(),
+        fdes: Vec::new(),
+        stats: TableStats::default(),
+    };
     if let Some((data, svma)) = sections.eh_frame {
         let section = EhFrame::new(data, LittleEndian);
         let mut bases = BaseAddresses::default().set_eh_frame(svma);
@@ -68,8 +82,8 @@ struct Fde {
 }
 
 /// The rows of every FDE, in section order.
-#[derive(Default)]
 struct Fdes {
+    arch: Arch,
     scratch: Vec<Row>,
     fdes: Vec<Fde>,
     stats: TableStats,
@@ -84,6 +98,7 @@ impl Fdes {
     ) {
         let stats = &mut self.stats;
         let scratch = &mut self.scratch;
+        let (arch, ra) = (self.arch, return_address_register(self.arch));
         let mut ctx = Box::new(UnwindContext::new());
         let mut entries = section.entries(bases);
         // A malformed entry ends the walk: its length cannot be trusted to find the next one.
@@ -100,7 +115,7 @@ impl Fdes {
                 stats.skipped_fdes += 1;
                 continue;
             }
-            let ra_register_ok = fde.cie().return_address_register() == RA;
+            let ra_register_ok = fde.cie().return_address_register() == ra;
             let signal = fde.is_signal_trampoline();
             let first = scratch.len();
             let Ok(mut table) = fde.rows(section, bases, &mut ctx) else {
@@ -110,7 +125,10 @@ impl Fdes {
             let complete = loop {
                 match table.next_row() {
                     Ok(Some(row)) => {
-                        let mut r = convert(row, section);
+                        let mut r = match arch {
+                            Arch::Aarch64 => convert_aarch64(row),
+                            _ => convert(row, section),
+                        };
                         if signal {
                             r = Row {
                                 kind: RowKind::Signal,
@@ -167,7 +185,11 @@ impl Fdes {
             .iter()
             .filter(|r| r.kind == RowKind::Unsupported)
             .count();
-        UnwindTable { rows, stats }
+        UnwindTable {
+            arch: self.arch,
+            rows,
+            stats,
+        }
     }
 }
 
@@ -204,7 +226,80 @@ fn unsupported(addr: u32) -> Row {
     }
 }
 
-/// One gimli row as a compact row.
+/// The column of the return address in `arch`'s CFI.
+fn return_address_register(arch: Arch) -> Register {
+    match arch {
+        Arch::Aarch64 => X30,
+        _ => RA,
+    }
+}
+
+/// One gimli row of an aarch64 file as a compact row: the CFA from sp or x29, x30 saved in
+/// a slot (or unchanged: a leaf, a prologue), x29 unchanged or saved just below x30.
+fn convert_aarch64(row: &UnwindTableRow<usize>) -> Row {
+    let addr = row.start_address() as u32;
+    // A register's slot in bytes from the CFA: `Some(None)` when it still holds its value.
+    let slot = |reg| match row.register(reg) {
+        None | Some(RegisterRule::SameValue) => Some(None),
+        Some(RegisterRule::Offset(off)) if off % 8 == 0 && off < 0 => Some(Some(off)),
+        _ => None,
+    };
+    if row.register(X30) == Some(RegisterRule::Undefined) {
+        return Row {
+            kind: RowKind::Stop,
+            ..unsupported(addr)
+        };
+    }
+    let (CfaRule::RegisterAndOffset { register, offset }, Some(ra), Some(fp)) =
+        (row.cfa(), slot(X30), slot(X29))
+    else {
+        return unsupported(addr);
+    };
+    let (Ok(cfa_offset), on_sp) = (i16::try_from(*offset), *register == SP) else {
+        return unsupported(addr);
+    };
+    if !on_sp && *register != X29 {
+        return unsupported(addr);
+    }
+    // x29 is kept only as the lower word of a frame record.
+    let record = match (ra, fp) {
+        (_, None) => false,
+        (Some(ra), Some(fp)) if fp + 8 == ra => true,
+        _ => return unsupported(addr),
+    };
+    // The slot named: x29's in a record, else x30's (none: x30 holds the return address).
+    let named = if record { fp } else { ra };
+    let near = named.map_or(Some(0), |off| i8::try_from(off / 8).ok());
+    let (kind, aux) = match (near, on_sp, record) {
+        (Some(aux), true, false) => (RowKind::CfaSpA64, aux),
+        (Some(aux), false, false) => (RowKind::CfaFpA64, aux),
+        (Some(aux), true, true) => (RowKind::CfaSpRecordA64, aux),
+        (Some(aux), false, true) => (RowKind::CfaFpRecordA64, aux),
+        (None, _, _) if cfa_offset % 8 == 0 => {
+            // Far below the CFA: counted up from the CFA's base register instead.
+            let from_base = named.map(|off| (i64::from(cfa_offset) + off) / 8);
+            let Some(Ok(words)) = from_base.map(u8::try_from) else {
+                return unsupported(addr);
+            };
+            let kind = match (on_sp, record) {
+                (true, false) => RowKind::CfaSpLowA64,
+                (true, true) => RowKind::CfaSpLowRecordA64,
+                (false, false) => RowKind::CfaFpLowA64,
+                (false, true) => RowKind::CfaFpLowRecordA64,
+            };
+            (kind, words as i8)
+        }
+        (None, _, _) => return unsupported(addr),
+    };
+    Row {
+        addr,
+        cfa_offset,
+        kind,
+        aux,
+    }
+}
+
+/// One gimli row of an x86-64 file as a compact row.
 fn convert<'a, S: UnwindSection<Reader<'a>>>(row: &UnwindTableRow<usize>, section: &S) -> Row {
     // FDE addresses were checked to fit 32 bits.
     let addr = row.start_address() as u32;

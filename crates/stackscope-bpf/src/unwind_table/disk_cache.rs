@@ -11,13 +11,18 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use stackscope_stacks::arch::Arch;
+
 use super::{Row, RowKind, TableStats, UnwindTable};
 
 /// What the whole cache may hold; past it the least recently written files are removed.
 pub const MAX_BYTES: u64 = 512 << 20;
 
 /// First bytes of a cache file: the format (rows of 8 bytes as [`Row`], this header).
-const MAGIC: &[u8; 8] = b"SSUNWT02";
+const MAGIC: &[u8; 8] = b"SSUNWT03";
+
+/// The architectures a table can be of, by their number in a cache file.
+const ARCHES: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
 
 /// The cache directory, from the environment; `None` without a home.
 pub fn dir_from_env() -> Option<PathBuf> {
@@ -87,6 +92,11 @@ fn encode(table: &UnwindTable, build_id: &[u8], size: u64) -> Vec<u8> {
     out.extend_from_slice(&(build_id.len() as u64).to_le_bytes());
     out.extend_from_slice(build_id);
     out.extend_from_slice(&size.to_le_bytes());
+    let arch = ARCHES
+        .iter()
+        .position(|a| *a == table.arch)
+        .unwrap_or(usize::MAX);
+    out.extend_from_slice(&(arch as u64).to_le_bytes());
     let s = table.stats;
     for n in [
         s.fdes,
@@ -137,6 +147,7 @@ fn decode(bytes: &[u8], build_id: &[u8], size: u64) -> Option<UnwindTable> {
     if r.take(id_len)? != build_id || r.u64()? != size {
         return None;
     }
+    let arch = *ARCHES.get(r.count()?)?;
     let stats = TableStats {
         fdes: r.count()?,
         skipped_fdes: r.count()?,
@@ -159,24 +170,11 @@ fn decode(bytes: &[u8], build_id: &[u8], size: u64) -> Option<UnwindTable> {
             })
         })
         .collect::<Option<Vec<_>>>()?;
-    Some(UnwindTable { rows, stats })
+    Some(UnwindTable { arch, rows, stats })
 }
 
 fn row_kind(byte: u8) -> Option<RowKind> {
-    use RowKind::*;
-    [
-        End,
-        CfaRsp,
-        CfaRbp,
-        Plt,
-        Stop,
-        Unsupported,
-        Signal,
-        CfaDerefRsp,
-        CfaRspLarge,
-    ]
-    .into_iter()
-    .find(|k| *k as u8 == byte)
+    RowKind::ALL.into_iter().find(|k| *k as u8 == byte)
 }
 
 /// Removes the least recently written files until the cache holds at most `max` bytes.
@@ -208,6 +206,10 @@ mod tests {
     use super::*;
 
     fn table() -> UnwindTable {
+        table_of(Arch::X86_64)
+    }
+
+    fn table_of(arch: Arch) -> UnwindTable {
         let row = |addr, kind, cfa_offset, aux| Row {
             addr,
             cfa_offset,
@@ -215,6 +217,7 @@ mod tests {
             aux,
         };
         UnwindTable {
+            arch,
             rows: vec![
                 row(0x1000, RowKind::CfaRsp, 8, 0),
                 row(0x1004, RowKind::CfaRbp, 16, -2),
@@ -238,8 +241,18 @@ mod tests {
         let back = load(dir.path(), b"\x01\x02", 4096).expect("cached");
         assert_eq!(back.rows, t.rows);
         assert_eq!(back.stats, t.stats);
+        assert_eq!(back.arch, Arch::X86_64);
         assert!(load(dir.path(), b"\x01\x03", 4096).is_none());
         assert!(load(dir.path(), b"\x01\x02", 4097).is_none());
+    }
+
+    #[test]
+    fn a_stored_table_keeps_its_architecture() {
+        let dir = tempfile::tempdir().unwrap();
+        store(dir.path(), b"\x0a", 64, &table_of(Arch::Aarch64));
+        let back = load(dir.path(), b"\x0a", 64).expect("cached");
+        assert_eq!(back.arch, Arch::Aarch64);
+        assert_eq!(back.rows, table_of(Arch::Aarch64).rows);
     }
 
     #[test]

@@ -54,14 +54,15 @@ fn libc_path() -> PathBuf {
 }
 
 /// One `.eh_frame` or `.debug_frame` FDE as readelf interprets it.
-struct ReadelfFde {
-    start: u64,
-    end: u64,
-    /// (address, CFA column, rbp column, ra column)
-    rows: Vec<(u64, String, Option<String>, String)>,
+pub(super) struct ReadelfFde {
+    pub start: u64,
+    pub end: u64,
+    /// (address, CFA column, frame pointer column, ra column)
+    pub rows: Vec<(u64, String, Option<String>, String)>,
 }
 
-fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
+/// The FDEs of `path`, with the column of the frame pointer named `fp` (`rbp`, `x29`).
+pub(super) fn readelf_fdes(path: &Path, fp: &str) -> Vec<ReadelfFde> {
     let out = Command::new("readelf")
         .arg("--debug-dump=frames-interp")
         .arg(path)
@@ -128,7 +129,7 @@ fn readelf_fdes(path: &Path) -> Vec<ReadelfFde> {
             fde.rows.push((
                 addr,
                 col("CFA").unwrap(),
-                col("rbp"),
+                col(fp),
                 col("ra").unwrap_or_else(|| "none".into()),
             ));
         }
@@ -153,9 +154,9 @@ fn expected_rule(cfa: &str, rbp: Option<&str>, ra: &str) -> Option<Rule> {
         },
     };
     let (base, offset) = if let Some(n) = cfa.strip_prefix("rsp+") {
-        (CfaBase::Rsp, n)
+        (CfaBase::Sp, n)
     } else if let Some(n) = cfa.strip_prefix("rbp+") {
-        (CfaBase::Rbp, n)
+        (CfaBase::Fp, n)
     } else if cfa == "exp" {
         // A PLT expression or something unsupported: told apart by the caller.
         return None;
@@ -165,14 +166,15 @@ fn expected_rule(cfa: &str, rbp: Option<&str>, ra: &str) -> Option<Rule> {
     Some(Rule::Cfa {
         base,
         offset: offset.parse().ok()?,
-        rbp_offset,
+        fp_offset: rbp_offset.map(i32::from),
+        ra_offset: Some(-8),
     })
 }
 
 /// Every row readelf prints must look up to the same rule in our table; every FDE end not
 /// covered by another FDE must look up to `End`. Returns how many `exp` CFA rows were PLT rows.
 fn assert_agrees_with_readelf(path: &Path, table: &UnwindTable) -> usize {
-    let fdes = readelf_fdes(path);
+    let fdes = readelf_fdes(path, "rbp");
     assert!(
         !fdes.is_empty(),
         "readelf shows no FDE in {}",
@@ -270,9 +272,10 @@ fn assert_leaf_on_rsp_and_start_stops(exe: &Path, table: &UnwindTable) {
     assert_eq!(
         table.lookup(symbol(exe, "leaf")).unwrap().rule(),
         Rule::Cfa {
-            base: CfaBase::Rsp,
+            base: CfaBase::Sp,
             offset: 8,
-            rbp_offset: None
+            fp_offset: None,
+            ra_offset: Some(-8)
         },
         "leaf's rule on entry"
     );
@@ -322,9 +325,10 @@ fn table_with_frame_pointers_agrees_with_readelf() {
     assert_eq!(
         body.rule(),
         Rule::Cfa {
-            base: CfaBase::Rbp,
+            base: CfaBase::Fp,
             offset: 16,
-            rbp_offset: Some(-16)
+            fp_offset: Some(-16),
+            ra_offset: Some(-8)
         }
     );
 }
