@@ -15,6 +15,7 @@ pub(crate) mod sampled;
 
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
@@ -24,7 +25,7 @@ use stackscope_process::kernel;
 use stackscope_process::target::{HeldChild, Target};
 use stackscope_profile::{CountUnit, Metadata};
 use stackscope_stacks::table::Live;
-use stackscope_stacks::{Hint, ProgramCost, Recording};
+use stackscope_stacks::{ProgramCost, Recording};
 
 use crate::error::BpfError;
 use crate::layout::Event;
@@ -245,32 +246,38 @@ fn record_with(
     let elapsed = started.elapsed();
     sampling.stop();
     counting.probes.stop();
-    let sampler_cost = timing.and_then(|_timing| program::sampler_cost(&skel));
+    let cost = program_cost(&skel, timing, verified_insns);
     let _ = ring.consume();
     handle_events(&mut events.borrow_mut(), &mut counting, config.user);
-    let follow_failed = counting.probes.follow_error.take();
+    let follow_hint = counting.probes.follow_hint();
     processes.release_all();
     let exit_status = child
         .as_mut()
         .and_then(|child| command::reap(child, interrupted));
 
-    let meta = metadata(&config, &plan, elapsed);
-    let cost = ProgramCost {
-        verified_insns,
-        ..sampler_cost.unwrap_or_default()
-    };
-    let end = (meta, ended, cost);
+    let end = (metadata(&config, &plan, elapsed), ended, cost);
     let lead = lead_in.and_then(|lead| lead.counted());
     let mut counted = collect::collect(&skel, &config, &mut processes, &plan, end, live, lead);
-    if let Some(e) = follow_failed {
-        let said = format!("the probes could not go into a process the target started ({e}): its calls are not counted");
-        counted.hints.push(Hint::Said(said));
-    }
+    counted.hints.extend(follow_hint);
     Ok(Recording {
         exit_status,
         interrupted,
         ..counted
     })
+}
+
+/// What the program cost: the instructions the verifier checked, and its runs' time when
+/// `timing` (the kernel's statistics, on while it counted) was had.
+fn program_cost(
+    skel: &ProfileSkel<'_>,
+    timing: Option<OwnedFd>,
+    verified_insns: Vec<(String, u32)>,
+) -> ProgramCost {
+    let sampler_cost = timing.and_then(|_timing| program::sampler_cost(skel));
+    ProgramCost {
+        verified_insns,
+        ..sampler_cost.unwrap_or_default()
+    }
 }
 
 /// Checks what `config` asks before anything starts: the CPUs to sample, the targets, and the

@@ -140,15 +140,7 @@ pub fn record_live(
     if sampler.child_pid().is_some() && sampler.exit_status().is_none() {
         sampler.end_child(interrupted);
     }
-    let meta = Metadata {
-        source: "perf_event".into(),
-        event: "cpu-clock".into(),
-        frequency_hz: options.sampler.frequency,
-        period: options.sampler.period,
-        duration_secs: elapsed.as_secs_f64(),
-        command: options.command.clone(),
-        ..Metadata::default()
-    };
+    let meta = metadata(&options, elapsed);
     let kernel_excluded = sampler.kernel_excluded();
     let recording = match handed_over && options.leave_unnamed {
         true => Recording {
@@ -163,4 +155,17 @@ pub fn record_live(
         failure: failure.map(|e| e.to_string()),
         ..recording
     })
+}
+
+/// The profile's metadata: what was sampled, how often, for how long.
+fn metadata(options: &RecordOptions, elapsed: Duration) -> Metadata {
+    Metadata {
+        source: "perf_event".into(),
+        event: "cpu-clock".into(),
+        frequency_hz: options.sampler.frequency,
+        period: options.sampler.period,
+        duration_secs: elapsed.as_secs_f64(),
+        command: options.command.clone(),
+        ..Metadata::default()
+    }
 }

@@ -123,22 +123,12 @@ fn alloc_counts_each_c_sites_bytes_and_calls_exactly_with_stacks_to_main() {
 
 #[test]
 fn a_child_the_command_starts_is_counted_exactly_from_its_start() {
-    // sh forks a child that execs the program (the `; true` keeps sh from exec'ing it
-    // itself): its probes go in at the fork, and it is held at its first library load until
-    // they are in, so not one of its allocations is missed.
+    // sh forks a child that execs the program: its probes go in at the fork, and it is held
+    // at its first library load until they are in, so not one of its allocations is missed.
     let dir = tempdir();
     let prog = workload("allocs");
     let (seed, calls) = varied();
-    let script = r#""$0" "$@"; true"#;
-    let command = [
-        os("sh"),
-        os("-c"),
-        os(script),
-        prog.as_os_str(),
-        os(&seed),
-        os(&calls),
-        os("0"),
-    ];
+    let command = in_a_child_of_sh(&[prog.as_os_str(), os(&seed), os(&calls), os("0")]);
     for memory in [&["--alloc"][..], &["--in-use"]] {
         let (run, profile) = record_json(dir.path(), memory, &command);
         let account = account(&run.stdout);

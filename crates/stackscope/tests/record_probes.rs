@@ -102,25 +102,21 @@ fn malloc_uprobe_counts_each_call_site_exactly() {
 
 #[test]
 fn a_uprobe_counts_a_child_the_command_starts_exactly() {
-    // sh forks a child that execs the program (the `; true` keeps sh from exec'ing it
-    // itself): a uprobe attached to sh alone would not see it.
+    // sh forks a child that execs the program: a uprobe attached to sh alone would not see it.
     let dir = tempdir();
     let prog = probes_program(dir.path());
     let (a, b) = (varied(1000), varied(2500) + 7);
     let (a_arg, b_arg) = (a.to_string(), b.to_string());
-    let script = r#""$0" "$@"; true"#;
-    let command = [
-        os("sh"),
-        os("-c"),
-        os(script),
+    let zero = os("0");
+    let command = in_a_child_of_sh(&[
         prog.as_os_str(),
         os(&a_arg),
         os(&b_arg),
-        os("0"),
-        os("0"),
-        os("0"),
-        os("0"),
-    ];
+        zero,
+        zero,
+        zero,
+        zero,
+    ]);
     let probe = format!("uprobe:{}:alloc_site_a", prog.display());
     let (run, profile) = record_json(dir.path(), &["--event", &probe], &command);
     let account = account(&run.stdout);

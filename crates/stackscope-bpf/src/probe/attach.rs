@@ -7,6 +7,8 @@ use libbpf_rs::{KprobeOpts, Link, TracepointCategory, TracepointOpts, UprobeOpts
 
 use super::alloc::{AllocKind, AllocSite};
 use super::{Plan, Resolved};
+use stackscope_stacks::Hint;
+
 use crate::error::BpfError;
 use crate::program::ProfileSkel;
 
@@ -19,7 +21,7 @@ pub(crate) struct Probes {
     /// them), each with its own links to the probes in user code.
     followed: HashMap<u32, Vec<Link>>,
     /// Why the probes could not go into a process started since, for one hint at the end.
-    pub follow_error: Option<String>,
+    follow_error: Option<String>,
     /// Counting has stopped: nothing more is attached.
     stopped: bool,
 }
@@ -73,6 +75,14 @@ impl Probes {
         }
     }
 
+    /// Why the probes could not go into a process the target started, once, as a hint.
+    pub fn follow_hint(&mut self) -> Option<Hint> {
+        let e = self.follow_error.take()?;
+        Some(Hint::Said(format!(
+            "the probes could not go into a process the target started ({e}): its calls are not counted"
+        )))
+    }
+
     /// A followed process exited: its probes go.
     pub fn forget(&mut self, pid: u32) {
         self.followed.remove(&pid);
@@ -86,6 +96,18 @@ impl Probes {
     }
 }
 
+/// Each probe of the plan with its cookie (its event index: 0 is the timer's) and what makes
+/// an attach error of it, named as written.
+fn each_probe(
+    plan: &Plan,
+) -> impl Iterator<Item = (u64, &Resolved, impl Fn(libbpf_rs::Error) -> BpfError + '_)> {
+    let names = &plan.names[1..];
+    (plan.probes.iter().zip(names).enumerate()).map(|(i, (probe, name))| {
+        let failed = move |e: libbpf_rs::Error| attach_error(name, e);
+        (i as u64 + 1, probe, failed)
+    })
+}
+
 /// Attaches the plan's uprobes, USDT probes and allocator entry points in process `pid` (-1:
 /// every process mapping their files).
 fn attach_in_process(
@@ -94,10 +116,7 @@ fn attach_in_process(
     pid: i32,
     links: &mut Vec<Link>,
 ) -> Result<(), BpfError> {
-    // names[0] is the timer's.
-    for (i, (probe, name)) in plan.probes.iter().zip(&plan.names[1..]).enumerate() {
-        let cookie = i as u64 + 1;
-        let failed = |e: libbpf_rs::Error| attach_error(name, e);
+    for (cookie, probe, failed) in each_probe(plan) {
         match probe {
             Resolved::Uprobe { path, func, ret } => {
                 let opts = UprobeOpts {
@@ -110,7 +129,7 @@ fn attach_in_process(
                     .progs
                     .on_probe
                     .attach_uprobe_with_opts(pid, path, 0, opts);
-                links.push(link.map_err(failed)?);
+                links.push(link.map_err(&failed)?);
             }
             Resolved::Usdt { path, sites } => {
                 for &(offset, semaphore) in sites {
@@ -125,7 +144,7 @@ fn attach_in_process(
                         offset as usize,
                         opts,
                     );
-                    links.push(link.map_err(failed)?);
+                    links.push(link.map_err(&failed)?);
                 }
             }
             Resolved::Kprobe { .. } | Resolved::Tracepoint { .. } => {}
@@ -143,9 +162,7 @@ fn attach_in_kernel(
     plan: &Plan,
     links: &mut Vec<Link>,
 ) -> Result<(), BpfError> {
-    for (i, (probe, name)) in plan.probes.iter().zip(&plan.names[1..]).enumerate() {
-        let cookie = i as u64 + 1;
-        let failed = |e: libbpf_rs::Error| attach_error(name, e);
+    for (cookie, probe, failed) in each_probe(plan) {
         match probe {
             Resolved::Kprobe { func, ret } => {
                 let opts = KprobeOpts {
@@ -156,7 +173,7 @@ fn attach_in_kernel(
                     .progs
                     .on_probe
                     .attach_kprobe_with_opts(*ret, func, opts);
-                links.push(link.map_err(failed)?);
+                links.push(link.map_err(&failed)?);
             }
             Resolved::Tracepoint { category, name } => {
                 let opts = TracepointOpts {
@@ -168,7 +185,7 @@ fn attach_in_kernel(
                     name,
                     opts,
                 );
-                links.push(link.map_err(failed)?);
+                links.push(link.map_err(&failed)?);
             }
             Resolved::Uprobe { .. } | Resolved::Usdt { .. } => {}
         }

@@ -885,3 +885,11 @@ pub fn gdb_stale_looks(run: &Run) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count of looks left out:\n{}", run.stderr))
 }
+
+/// `command` as the program of a child of sh: sh forks a child that execs it and waits for it
+/// (the `; true` keeps sh from exec'ing it itself), so it runs in a process the target started.
+pub fn in_a_child_of_sh<'a>(command: &[&'a OsStr]) -> Vec<&'a OsStr> {
+    let mut run = vec![os("sh"), os("-c"), os(r#""$0" "$@"; true"#)];
+    run.extend_from_slice(command);
+    run
+}
