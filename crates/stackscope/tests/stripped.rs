@@ -127,11 +127,14 @@ fn debug_info_only_under_a_build_id_directory() {
     assert_hot_functions_named(&profile, true);
 }
 
-/// The distinct leaf frames of `profile` in `module` that no symbol names.
+/// The distinct leaf frames of `profile` in `module` that no symbol names, in stacks through main.
 fn unnamed_leaves_in<'a>(profile: &'a Profile, module: &str) -> Vec<&'a Frame> {
     let mut leaves: Vec<&Frame> = profile
         .samples
         .iter()
+        // The workload's own samples, through main: a sample in the library's start-up or
+        // exit code (its constructors and destructors) is not what is asked about.
+        .filter(|s| profile.stack_frames(s.stack).any(|f| f.name == "main"))
         .filter_map(|s| profile.stack_frames(s.stack).last())
         .filter(|f| f.module.as_deref() == Some(module))
         .filter(|f| f.name.starts_with(&format!("{module}+0x")))
