@@ -44,9 +44,11 @@ pub(super) fn collect(
         None => {
             let mut counter = Counter::new(plan);
             counter.count(skel, config, processes, &counts, plan);
-            let thread = counter.namer();
             let lost = counter.lost();
-            let (profile, tally) = counter.table.into_profile(&mut symbolizer, meta, &thread);
+            let (profile, tally) =
+                counter
+                    .table
+                    .into_profile(&mut symbolizer, meta, &unnamed_thread);
             (profile, tally, lost, counts.len())
         }
     };

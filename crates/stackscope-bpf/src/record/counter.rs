@@ -4,10 +4,7 @@
 //! refreshes.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
-use stackscope_process::target;
-use stackscope_profile::Thread;
 use stackscope_stacks::table::{RawFrame, Sampled, StackTable};
 use stackscope_stacks::walk::{lookup_address, lookup_addresses, WalkEnd};
 
@@ -17,15 +14,10 @@ use crate::probe::Plan;
 use crate::processes::Processes;
 use crate::program::{self, ProfileSkel};
 
-/// Each (pid, tid)'s command name as the kernel saw it, shared with the naming thread of a
-/// live recording.
-type Comms = Arc<Mutex<HashMap<(u32, u32), String>>>;
-
 /// Counted keys turned into frames in a stack table, each stack id read once; a live
 /// recording counts into one across its refreshes, taking the table each time.
 pub(super) struct Counter {
     pub table: StackTable,
-    comms: Comms,
     read: ReadBack,
     markers: Vec<&'static str>,
 }
@@ -96,7 +88,6 @@ impl Counter {
     pub fn new(plan: &Plan) -> Counter {
         Counter {
             table: StackTable::default(),
-            comms: Comms::default(),
             read: ReadBack::default(),
             markers: event_markers(plan),
         }
@@ -117,14 +108,10 @@ impl Counter {
             self.read.user.clear();
         }
         let (table, read) = (&mut self.table, &mut self.read);
-        let mut comms = self.comms.lock().unwrap_or_else(|e| e.into_inner());
         let mut frames = Vec::new();
         let mut process_names = ProcessNames::new(counts);
         for (key, weight, objects) in counts {
             frames.clear();
-            comms
-                .entry((key.pid, key.tid))
-                .or_insert_with(|| key.comm.clone());
             let process = process_names.of(key, processes);
             if config.kernel {
                 read.kernel(skel, key.kernel_stack_id, &mut frames);
@@ -156,13 +143,6 @@ impl Counter {
             kernel_stored: self.read.kernel.values().filter(|s| s.is_some()).count() as u64,
             ..self.read.lost.clone()
         }
-    }
-
-    /// Names a sampled thread by the command names the kernel recorded (every count carries
-    /// its names, so the table asks this only of a count without).
-    pub fn namer(&self) -> impl Fn(u32, u32) -> Thread + Send + 'static {
-        let comms = self.comms.clone();
-        move |pid, tid| thread_of(&comms.lock().unwrap_or_else(|e| e.into_inner()), pid, tid)
     }
 }
 
@@ -237,26 +217,6 @@ impl ReadBack {
             }
         }
         WalkEnd::NoStack
-    }
-}
-
-/// A sampled thread, named by the command names the kernel recorded (for the process, its main
-/// thread's; else the one the process has now).
-fn thread_of(comms: &HashMap<(u32, u32), String>, pid: u32, tid: u32) -> Thread {
-    let comm = comms
-        .get(&(pid, tid))
-        .cloned()
-        .unwrap_or_else(|| format!("[pid {tid}]"));
-    let process_name = comms
-        .get(&(pid, pid))
-        .cloned()
-        .or_else(|| target::thread_comm(pid, pid))
-        .unwrap_or_else(|| comm.clone());
-    Thread {
-        pid,
-        tid,
-        comm,
-        process_name,
     }
 }
 

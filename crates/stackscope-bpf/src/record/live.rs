@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use stackscope_profile::{Metadata, Profile};
 use stackscope_stacks::table::{BackgroundFold, Live, Tally};
 
-use super::collect::weighed;
+use super::collect::{unnamed_thread, weighed};
 use super::counter::{Counter, Lost};
 use super::BpfConfig;
 use crate::error::BpfError;
@@ -34,7 +34,7 @@ impl LiveDrain {
     /// Starts the naming thread `live` observes.
     pub fn start(live: Live, plan: &Plan) -> Result<LiveDrain, BpfError> {
         let counter = Counter::new(plan);
-        let fold = BackgroundFold::start_live(counter.namer(), live.observe)
+        let fold = BackgroundFold::start_live(unnamed_thread, live.observe)
             .map_err(|e| BpfError::bpf("start the naming thread", e))?;
         Ok(LiveDrain {
             every: live.every,
