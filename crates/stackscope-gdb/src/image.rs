@@ -134,8 +134,12 @@ impl Image {
         self.loads.iter().find_map(|l| l.offset_of(vaddr))
     }
 
-    /// True when `addr` lies in a function of this file that its CFI does not describe.
+    /// True when `addr` lies in a function of this file that its CFI does not describe, or
+    /// in a file without CFI.
     pub fn lacks_cfi(&self, addr: u64) -> bool {
+        if self.unwind.is_none() {
+            return true;
+        }
         let svma = addr.wrapping_sub(self.bias);
         let i = self.without_cfi.partition_point(|f| f.start <= svma);
         i > 0 && self.without_cfi[i - 1].contains(&svma)

@@ -44,6 +44,9 @@ struct ProcessUnwinder {
     /// The address ranges the unwinder has tables for, sorted: other mapped code is walked
     /// by frame pointers alone.
     tabled: Vec<Range<u64>>,
+    /// The mapped files without tables, with their load bias: the walk reads the code at a
+    /// leaf there, whose return address may still be in a link register.
+    untabled: Vec<(Range<u64>, u64, Arc<ModuleFile>)>,
     /// The files the unwinder was built from: held so that the cache knows they are in use.
     _files: Vec<Arc<ModuleFile>>,
 }
@@ -182,6 +185,7 @@ impl ProcessUnwinders {
         let mut unwinder = arch::Unwinder::new(arch);
         let mut files: Vec<Arc<ModuleFile>> = Vec::new();
         let mut tabled = Vec::new();
+        let mut untabled = Vec::new();
         for m in maps.iter() {
             let file = if &*m.path == "[vdso]" {
                 own_vdso()
@@ -198,6 +202,9 @@ impl ProcessUnwinders {
             }
             if !file.has_unwind_info() {
                 self.without_unwind_info.insert(m.path.clone());
+                if let Some(bias) = file.bias(m) {
+                    untabled.push((m.start..m.end, bias, file));
+                }
                 continue;
             }
             // The file on disk was replaced since the process mapped it: its CFI would lie.
@@ -218,6 +225,7 @@ impl ProcessUnwinders {
             built_from,
             unwinder,
             tabled,
+            untabled,
             _files: files,
         }
     }
@@ -250,6 +258,9 @@ fn walk(
 ) -> WalkEnd {
     let stack_end = regs.sp.saturating_add(stack.len() as u64);
     let read_stack = |addr: u64| -> Result<u64, Unread<Infallible>> {
+        if let Some(word) = process.code_word(addr) {
+            return Ok(word);
+        }
         if addr < regs.sp {
             return Err(Unread::Unreadable);
         }
@@ -282,6 +293,15 @@ fn walk(
 }
 
 impl ProcessUnwinder {
+    /// The word of code at `addr` in a mapped file without tables, read from the file.
+    fn code_word(&self, addr: u64) -> Option<u64> {
+        let (range, bias, file) = self.untabled.iter().find(|(r, ..)| r.contains(&addr))?;
+        if addr.checked_add(8)? > range.end {
+            return None;
+        }
+        file.text_word(addr.wrapping_sub(*bias))
+    }
+
     /// What the process has at `addr`, for the walk.
     fn code(&self, maps: &AddressSpace, addr: u64) -> Code {
         let i = self.tabled.partition_point(|r| r.start <= addr);

@@ -45,6 +45,8 @@ impl SectionBytes {
 pub struct ModuleFile {
     loads: Vec<Segment>,
     text_svma: Option<Range<u64>>,
+    /// `.text`, for the instructions at a leaf of code without CFI.
+    text: Option<SectionBytes>,
     got_svma: Option<Range<u64>>,
     eh_frame: Option<SectionBytes>,
     eh_frame_hdr: Option<SectionBytes>,
@@ -103,6 +105,7 @@ impl ModuleFile {
         Ok(ModuleFile {
             loads: elf.segments().to_vec(),
             text_svma: svma(".text"),
+            text: with_svma(".text"),
             got_svma: svma(".got"),
             eh_frame,
             eh_frame_hdr: with_svma(".eh_frame_hdr"),
@@ -153,6 +156,14 @@ impl ModuleFile {
                 .wrapping_add(seg.offset)
                 .wrapping_sub(seg.vaddr),
         )
+    }
+
+    /// The 8-byte word of `.text` at the stated address `svma`, as the walk reads code.
+    pub fn text_word(&self, svma: u64) -> Option<u64> {
+        let text = self.text.as_ref()?;
+        let offset = usize::try_from(svma.checked_sub(text.svma.start)?).ok()?;
+        let word = text.data.get(offset..offset.checked_add(8)?)?;
+        Some(u64::from_le_bytes(word.try_into().ok()?))
     }
 
     /// Section data for `framehop::Module::new`; ELF addresses are stated relative to 0.

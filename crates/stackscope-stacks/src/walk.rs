@@ -6,15 +6,16 @@
 //! through the stub. It is generic over the architecture of the registers too ([`ArchRegs`]);
 //! [`crate::arch::Unwinder`] picks the architecture a sample's registers say they are of.
 
-use framehop::aarch64::{CacheAarch64, PtrAuthMask, UnwindRegsAarch64, UnwinderAarch64};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{Error as FramehopError, FrameAddress, Unwinder as _};
 
 use crate::module::SectionData;
 
+mod aarch64;
 mod end;
 mod riscv;
 
+pub use aarch64::{RegsAarch64, AARCH64_USER_CODE_MASK};
 pub use end::{Stop, WalkEnd};
 pub use riscv::{CacheRiscv64, RegsRiscv64, UnwinderRiscv64};
 
@@ -55,6 +56,17 @@ pub trait ArchRegs: Copy {
             return_address: fp.wrapping_add(8),
             caller_sp: fp.wrapping_add(16),
         }
+    }
+    /// Whether return addresses stay in a link register until a function stores them, so a
+    /// leaf may have its caller there ([`ArchRegs::link_register_caller`]).
+    const LINK_REGISTER: bool = false;
+    /// The leaf's caller while its return address is in the link register: that address and
+    /// the caller's stack pointer, when `code` (the instructions at pc - 4, pc and pc + 4)
+    /// says the leaf has not stored its frame record yet or has restored its caller's. None
+    /// wherever the code does not say so: the leaf's frame record then says where its
+    /// caller is.
+    fn link_register_caller(&self, _code: [u32; 3]) -> Option<(u64, u64)> {
+        None
     }
     /// Unwinds one frame: the caller's return address (`None` or 0 at the outermost frame),
     /// with `regs` moved to the caller.
@@ -114,74 +126,6 @@ impl ArchRegs for RegsX86_64 {
         read: &mut F,
     ) -> Result<Option<u64>, FramehopError> {
         unwinder.unwind_frame(address, regs, cache, read)
-    }
-}
-
-/// AArch64 registers: the link register holds the leaf's return address.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RegsAarch64 {
-    pub pc: u64,
-    pub sp: u64,
-    pub fp: u64,
-    pub lr: u64,
-}
-
-impl ArchRegs for RegsAarch64 {
-    type Unwinder = UnwinderAarch64<SectionData>;
-    type Cache = CacheAarch64;
-    type Unwind = UnwindRegsAarch64;
-
-    fn pc(&self) -> u64 {
-        self.pc
-    }
-    fn sp(&self) -> u64 {
-        self.sp
-    }
-    fn fp(&self) -> u64 {
-        self.fp
-    }
-    fn unwind_regs(&self) -> UnwindRegsAarch64 {
-        UnwindRegsAarch64::new_with_ptr_auth_mask(ptr_auth_mask(self.pc), self.lr, self.sp, self.fp)
-    }
-    fn caller(return_address: u64, sp: u64, fp: u64) -> UnwindRegsAarch64 {
-        UnwindRegsAarch64::new_with_ptr_auth_mask(
-            ptr_auth_mask(return_address),
-            return_address,
-            sp,
-            fp,
-        )
-    }
-    fn code_address(return_address: u64) -> u64 {
-        ptr_auth_mask(return_address).strip_ptr_auth(return_address)
-    }
-    fn unwind_sp(regs: &UnwindRegsAarch64) -> u64 {
-        regs.sp()
-    }
-    fn unwind_frame<F: FnMut(u64) -> Result<u64, ()>>(
-        unwinder: &Self::Unwinder,
-        cache: &mut CacheAarch64,
-        address: FrameAddress,
-        regs: &mut UnwindRegsAarch64,
-        read: &mut F,
-    ) -> Result<Option<u64>, FramehopError> {
-        unwinder.unwind_frame(address, regs, cache, read)
-    }
-}
-
-/// The bits of an aarch64 user return address (bit 55 clear) that are address, the rest
-/// being its pointer authentication code; the eBPF walker strips with the same mask.
-pub const AARCH64_USER_CODE_MASK: u64 = u64::MAX >> 16;
-
-/// What of an aarch64 return address is address: code signed with pointer authentication
-/// (`paciasp`, as distributions build their arm64 libraries) stores its return addresses with
-/// the signature in the bits above the address. Linux gives user space 48 bits of address
-/// unless a program asks for more, so in the lower half (bit 55 clear) everything above them
-/// is signature; kernel addresses (upper half) are left as they are.
-fn ptr_auth_mask(address: u64) -> PtrAuthMask {
-    if address & (1 << 55) == 0 {
-        PtrAuthMask(AARCH64_USER_CODE_MASK)
-    } else {
-        PtrAuthMask::new_no_strip()
     }
 }
 
@@ -294,7 +238,14 @@ pub fn walk_trail<R: ArchRegs, E>(
     out.push(regs.pc(), regs.sp());
     let mut uregs = regs.unwind_regs();
     let mut address = FrameAddress::from_instruction_pointer(regs.pc());
-    if leaf == Leaf::FramePointer {
+    let untabled = leaf == Leaf::FramePointer || code(regs.pc()) == Code::Untabled;
+    let linked = match untabled && R::LINK_REGISTER {
+        true => link_register_caller(&regs, &code, &mut read, out)?,
+        false => None,
+    };
+    if let Some(caller) = linked {
+        (uregs, address) = caller;
+    } else if leaf == Leaf::FramePointer {
         match leaf_caller(&regs, &code, &mut read, out)? {
             Ok((caller, next)) => (uregs, address) = (caller, next),
             Err(end) => return Ok(end),
@@ -388,6 +339,43 @@ fn leaf_caller<R: ArchRegs, E>(
         R::caller(return_address, record.caller_sp, caller_bp),
         next,
     )))
+}
+
+/// The leaf's caller taken from the link register, where the code at pc says the return
+/// address is still there ([`ArchRegs::link_register_caller`]), with the caller pushed onto
+/// `out`: for code without unwind tables, where the frame pointer is still the caller's and
+/// its record would skip the caller. The code is read as memory, a word at a time.
+fn link_register_caller<R: ArchRegs, E>(
+    regs: &R,
+    code: &impl Fn(u64) -> Code,
+    read: &mut impl FnMut(u64) -> Result<u64, Unread<E>>,
+    out: &mut Trail,
+) -> Result<Option<(R::Unwind, FrameAddress)>, E> {
+    let pc = regs.pc();
+    let mut instruction = |addr: u64| match read(addr & !7) {
+        Ok(word) => Ok(Some((word >> ((addr & 4) * 8)) as u32)),
+        Err(Unread::Failed(e)) => Err(e),
+        Err(_) => Ok(None),
+    };
+    let (Some(before), Some(at), Some(next)) = (
+        instruction(pc.wrapping_sub(4))?,
+        instruction(pc)?,
+        instruction(pc.wrapping_add(4))?,
+    ) else {
+        return Ok(None);
+    };
+    let Some((return_address, sp)) = regs.link_register_caller([before, at, next]) else {
+        return Ok(None);
+    };
+    let lookup = lookup_address(return_address);
+    let Some(next) = FrameAddress::from_return_address(return_address) else {
+        return Ok(None);
+    };
+    if code(lookup) == Code::Outside {
+        return Ok(None);
+    }
+    out.push(lookup, sp);
+    Ok(Some((R::caller(return_address, sp, regs.fp()), next)))
 }
 
 /// How a walk that found no caller ends: at the outermost frame where unwind tables cover the

@@ -5,7 +5,10 @@
 //! one file mapped. Every walk must reach the vCPU's entry (`_start` → `kmain`/`ap_main` →
 //! `work_loop`), and find the frames the gdb source's walk finds over the guest's memory.
 //! The kernel built without frame pointers has leaves that never save x30: only a walk that
-//! takes their return address from it finds their callers.
+//! takes their return address from it finds their callers. The kernel built with frame
+//! pointers has no CFI at all, and a vCPU stopped in a prologue (before the frame record is
+//! stored) or an epilogue (after it is loaded) has its caller in x30 only: both walks read
+//! the code at pc to find that out.
 
 #![cfg(target_os = "linux")]
 
@@ -157,7 +160,7 @@ fn assert_walks_reach_the_entry(kernel: Kernel) {
         );
         assert_eq!(
             look.perf, look.gdb,
-            "{kernel:?} vCPU {cpu}: the perf source's and the gdb source's walks differ ({names:?})"
+            "{kernel:?} vCPU {cpu}: the perf source's and the gdb source's walks differ ({names:?}): {:x?} against {:x?}", look.perf, look.gdb
         );
         if matches!(kernel, Kernel::Cfi) {
             assert_eq!(look.end, WalkEnd::Complete, "{names:?}");
