@@ -89,9 +89,8 @@ fn ptr_auth_mask(address: u64) -> PtrAuthMask {
 /// None anywhere else: the function's own frame record says where its caller is.
 fn leaf_frame_size(before: u32, at: u32, next: u32) -> Option<u64> {
     let returns = |insn| is_return(insn) || is_authenticate(insn);
-    if is_entry_hint(at) || frame_record_push(at).is_some() {
-        Some(0)
-    } else if sp_sub(at).is_some() && is_frame_record_store(next) {
+    let entry = is_entry_hint(at) || frame_record_push(at).is_some();
+    if entry || (sp_sub(at).is_some() && is_frame_record_store(next)) {
         Some(0)
     } else if is_frame_record_store(at) {
         sp_sub(before)
