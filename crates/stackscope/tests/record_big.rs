@@ -12,6 +12,7 @@ mod common;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use common::*;
 use stackscope_profile::{FrameKind, Profile};
@@ -67,6 +68,17 @@ fn section_size(path: &Path, section: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {section} in {}:\n{text}", path.display()))
 }
 
+/// `big_deep`, built once for every test of this file (the library's 12,000 functions take
+/// gcc a while), under the target directory's scratch space.
+fn big_deep() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("record-big");
+        std::fs::create_dir_all(&dir).expect("create the build directory");
+        build(&dir)
+    })
+}
+
 /// Builds `libbigeh.so` and `big_deep` into `dir`; returns the program.
 fn build(dir: &Path) -> PathBuf {
     let lib = stackscope_testkit::compile(
@@ -118,8 +130,8 @@ fn rooted(profile: &Profile) -> (u64, u64) {
 /// Records `big_deep` with `options`, checks its stacks; returns stackscope's stderr.
 fn whole_stacks_with(options: &[&str]) -> String {
     let _serial = serial();
+    let exe = big_deep();
     let dir = tempdir();
-    let exe = build(dir.path());
     let (run, profile) = record_json(dir.path(), options, &[exe.as_os_str(), os("25")]);
     eprintln!("{}", run.stderr);
     assert_min_samples(&profile, 1000);
