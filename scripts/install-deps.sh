@@ -33,6 +33,7 @@ test_packages=(
     gcc-mingw-w64-x86-64       # links the x86_64-pc-windows-gnu build (scripts/check.sh) and the Wine test's DLL and program;
                                # and the mingw program with DWARF inside its PE image of the symbolizer's PE tests
     wine64                     # runs that build (scripts/wine-smoke.sh)
+    sccache                    # .ci/run's compiler cache, kept outside the clone (~/.cache/sccache)
 )
 
 mode=${1:-test}
