@@ -13,6 +13,10 @@
 //! its stacks reach their entry, and of those in the workload's functions through `main`; the
 //! uprobe's count must be the number of calls, each stack through `main`.
 //!
+//! `stackscope profile -adf` (bcc's whole-system folded text, counted in the kernel) samples
+//! the split workload for a window whose split the program measured, and `record --off-cpu`
+//! times the blocking workload's sleeps, each stack through main into the kernel's scheduler.
+//!
 //! In the same boot Debian's arm64 `perf record --call-graph dwarf` (user registers and stack
 //! copies) records the PAC-signed split, and stackscope reports that perf.data inside; the
 //! file, the folded stacks and the binaries perf kept in its build-id cache come back, and this
@@ -31,10 +35,10 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::{
-    assert_split_folded, parse_folded, read_json, run_with_deadline, share_of, stackscope_bin,
-    top_folded, top_stacks, workloads_src,
+    account_pairs, assert_split_folded, counts_where, parse_folded, read_json, run_with_deadline,
+    share_of, stackscope_bin, top_folded, top_stacks, user_names, workloads_src,
 };
-use stackscope_profile::{FrameKind, Profile};
+use stackscope_profile::{Frame, FrameKind, Profile};
 use stackscope_stacks::table::ENTRY_POINTS;
 use stackscope_testkit::truth::Truth;
 use stackscope_testkit::{compile, run};
@@ -70,6 +74,15 @@ const WORKLOADS: [(&str, &[&str]); 2] = [
         ],
     ),
 ];
+
+/// The sampling window of `profile -adf`, in seconds, and the split's rounds: more than it
+/// runs in the window and the eBPF program's load before it, so that it is killed after.
+const PROFILE_SECS: &str = "8";
+const PROFILE_ROUNDS: &str = "1000";
+
+/// The blocking workload's rounds of `record --off-cpu`: each five sleeps of 100 µs in
+/// short_nap() and one of 30 ms in long_nap().
+const OFF_CPU_ROUNDS: &str = "10";
 
 /// The cross-built stackscope, or a one-line reason the test cannot run.
 fn cross_built_stackscope() -> PathBuf {
@@ -117,6 +130,7 @@ fn init_script() -> String {
         ));
     }
     script.push_str(&bpf_script());
+    script.push_str(&profile_and_off_cpu_commands());
     script.push_str(&perf_data_commands());
     script.push_str("poweroff -f\n");
     script
@@ -155,6 +169,32 @@ fn bpf_script() -> String {
     script
 }
 
+/// The guest's commands for `profile -adf` and `record --off-cpu`. The split runs while
+/// bcc's command line samples the whole system; its truth file is read just before stackscope
+/// starts and just after it ends (`profile.before`, `profile.after`). The blocking workload
+/// prints its own account of its sleeps (`offcpu.out`).
+fn profile_and_off_cpu_commands() -> String {
+    format!(
+        "/split {PROFILE_ROUNDS} /tmp/profile.truth {SLICE} >/dev/null &
+         split=$!
+         while [ ! -s /tmp/profile.truth ]; do sleep 1; done
+         cp /tmp/profile.truth /tmp/profile.before
+         /stackscope profile -adf -F {RATE} {PROFILE_SECS} >/tmp/profile.folded 2>/tmp/profile.log
+         echo \"==status profile $?\"
+         cp /tmp/profile.truth /tmp/profile.after
+         kill $split; wait $split
+         for part in log folded before after; do
+         echo \"==begin profile.$part\"; cat /tmp/profile.$part; echo; echo \"==end\"
+         done
+         /stackscope record --off-cpu --format json -o /tmp/offcpu.json --          /blocking blocks {OFF_CPU_ROUNDS} 100 30000 5000 >/tmp/offcpu.out 2>/tmp/offcpu.log
+         echo \"==status offcpu $?\"
+         for part in log json out; do
+         echo \"==begin offcpu.$part\"; cat /tmp/offcpu.$part; echo; echo \"==end\"
+         done
+"
+    )
+}
+
 /// The initramfs: the base and perf, then an archive (the kernel reads them one after the
 /// other) holding stackscope, the workloads and the init script.
 fn initramfs(dir: &Path, base: &Path) -> PathBuf {
@@ -177,6 +217,17 @@ fn initramfs(dir: &Path, base: &Path) -> PathBuf {
         );
         std::fs::copy(built, extra.join(name)).unwrap();
     }
+    let source = std::fs::read_to_string(workloads_src().join("blocking.c")).unwrap();
+    let flags = ["-O2", "-fomit-frame-pointer"];
+    let built = compile(
+        "aarch64-linux-gnu-gcc",
+        dir,
+        ("blocking.c", &source),
+        &flags,
+        &[],
+        "blocking",
+    );
+    std::fs::copy(built, extra.join("blocking")).unwrap();
     let init = extra.join("init");
     std::fs::write(&init, init_script()).unwrap();
     run(Command::new("chmod").arg("755").arg(&init));
@@ -391,6 +442,116 @@ fn record_on_an_arm64_kernel_gives_the_split_and_whole_stacks_with_each_backend_
         assert_split_recording(console, dir, &format!("{name}.bpf"), "eBPF");
     }
     assert_uprobe_count(console, dir);
+}
+
+#[test]
+fn profile_adf_on_an_arm64_kernel_gives_the_split_with_kernel_frames_annotated_and_delimited() {
+    let GuestRun { dir, console } = guest_run();
+    let log = part(console, "profile.log");
+    assert!(
+        console.contains("==status profile 0\n"),
+        "stackscope profile -adf failed in the guest:\n{log}"
+    );
+    let folded = part(console, "profile.folded");
+    let lines: Vec<(Vec<String>, u64)> = parse_folded(folded)
+        .into_iter()
+        .filter(|(frames, _)| frames[0] == "split")
+        .collect();
+    let total: u64 = lines.iter().map(|l| l.1).sum();
+    assert!(
+        total >= 200,
+        "only {total} samples of split:\n{log}\n{folded}"
+    );
+    let (before, after) = (dir.join("profile.before"), dir.join("profile.after"));
+    std::fs::write(&before, part(console, "profile.before")).unwrap();
+    std::fs::write(&after, part(console, "profile.after")).unwrap();
+    let truth = Truth::read(&after).since(&Truth::read(&before));
+    assert_split_folded(&lines, &truth);
+    // For the whole system, a process's tables go into the kernel once it is first sampled
+    // without them; its samples until then are walked by frame pointers, which this workload
+    // does not keep: from func_a or func_b straight to the caller of main that keeps them.
+    // Those are the only stacks allowed to miss main, and they end within the first few
+    // tenths of a second of the window.
+    let frame_pointer_chain = |frames: &[String]| {
+        let root: Vec<&str> = frames[1..].iter().take(3).map(String::as_str).collect();
+        root == ["_start", "__libc_start_main", "func_a"]
+            || root == ["_start", "__libc_start_main", "func_b"]
+    };
+    let (mut through_main, mut chains) = (0, 0);
+    for (frames, count) in &lines {
+        if frames.iter().any(|f| f == "main") {
+            through_main += count;
+        } else if frame_pointer_chain(frames) {
+            chains += count;
+        }
+    }
+    let rate: u64 = RATE.parse().unwrap();
+    assert!(
+        through_main + chains == total && chains <= rate / 2,
+        "{through_main} of split's {total} stacks pass through main, {chains} are walked by \
+         frame pointers before its tables were in (at most {} allowed)\n{}",
+        rate / 2,
+        top_folded(&lines, 8)
+    );
+    // -a marks kernel frames `_[k]`; -d puts `-` between the user and the kernel frames of a
+    // stack that has both: a stack with one kind only has no delimiter.
+    for (frames, _) in parse_folded(folded) {
+        let kernel = |f: &[String]| f.iter().filter(|f| f.ends_with("_[k]")).count();
+        let stack = &frames[1..];
+        let laid_out = match stack.iter().position(|f| f == "-") {
+            Some(d) => kernel(&stack[..d]) == 0 && kernel(&stack[d + 1..]) == stack.len() - d - 1,
+            None => kernel(stack) == 0 || kernel(stack) == stack.len(),
+        };
+        assert!(
+            laid_out,
+            "kernel frames are not after the one delimiter, each annotated: {}",
+            frames.join(";")
+        );
+    }
+    assert!(
+        folded
+            .lines()
+            .any(|l| l.contains(";-;") && l.contains("_[k]")),
+        "no stack of the whole system holds kernel frames after the delimiter:\n{folded}"
+    );
+}
+
+#[test]
+fn off_cpu_on_an_arm64_kernel_times_each_sleep_through_main_into_the_scheduler() {
+    let GuestRun { dir, console } = guest_run();
+    let log = part(console, "offcpu.log");
+    assert!(
+        console.contains("==status offcpu 0\n"),
+        "stackscope record --off-cpu failed in the guest:\n{log}"
+    );
+    let json = dir.join("offcpu.json");
+    std::fs::write(&json, part(console, "offcpu.json")).unwrap();
+    let profile = read_json(&json);
+    let top = top_stacks(&profile, 6);
+    assert_eq!(profile.meta.event, "off-cpu", "{log}");
+    let out = part(console, "offcpu.out");
+    let measured_us = account_pairs(out.trim().lines().last().unwrap_or_default())
+        .into_iter()
+        .find(|(name, _)| name == "long")
+        .unwrap_or_else(|| panic!("blocking printed no account of its long sleeps: {out:?}"))
+        .1
+        / 1000;
+    let micros = |pred: &dyn Fn(&[&Frame]) -> bool| counts_where(&profile, pred);
+    let long = micros(&|f| user_names(f).contains(&"long_nap"));
+    let whole = micros(&|f| {
+        user_names(f).windows(2).any(|w| w == ["main", "long_nap"])
+            && f.iter()
+                .any(|f| f.kind == FrameKind::Kernel && f.name == "schedule")
+    });
+    assert!(long > 0, "no time off the CPU in long_nap:\n{log}\n{top}");
+    assert_eq!(
+        whole, long,
+        "long_nap's time is under main and the sleep's call into the scheduler:\n{top}"
+    );
+    assert!(
+        long <= measured_us + 1000 && long * 10 >= measured_us * 9,
+        "long_nap off the CPU {long} µs, the program measured {measured_us} µs asleep:\n{top}"
+    );
 }
 
 /// The workload perf records in the guest: PAC-signed, so the host's walk of the file meets
