@@ -200,20 +200,23 @@ impl ProcessUnwinders {
             if file.arch() != Some(arch) {
                 continue;
             }
-            if !file.has_unwind_info() {
+            // The file on disk was replaced since the process mapped it: its CFI and its code
+            // would lie.
+            let replaced = match (&m.build_id, file.build_id()) {
+                (Some(mapped), Some(on_disk)) => **mapped != *on_disk,
+                _ => false,
+            };
+            let tables = file.has_unwind_info();
+            if !tables {
                 self.without_unwind_info.insert(m.path.clone());
-                if let Some(bias) = file.bias(m) {
-                    untabled.push((m.start..m.end, bias, file));
-                }
+            }
+            let Some(bias) = file.bias(m).filter(|_| !replaced) else {
+                continue;
+            };
+            if !tables {
+                untabled.push((m.start..m.end, bias, file));
                 continue;
             }
-            // The file on disk was replaced since the process mapped it: its CFI would lie.
-            if let (Some(mapped), Some(on_disk)) = (&m.build_id, file.build_id()) {
-                if **mapped != *on_disk {
-                    continue;
-                }
-            }
-            let Some(bias) = file.bias(m) else { continue };
             tabled.push(m.start..m.end);
             unwinder.add_module(&m.path, m.start..m.end, bias, file.section_info());
             if !files.iter().any(|f| Arc::ptr_eq(f, &file)) {
@@ -257,15 +260,15 @@ fn walk(
     out: &mut Trail,
 ) -> WalkEnd {
     let stack_end = regs.sp.saturating_add(stack.len() as u64);
+    // Words outside the copy may be code of a file without tables, which the walk reads at
+    // a leaf there; the copy's own words are read first.
     let read_stack = |addr: u64| -> Result<u64, Unread<Infallible>> {
-        if let Some(word) = process.code_word(addr) {
-            return Ok(word);
-        }
+        let outside = |unread| process.code_word(addr).ok_or(unread);
         if addr < regs.sp {
-            return Err(Unread::Unreadable);
+            return outside(Unread::Unreadable);
         }
         if addr.saturating_add(8) > stack_end {
-            return Err(Unread::PastCopy);
+            return outside(Unread::PastCopy);
         }
         let offset = (addr - regs.sp) as usize;
         match stack.get(offset..offset + 8) {

@@ -238,8 +238,9 @@ pub fn walk_trail<R: ArchRegs, E>(
     out.push(regs.pc(), regs.sp());
     let mut uregs = regs.unwind_regs();
     let mut address = FrameAddress::from_instruction_pointer(regs.pc());
-    let untabled = leaf == Leaf::FramePointer || code(regs.pc()) == Code::Untabled;
-    let linked = match untabled && R::LINK_REGISTER {
+    // Only where the link register may hold the leaf's caller is the leaf's code asked about.
+    let untabled = || leaf == Leaf::FramePointer || code(regs.pc()) == Code::Untabled;
+    let linked = match R::LINK_REGISTER && untabled() {
         true => link_register_caller(&regs, &code, &mut read, out)?,
         false => None,
     };
