@@ -236,9 +236,54 @@ impl Tmux {
             if found(&screen) {
                 return screen;
             }
-            assert!(Instant::now() < deadline, "{what}; the screen:\n{screen}");
+            assert!(
+                Instant::now() < deadline,
+                "{what}; the screen:\n{screen}\n{}",
+                self.state()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// What a failed wait reports beside the screen: whether the pane shows the alternate
+    /// screen, and the state of each thread of the pane's processes (is `top` drawing, or
+    /// stuck, and where).
+    fn state(&self) -> String {
+        let alternate = self.tmux(&["display", "-p", "#{alternate_on}"]);
+        let mut said = format!("alternate screen: {}", alternate.trim());
+        let shell = self.tmux(&["display", "-p", "#{pane_pid}"]);
+        let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+        let mut pids: Vec<String> = vec![shell.trim().to_string()];
+        while let Some(pid) = pids.pop() {
+            for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten()
+            {
+                let task = task.unwrap().path();
+                let status = read(task.join("status").display().to_string());
+                let field = |name: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .unwrap_or("")
+                        .trim()
+                        .to_string()
+                };
+                said += &format!(
+                    "\n{pid}/{}: {} {} in {}",
+                    task.file_name().unwrap().to_string_lossy(),
+                    field("Name:"),
+                    field("State:"),
+                    read(task.join("wchan").display().to_string())
+                );
+                pids.extend(
+                    read(task.join("children").display().to_string())
+                        .split_whitespace()
+                        .map(String::from),
+                );
+            }
+        }
+        said
     }
 
     /// Waits for `top` to end, and asserts the terminal is as it was: the normal screen, not

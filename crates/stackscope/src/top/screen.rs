@@ -2,15 +2,20 @@
 //! terminal is given back as it was on every way out: a key, the target's exit, a stop
 //! signal, an error or a panic (ratatui's hook restores it before the panic is reported).
 
+use std::io::{stdout, BufWriter, Stdout};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use ratatui::backend::CrosstermBackend;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
+use ratatui::crossterm::execute;
+use ratatui::crossterm::terminal::{enable_raw_mode, EnterAlternateScreen};
 use ratatui::layout::{Constraint, Layout};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::Line;
 use ratatui::widgets::Paragraph;
-use ratatui::{DefaultTerminal, Frame};
+use ratatui::{Frame, Terminal};
 
 use super::view::{Grouping, Key, Row, SortBy, Table, View};
 use super::{due, stop, Session};
@@ -23,8 +28,35 @@ const KEY_WAIT: Duration = Duration::from_millis(50);
 /// The levels of a sparkline, lowest first.
 const LEVELS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
 
+/// Room for a whole frame of a big terminal, so that each frame reaches it in one write: a
+/// frame cut into many writes shows half-drawn to whatever reads the terminal between them.
+const FRAME_BYTES: usize = 1 << 18;
+
+/// The terminal the view draws on: each frame buffered whole and written at its end.
+type Term = Terminal<CrosstermBackend<BufWriter<Stdout>>>;
+
+/// Set once a thread panicked: the terminal was given back for its message, so the view ends.
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
 /// Gives the terminal back when dropped, however the view ends.
 struct Restore;
+
+/// Raw mode, the alternate screen, and a panic hook that gives the terminal back before any
+/// thread's panic is reported (the message would be lost on the alternate screen) and ends
+/// the view: with the terminal in line mode again, keys would no longer come one by one.
+fn take_terminal() -> Result<Term> {
+    let reported = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !PANICKED.swap(true, Ordering::SeqCst) {
+            ratatui::restore();
+        }
+        reported(info);
+    }));
+    enable_raw_mode()?;
+    execute!(stdout(), EnterAlternateScreen)?;
+    let backend = CrosstermBackend::new(BufWriter::with_capacity(FRAME_BYTES, stdout()));
+    Ok(Terminal::new(backend)?)
+}
 
 impl Drop for Restore {
     fn drop(&mut self) {
@@ -46,8 +78,8 @@ struct Screen {
 
 /// Runs the view until `q`, Ctrl-C, a stop signal or the end of sampling.
 pub(super) fn run(mut session: Session, mut view: View) -> Result<(Session, Option<String>)> {
-    let mut terminal = ratatui::try_init()?;
     let _restore = Restore;
+    let mut terminal = take_terminal()?;
     let mut screen = Screen {
         selected: 0,
         expanded: None,
@@ -61,6 +93,10 @@ pub(super) fn run(mut session: Session, mut view: View) -> Result<(Session, Opti
     let mut pending = false;
     let mut dirty = true;
     loop {
+        if PANICKED.load(Ordering::SeqCst) {
+            stop(&session);
+            return Ok((session, Some("a thread of stackscope panicked".into())));
+        }
         if dirty {
             draw(&mut terminal, &session, &mut view, &screen)?;
             dirty = false;
@@ -80,6 +116,9 @@ pub(super) fn run(mut session: Session, mut view: View) -> Result<(Session, Opti
                         return Ok((session, None));
                     }
                     refresh_table(&mut session, &mut view, &mut screen, false);
+                    // A key redraws the whole screen: whatever else wrote to the terminal
+                    // (a message of another program) is gone after it.
+                    terminal.clear()?;
                     dirty = true;
                 }
                 Event::Resize(..) => dirty = true,
@@ -222,12 +261,7 @@ fn on_key(key: KeyEvent, session: &Session, view: &mut View, screen: &mut Screen
     true
 }
 
-fn draw(
-    terminal: &mut DefaultTerminal,
-    session: &Session,
-    view: &mut View,
-    screen: &Screen,
-) -> Result<()> {
+fn draw(terminal: &mut Term, session: &Session, view: &mut View, screen: &Screen) -> Result<()> {
     terminal.draw(|frame| render(frame, session, view, screen))?;
     Ok(())
 }
